@@ -1,0 +1,13 @@
+"""onnxq: float ONNX models to verified int8 ONNX models for ONNX Runtime."""
+
+from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
+from onnxq.errors import OnnxqError
+from onnxq.pipeline import QuantResult, quantize
+from onnxq.report import QuantReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "quantize", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
+    "QuantReport", "OnnxqError", "__version__",
+]

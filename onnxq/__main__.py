@@ -1,0 +1,5 @@
+import sys
+
+from onnxq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,190 @@
+"""Calibration / verification data: sources, batching, validation against the model's inputs, holdout."""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.errors import CalibrationDataError
+
+__all__ = ["Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "Holdout"]
+
+Batch = dict[str, np.ndarray]
+# A path to an .npz file or a folder of them; a mapping of arrays (first axis = samples); or an iterable of
+# such mappings, each one batch.
+DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | str | None, ...] | None  # None: unknown rank; str/None entries: dynamic
+
+    def describe(self) -> str:
+        dims = "?" if self.shape is None else ", ".join(str(d) if d is not None else "?" for d in self.shape)
+        return f"{self.dtype} [{dims}]"
+
+
+def input_specs(model: ir.Model) -> list[InputSpec]:
+    """The inputs a user must feed (initializers that are also inputs have defaults and are left out)."""
+    specs = []
+    for value in model.graph.inputs:
+        if value.name in model.graph.initializers:
+            continue
+        dtype = value.dtype.numpy() if value.dtype is not None else np.dtype(np.float32)
+        shape = None
+        if value.shape is not None:
+            shape = tuple(d if isinstance(d, int) else (d.value if isinstance(d, ir.SymbolicDim) else None)
+                          for d in value.shape)
+        specs.append(InputSpec(value.name, np.dtype(dtype), shape))
+    return specs
+
+
+def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = None,
+                 what: str = "calibration") -> Iterator[Batch]:
+    """Batches (dicts of arrays sharing a first, samples axis) from any supported source, up to max_samples."""
+    remaining = max_samples if max_samples is not None else float("inf")
+    for batch in _raw_batches(source, batch_size, what):
+        if remaining <= 0:
+            return
+        n = _num_samples(batch, what)
+        if n > remaining:
+            batch = {k: v[: int(remaining)] for k, v in batch.items()}
+            n = int(remaining)
+        remaining -= n
+        yield batch
+
+
+def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Batch]:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            files = sorted(path.glob("*.npz"))
+            if not files:
+                raise CalibrationDataError(f"{what} folder {path} holds no .npz files — add files or pass one .npz")
+            for file in files:
+                yield from _slices(_load_npz(file, what), batch_size)
+        else:
+            yield from _slices(_load_npz(path, what), batch_size)
+    elif isinstance(source, Mapping):
+        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size)
+    elif isinstance(source, Iterable):
+        for i, item in enumerate(source):
+            if not isinstance(item, Mapping):
+                raise CalibrationDataError(
+                    f"{what} item {i} is a {type(item).__name__}, not a dict of input name → array")
+            yield {k: np.asarray(v) for k, v in item.items()}
+    else:
+        raise CalibrationDataError(
+            f"{what} data of type {type(source).__name__} is not supported — pass an .npz path, a folder of .npz, "
+            "a dict of arrays or an iterable of dicts")
+
+
+def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise CalibrationDataError(f"{what} data not found: {path} — check the path")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError
+            return {k: archive[k] for k in archive.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError):
+        raise CalibrationDataError(
+            f"{what} file {path} is not a readable .npz archive — save arrays with numpy.savez") from None
+
+
+def _slices(arrays: dict[str, np.ndarray], batch_size: int) -> Iterator[Batch]:
+    if not arrays:
+        return
+    n = min(len(a) if a.ndim else 1 for a in arrays.values())
+    if any(a.ndim == 0 for a in arrays.values()):
+        yield arrays  # let validation report the missing samples axis
+        return
+    for start in range(0, n, batch_size):
+        yield {k: v[start:start + batch_size] for k, v in arrays.items()}
+
+
+def _num_samples(batch: Batch, what: str) -> int:
+    counts = {k: (v.shape[0] if v.ndim else 0) for k, v in batch.items()}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{k}: {n}" for k, n in counts.items())
+        raise CalibrationDataError(f"{what} inputs have different numbers of samples in one batch ({detail})")
+    return next(iter(counts.values()), 0)
+
+
+def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str = "calibration") -> Batch:
+    """Check names, dtypes, ranks, fixed dims and finiteness; cast within a kind (float64 → float32)."""
+    by_name = {s.name: s for s in specs}
+    expected = ", ".join(f"{s.name} ({s.describe()})" for s in specs)
+    for name in batch:
+        if name not in by_name:
+            raise CalibrationDataError(
+                f"{what} data has '{name}', which matches no model input; the model's inputs are: {expected}")
+    out: Batch = {}
+    for spec in specs:
+        if spec.name not in batch:
+            raise CalibrationDataError(
+                f"{what} data lacks model input '{spec.name}' ({spec.describe()}); the model's inputs are: {expected}")
+        array = np.asarray(batch[spec.name])
+        if array.dtype.kind != spec.dtype.kind and not (array.dtype.kind in "iu" and spec.dtype.kind in "iu"):
+            raise CalibrationDataError(
+                f"{what} input '{spec.name}' is {array.dtype} but the model expects {spec.dtype} — "
+                f"convert it with .astype(numpy.{spec.dtype})")
+        if spec.shape is not None:
+            if array.ndim != len(spec.shape):
+                raise CalibrationDataError(
+                    f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
+                    f"rank {len(spec.shape)} {spec.describe()}; the first axis holds the samples")
+            for got, want in zip(array.shape[1:], spec.shape[1:]):
+                if isinstance(want, int) and got != want:
+                    raise CalibrationDataError(
+                        f"{what} input '{spec.name}' has shape {array.shape} but the model expects "
+                        f"{spec.describe()}")
+        if array.dtype != spec.dtype:
+            array = array.astype(spec.dtype)
+        if spec.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            bad = "NaN" if np.isnan(array).any() else "inf"
+            raise CalibrationDataError(f"{what} input '{spec.name}' contains {bad} — remove or fix those samples")
+        out[spec.name] = array
+    return out
+
+
+class Holdout:
+    """Splits a stream of batches by sample: every `every`-th sample (up to `max_samples`) is held back for
+    verification, the rest pass through for calibration. Memory: at most `max_samples` held samples."""
+
+    def __init__(self, every: int, max_samples: int) -> None:
+        self.every = every
+        self.max_samples = max_samples
+        self.held: list[Batch] = []
+        self.held_count = 0
+        self.seen = 0
+        # Too few samples to hold any back: verification falls back to the first calibration batch.
+        self.first: Batch | None = None
+
+    def split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        for batch in batches:
+            n = next(iter(batch.values())).shape[0]
+            index = np.arange(self.seen, self.seen + n)
+            self.seen += n
+            hold = (index % self.every == self.every - 1)
+            room = self.max_samples - self.held_count
+            if room <= 0:
+                hold[:] = False
+            elif hold.sum() > room:
+                hold[np.flatnonzero(hold)[room:]] = False
+            if hold.any():
+                self.held.append({k: v[hold] for k, v in batch.items()})
+                self.held_count += int(hold.sum())
+            if (~hold).any():
+                kept = {k: v[~hold] for k, v in batch.items()} if hold.any() else batch
+                if self.first is None:
+                    self.first = kept
+                yield kept

@@ -1,0 +1,72 @@
+"""Streamed calibration: one ORT session over a copy of the graph exposing the tensors to observe."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Iterable
+
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnxq.calibration.data import Batch
+from onnxq.errors import CalibrationDataError
+from onnxq.io import serialized_for_ort
+from onnxq.numerics import MinMaxObserver
+
+__all__ = ["calibrate_minmax"]
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int], None]
+
+
+def calibrate_minmax(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
+                     progress: Progress | None = None) -> dict[str, tuple[float, float]]:
+    """Running (min, max) of each named value over all batches. Memory is one batch's outputs at a time."""
+    names = list(dict.fromkeys(value_names))
+    graph_inputs = {v.name for v in model.graph.inputs}
+    fetched = [n for n in names if n not in graph_inputs]
+    observers = {n: MinMaxObserver() for n in names}
+    session = _session_exposing(model, fetched)
+    for batch in batches:
+        try:
+            outputs = session.run(fetched, batch)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                ort.capi.onnxruntime_pybind11_state.Fail) as e:
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_first_line(e)}") from None
+        for name, array in zip(fetched, outputs):
+            observers[name].observe(array)
+        for name in names:
+            if name in graph_inputs:
+                observers[name].observe(batch[name])
+        if progress is not None:
+            progress(len(next(iter(batch.values()))))
+    if any(o.empty for o in observers.values()):
+        raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
+    return {n: o.range() for n, o in observers.items()}
+
+
+def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession:
+    exposed = model.clone()
+    values = {}
+    for node in exposed.graph:
+        for out in node.outputs:
+            if out.name in names:
+                values[out.name] = out
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise ValueError(f"values not produced by any node: {missing[:3]}")
+    outputs = set(exposed.graph.outputs)
+    exposed.graph.outputs.extend(values[n] for n in names if values[n] not in outputs)
+    options = ort.SessionOptions()
+    # Optimizations off: fused kernels would hide the tensors we observe.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="onnxq-calib-") as scratch:
+        return ort.InferenceSession(serialized_for_ort(exposed, scratch), options,
+                                    providers=["CPUExecutionProvider"])
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:300]

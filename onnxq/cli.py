@@ -1,0 +1,154 @@
+"""python -m onnxq: thin argument parsing over onnxq.quantize(); exit 0 ok, 1 out of tolerance, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
+from onnxq.errors import OnnxqError
+from onnxq.pipeline import default_output_path, quantize
+from onnxq.report import format_summary
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m onnxq",
+        description="Quantize a float ONNX model to int8 (MatMul/Gemm/Gather) and verify it on ONNX Runtime.",
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
+    p.add_argument("model", help="float .onnx model")
+    p.add_argument("--calib", metavar="DATA", help=".npz (arrays keyed by input name, first axis = samples) or a "
+                   "folder of .npz; without it activations are quantized dynamically at run time")
+    p.add_argument("-o", "--output", help="output path (default: MODEL.int8.onnx beside the model)")
+    p.add_argument("--verify-data", metavar="DATA", help="held-out inputs for verification (default: every 10th "
+                   "calibration sample is held back)")
+    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML; flags override it")
+    p.add_argument("--report", metavar="JSON", help="write the report as JSON")
+    p.add_argument("--mode", choices=["auto", "static", "dynamic"])
+    p.add_argument("--activation-dtype", choices=["uint8", "int8"])
+    p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
+    p.add_argument("--quantize-attention", action="store_true", default=None,
+                   help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")
+    p.add_argument("--gemm-bias", choices=["int32", "float"])
+    p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
+    p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
+    p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose name matches float")
+    p.add_argument("--calib-batch-size", type=int, metavar="N")
+    p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+    p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
+    p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
+    p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
+    p.add_argument("--no-verify", action="store_true", help="skip verification")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> QuantConfig:
+    config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    top = {k: v for k, v in {
+        "mode": args.mode,
+        "per_channel": False if args.per_tensor else None,
+        "quantize_activation_matmul": args.quantize_attention,
+        "gemm_bias": args.gemm_bias,
+        "exclude_nodes": tuple(args.exclude) if args.exclude else None,
+        "exclude_op_types": tuple(args.exclude_op) if args.exclude_op else None,
+        "exclude_regex": args.exclude_regex,
+    }.items() if v is not None}
+    if args.activation_dtype:
+        top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
+    calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples)
+    tolerance = _changed(config.verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
+                         max_abs_error=args.max_abs)
+    verify = _changed(config.verify, tolerance=tolerance, enabled=False if args.no_verify else None)
+    return config.replace(**top, calibration=calibration, verify=verify)
+
+
+def _changed(obj, **changes):
+    return dataclasses.replace(obj, **{k: v for k, v in changes.items() if v is not None})
+
+
+class _Progress:
+    """A one-line progress bar on stderr (only when it is a terminal)."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.perf_counter()
+        self.live = sys.stderr.isatty()
+
+    def __call__(self, samples: int) -> None:
+        self.done += samples
+        if not self.live:
+            return
+        rate = self.done / max(time.perf_counter() - self.start, 1e-9)
+        if self.total:
+            filled = int(30 * min(self.done / self.total, 1.0))
+            bar = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
+        else:
+            bar = f"{self.done}"
+        sys.stderr.write(f"\rcalibrating {bar} samples, {rate:.1f} samples/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.live and self.done:
+            sys.stderr.write("\n")
+
+
+def _count_samples(source: str | None, limit: int | None) -> int | None:
+    """Samples in an .npz file or folder, from the array headers alone; None when unknown."""
+    if source is None:
+        return None
+    path = Path(source)
+    files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
+    total = 0
+    try:
+        for file in files:
+            with zipfile.ZipFile(file) as archive:
+                name = archive.namelist()[0]
+                with archive.open(name) as f:
+                    version = np.lib.format.read_magic(f)
+                    shape = np.lib.format._read_array_header(f, version)[0]
+                total += shape[0] if shape else 0
+    except Exception:  # only a progress-bar nicety: the real reader reports bad files
+        return None
+    return min(total, limit) if limit else total
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    progress = None
+    try:
+        config = config_from_args(args)
+        output = Path(args.output) if args.output else default_output_path(args.model)
+        progress = _Progress(_count_samples(args.calib, config.calibration.max_samples))
+        result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,
+                          progress=progress)
+    except OnnxqError as e:
+        if progress is not None:
+            progress.close()
+        print(f"onnxq: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    progress.close()
+    report = result.report
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if args.quiet:
+        print(f"onnxq: wrote {result.output}; " + {None: "not verified", True: "within tolerance",
+                                                   False: "OUT OF TOLERANCE"}[report.passed])
+    else:
+        print(format_summary(report))
+    return EXIT_OUT_OF_TOLERANCE if report.passed is False else EXIT_OK

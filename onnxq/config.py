@@ -1,0 +1,177 @@
+"""One frozen configuration for the API, the CLI and TOML files."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from onnxq.errors import ConfigError
+
+__all__ = ["QScheme", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig"]
+
+Mode = Literal["auto", "static", "dynamic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QScheme:
+    """An integer type and whether its range is symmetric around zero."""
+
+    dtype: Literal["int8", "uint8"] = "int8"
+    symmetric: bool = True
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig:
+    method: Literal["minmax"] = "minmax"
+    # Samples per ORT run when slicing arrays (.npz, dict); an iterable's batches are used as given.
+    batch_size: int = 8
+    # Use only the first N samples (None: all).
+    max_samples: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Pass/fail bars applied to every model output (None disables a bar)."""
+
+    # Mean over samples of the per-sample cosine similarity. 0.98 catches broken quantization (ORT's default QDQ
+    # output of MiniLM scores 0.56-0.92) without failing healthy int8 models on per-token outputs.
+    min_cosine: float | None = 0.98
+    min_sqnr_db: float | None = None
+    max_abs_error: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyConfig:
+    enabled: bool = True
+    tolerance: Tolerance = Tolerance()
+    # Without separate verification data, every 10th calibration sample is held back, at most max_samples.
+    holdout_every: int = 10
+    max_samples: int = 64
+    # Ask ORT which integer kernels its CPU optimizer fused the QDQ groups into.
+    check_kernels: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantConfig:
+    """What to quantize and how.
+
+    mode: "static" calibrates activation ranges (needs data); "dynamic" quantizes activations at run time
+    (no data needed); "auto" is static when calibration data is given, else dynamic.
+    """
+
+    mode: Mode = "auto"
+    # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
+    activations: QScheme = QScheme("uint8", symmetric=False)
+    weights: QScheme = QScheme("int8", symmetric=True)
+    per_channel: bool = True
+    op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather")
+    # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
+    quantize_activation_matmul: bool = False
+    gemm_bias: Literal["int32", "float"] = "int32"
+    exclude_nodes: tuple[str, ...] = ()
+    exclude_op_types: tuple[str, ...] = ()
+    exclude_regex: str | None = None
+    calibration: CalibrationConfig = CalibrationConfig()
+    verify: VerifyConfig = VerifyConfig()
+
+    def __post_init__(self) -> None:
+        if self.weights.dtype != "int8":
+            raise ConfigError("weights.dtype must be int8 (ORT's integer kernels take int8 weights)")
+        if self.calibration.batch_size < 1:
+            raise ConfigError("calibration.batch_size must be >= 1")
+        if self.calibration.max_samples is not None and self.calibration.max_samples < 1:
+            raise ConfigError("calibration.max_samples must be >= 1")
+        if self.verify.holdout_every < 2 or self.verify.max_samples < 1:
+            raise ConfigError("verify.holdout_every must be >= 2 and verify.max_samples >= 1")
+        if self.exclude_regex is not None:
+            try:
+                re.compile(self.exclude_regex)
+            except re.error as e:
+                raise ConfigError(f"exclude_regex {self.exclude_regex!r} is not a valid regex: {e}") from None
+
+    def exclusion_reason(self, node_name: str, op_type: str) -> str | None:
+        """Why the user's config keeps this node in float, or None."""
+        if node_name in self.exclude_nodes:
+            return "excluded by name"
+        if op_type in self.exclude_op_types:
+            return f"op type {op_type} excluded"
+        if self.exclude_regex is not None and re.search(self.exclude_regex, node_name):
+            return f"name matches exclude_regex {self.exclude_regex!r}"
+        return None
+
+    def replace(self, **changes: Any) -> QuantConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QuantConfig:
+        return _build(cls, data, "")
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> QuantConfig:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    """Build a frozen dataclass from a mapping, checking keys and types so typos fail loudly."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config section {where or 'top level'} must be a table, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown config key {where}{unknown[0]}; known keys: {', '.join(sorted(names))}")
+    kwargs = {key: _convert(hints[key], value, f"{where}{key}") for key, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"invalid config {where or 'value'}: {e}") from None
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, f"{key}.")
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigError(f"config {key} = {value!r} is not one of {list(typing.get_args(hint))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return None if value is None else _convert(args[0], value, key)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"config {key} must be a list of strings")
+        return tuple(value)
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"config {key} must be true or false, got {value!r}")
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"config {key} must be an integer, got {value!r}")
+    if hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError(f"config {key} must be a number, got {value!r}")
+    if hint is str and not isinstance(value, str):
+        raise ConfigError(f"config {key} must be a string, got {value!r}")
+    return float(value) if hint is float else value

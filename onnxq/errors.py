@@ -1,0 +1,36 @@
+"""Errors a user can cause. Each message names the problem and the fix in one line."""
+
+from __future__ import annotations
+
+__all__ = [
+    "OnnxqError",
+    "ModelLoadError",
+    "UnsupportedModelError",
+    "CalibrationDataError",
+    "ConfigError",
+    "OutputPathError",
+]
+
+
+class OnnxqError(Exception):
+    """Base class for user-facing errors; the CLI prints the message and exits 2."""
+
+
+class ModelLoadError(OnnxqError):
+    """The model file is missing, not ONNX, or truncated."""
+
+
+class UnsupportedModelError(OnnxqError):
+    """The model loads but cannot be quantized (opset too old, nothing to quantize, ...)."""
+
+
+class CalibrationDataError(OnnxqError):
+    """Calibration or verification data does not fit the model's inputs."""
+
+
+class ConfigError(OnnxqError):
+    """A configuration value or file is invalid."""
+
+
+class OutputPathError(OnnxqError):
+    """The output path is unusable (it is the input, or its folder does not exist)."""

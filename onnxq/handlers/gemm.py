@@ -1,0 +1,53 @@
+"""Gemm: per-channel weights along the output-feature axis (honours transB); bias as int32 by default."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float
+from onnxq.handlers.registry import register
+
+__all__ = ["plan_gemm"]
+
+
+def _attr(node: ir.Node, name: str, default: float | int) -> float | int:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+@register("Gemm")
+def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
+    a, b = node.inputs[0], node.inputs[1]
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    b_const = constant_float(b)
+    if constant_float(a) is not None:
+        return Skip(node, "A is a constant; only activation × weight is supported")
+    if b_const is None:
+        return Skip(node, "B is not a constant float32 weight")
+    if b_const.shape is None or len(b_const.shape) != 2:
+        return Skip(node, "B is not 2-D")
+    trans_a, trans_b = _attr(node, "transA", 0), _attr(node, "transB", 0)
+    alpha, beta = _attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)
+    if ctx.mode == "dynamic" and (trans_a or alpha != 1.0 or beta != 1.0):
+        return Skip(node, "dynamic mode supports Gemm with transA=0, alpha=beta=1 only")
+    n_out = b_const.shape[0] if trans_b else b_const.shape[1]
+    # B is [K, N], or [N, K] with transB: the output features lie on axis 1, or 0.
+    axis = (0 if trans_b else 1) if ctx.per_channel else None
+    plan = NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),))
+    if c is None:
+        return plan
+    c_const = constant_float(c)
+    if ctx.gemm_bias == "float":
+        note = "float bias requested (gemm_bias = float)"
+    elif ctx.mode == "dynamic":
+        note = "dynamic mode adds the bias in float"
+    elif c_const is None:
+        note = "C is not a constant float32"
+    elif alpha != 1.0 or beta != 1.0:
+        note = f"alpha={alpha}, beta={beta} (an int32 bias needs alpha = beta = 1)"
+    elif c_const.shape is None or tuple(c_const.shape) not in ((n_out,), (1, n_out)):
+        note = f"C of shape {c_const.shape} is not one value per output feature"
+    else:
+        note = None
+    return NodePlan(node, activations=plan.activations, weights=plan.weights,
+                    bias_index=None if note else 2, bias_note=note)

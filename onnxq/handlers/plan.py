@@ -1,0 +1,63 @@
+"""What a handler decides for one node. Plans are data; passes act on them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSpec:
+    """A constant input stored as int8; `axis` is the per-channel axis, None for one scale per tensor."""
+
+    input_index: int
+    axis: int | None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NodePlan:
+    node: ir.Node
+    # Input slots quantized per tensor: from calibrated ranges (static) or at run time (dynamic).
+    activations: tuple[int, ...] = ()
+    weights: tuple[WeightSpec, ...] = ()
+    # Gemm's C stored as int32 with scale s_activation * s_weight (per channel).
+    bias_index: int | None = None
+    # Why C stays float when it does (shown in the report).
+    bias_note: str | None = None
+
+    @property
+    def weight_only(self) -> bool:
+        return not self.activations
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Skip:
+    """A node a handler leaves in float, and why (shown to the user)."""
+
+    node: ir.Node
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanContext:
+    per_channel: bool
+    # "static" or "dynamic": dynamic mode can only quantize activation × constant-weight products.
+    mode: str
+    quantize_activation_matmul: bool
+    gemm_bias: str
+
+
+def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:
+    """The value's float32 constant tensor (initializer or Constant node), or None.
+
+    An initializer that is also a graph input can be overridden at run time, so it is not a constant.
+    """
+    if value is None or value.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is None or tensor.dtype != ir.DataType.FLOAT:
+        return None
+    return tensor

@@ -1,0 +1,40 @@
+"""Run the registered handlers over a graph: one plan or one reasoned skip per candidate node."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnxq.config import QuantConfig
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip
+from onnxq.handlers.registry import handler_for
+
+__all__ = ["plan_model"]
+
+
+def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[NodePlan], list[Skip]]:
+    """Plans in graph order for the nodes of config.op_types; nodes of other op types are not candidates.
+
+    Only the main graph is planned: nodes inside If/Loop bodies stay float.
+    """
+    ctx = PlanContext(
+        per_channel=config.per_channel,
+        mode=mode,
+        quantize_activation_matmul=config.quantize_activation_matmul,
+        gemm_bias=config.gemm_bias,
+    )
+    plans: list[NodePlan] = []
+    skips: list[Skip] = []
+    for node in graph:
+        if node.op_type not in config.op_types:
+            continue
+        handler = handler_for(node)
+        if handler is None:
+            continue
+        reason = config.exclusion_reason(node.name or "", node.op_type)
+        result = handler(node, ctx)
+        if result is None:
+            continue
+        if reason is not None:
+            result = Skip(node, reason)
+        (plans if isinstance(result, NodePlan) else skips).append(result)
+    return plans, skips

@@ -1,0 +1,118 @@
+"""Loading and saving models through onnx_ir; external data stays lazy; saves are atomic."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from onnxq.errors import ModelLoadError, OutputPathError
+
+__all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "serialized_for_ort"]
+
+logger = logging.getLogger(__name__)
+
+# Protobuf cannot hold more than 2 GiB; keep a margin for the graph itself.
+_PROTO_LIMIT_BYTES = 2**31 - 64 * 2**20
+# ORT 1.31 accepts IR versions up to 13 (onnx 1.23 writes 14 by default).
+MAX_IR_VERSION = 13
+
+
+def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
+    """Load a model from a path, a ModelProto or an ir.Model, never touching the caller's object."""
+    if isinstance(source, ir.Model):
+        return source.clone()
+    if isinstance(source, onnx.ModelProto):
+        return ir.serde.deserialize_model(source)
+    path = Path(source)
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path} — check the path")
+    if path.stat().st_size == 0:
+        raise ModelLoadError(f"{path} is empty — pass an .onnx model file")
+    try:
+        model = ir.load(path)
+    except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as e:
+        raise ModelLoadError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}); it may be truncated or another file type"
+        ) from None
+    if len(model.graph) == 0 or not model.graph.outputs:
+        raise ModelLoadError(f"{path} holds no graph (a truncated or non-ONNX file?) — re-export the model")
+    for tensor_path in external_data_files(model):
+        if not tensor_path.is_file():
+            raise ModelLoadError(f"external data file {tensor_path} of {path} is missing — keep it beside the model")
+    return model
+
+
+def external_data_files(model: ir.Model) -> set[Path]:
+    """The external data files the model's tensors point at."""
+    files = set()
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, ir.ExternalTensor):
+            files.add(Path(tensor.base_dir) / tensor.location)
+    return files
+
+
+def model_size_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def _prepare_for_save(model: ir.Model) -> None:
+    if model.ir_version is None or model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+
+
+def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path] = frozenset()) -> Path:
+    """Write the model atomically (temporary file beside the target, then rename).
+
+    A model whose tensors exceed protobuf's 2 GB limit is written with external data in `<name>.data`.
+    `protected` lists files that must never be overwritten (the input model and its data files).
+    """
+    path = Path(path).absolute()
+    if not path.parent.is_dir():
+        raise OutputPathError(f"output folder {path.parent} does not exist — create it or choose another -o")
+    data_name = path.name + ".data"
+    resolved_protected = {Path(p).resolve() for p in protected}
+    for target in (path, path.with_name(data_name)):
+        if target.resolve() in resolved_protected:
+            raise OutputPathError(f"output {target} would overwrite the input model — choose another -o")
+    _prepare_for_save(model)
+    needs_external = model_size_bytes(model) > _PROTO_LIMIT_BYTES
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if needs_external:
+            logger.info("model is over 2 GB: saving tensors to %s", data_name)
+            ir.save(model, tmp, external_data=data_name)
+        else:
+            _inline_external_tensors(model)
+            ir.save(model, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _inline_external_tensors(model: ir.Model) -> None:
+    """Saved without external_data, an external tensor would keep pointing at the input's data file; load it
+    into the model instead (it fits: the whole model is under 2 GB)."""
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, ir.ExternalTensor):
+            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+
+
+def serialized_for_ort(model: ir.Model, scratch_dir: str | os.PathLike) -> str | bytes:
+    """What onnxruntime.InferenceSession takes: bytes when under 2 GB, else a path to a copy with external data."""
+    _prepare_for_save(model)
+    if model_size_bytes(model) <= _PROTO_LIMIT_BYTES:
+        return ir.serde.serialize_model(model).SerializeToString()
+    path = Path(scratch_dir) / "model.onnx"
+    ir.save(model, path, external_data="model.onnx.data")
+    return str(path)

@@ -1,0 +1,38 @@
+"""QuantizeLinear / DequantizeLinear exactly as the ONNX spec defines them (round half to even, saturate)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxq.numerics.qparams import QParams
+
+__all__ = ["quantize", "dequantize"]
+
+_DTYPE_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+
+
+def _broadcastable(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
+    if axis is None:
+        return values
+    shape = [1] * ndim
+    shape[axis] = values.size
+    return values.reshape(shape)
+
+
+def quantize(x: np.ndarray, qparams: QParams) -> np.ndarray:
+    """y = saturate(round_half_even(x / scale) + zero_point), computed in float32 like ONNX Runtime."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = _broadcastable(qparams.scale.astype(np.float32), x.ndim, qparams.axis)
+    zero_point = _broadcastable(qparams.zero_point.astype(np.int32), x.ndim, qparams.axis)
+    lo, hi = _DTYPE_LIMITS[qparams.dtype]
+    # Clip before the integer cast so that huge values saturate instead of wrapping around.
+    rounded = np.clip(np.rint(x / scale), -(2.0**31), 2.0**31 - 1).astype(np.int64)
+    return np.clip(rounded + zero_point, lo, hi).astype(qparams.dtype)
+
+
+def dequantize(q: np.ndarray, qparams: QParams) -> np.ndarray:
+    """x = (q - zero_point) * scale, in float32."""
+    q = np.asarray(q)
+    scale = _broadcastable(qparams.scale.astype(np.float32), q.ndim, qparams.axis)
+    zero_point = _broadcastable(qparams.zero_point.astype(np.float32), q.ndim, qparams.axis)
+    return ((q.astype(np.float32) - zero_point) * scale).astype(np.float32)

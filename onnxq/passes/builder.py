@@ -1,0 +1,105 @@
+"""Graph-building helpers shared by the rewrite passes: one naming authority and one weight cache per graph."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.config import QScheme
+from onnxq.numerics import QParams, choose_qparams, quantize
+
+__all__ = ["QuantizedWeight", "GraphBuilder"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+    quantized: ir.Value  # int8 initializer
+    scale: ir.Value
+    zero_point: ir.Value
+    qparams: QParams
+    dequantized: ir.Value | None = None  # output of its DequantizeLinear, once made
+
+
+class GraphBuilder:
+    """Makes uniquely named initializers and nodes, and quantizes each (weight, axis, layout) once."""
+
+    def __init__(self, graph: ir.Graph, weight_scheme: QScheme) -> None:
+        self.graph = graph
+        self.weight_scheme = weight_scheme
+        self._taken: set[str] = set(graph.initializers)
+        for node in graph.all_nodes():
+            self._taken.add(node.name or "")
+            self._taken.update(v.name for v in node.outputs if v.name)
+        self._taken.update(v.name for v in graph.inputs if v.name)
+        self._weights: dict[tuple[int, int | None, bool], QuantizedWeight] = {}
+
+    def unique(self, base: str) -> str:
+        name, i = base, 0
+        while name in self._taken:
+            i += 1
+            name = f"{base}_{i}"
+        self._taken.add(name)
+        return name
+
+    def initializer(self, base: str, array: np.ndarray) -> ir.Value:
+        name = self.unique(base)
+        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+        value.shape = ir.Shape(array.shape)
+        value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
+        self.graph.register_initializer(value)
+        return value
+
+    def node(self, op_type: str, inputs: list[ir.Value | None], base: str, before: ir.Node, *,
+             attributes: dict | None = None, num_outputs: int = 1, domain: str = "") -> ir.Node:
+        outputs = [ir.Value(name=self.unique(f"{base}_output_{i}" if num_outputs > 1 else f"{base}_output"))
+                   for i in range(num_outputs)]
+        node = ir.node(op_type, inputs, attributes or {}, domain=domain, outputs=outputs, name=self.unique(base))
+        self.graph.insert_before(before, node)
+        return node
+
+    def quantized_weight(self, value: ir.Value, axis: int | None, transpose: bool = False) -> QuantizedWeight:
+        """The int8 form of a constant (transposed first when asked), made once per (value, axis, layout)."""
+        key = (id(value), axis, transpose)
+        if key not in self._weights:
+            array = ir.convenience.get_const_tensor(value).numpy().astype(np.float32, copy=False)
+            if transpose:
+                array = np.ascontiguousarray(array.T)
+            qparams = _weight_qparams(array, axis, self.weight_scheme)
+            base = value.name or "weight"
+            self._weights[key] = QuantizedWeight(
+                quantized=self.initializer(f"{base}_quantized", quantize(array, qparams)),
+                scale=self.initializer(f"{base}_scale", qparams.scale),
+                zero_point=self.initializer(f"{base}_zero_point", qparams.zero_point),
+                qparams=qparams,
+            )
+        return self._weights[key]
+
+    def dequantized_weight(self, value: ir.Value, axis: int | None, before: ir.Node) -> QuantizedWeight:
+        """A DequantizeLinear of the int8 weight, shared by every consumer of the same weight."""
+        weight = self.quantized_weight(value, axis)
+        if weight.dequantized is None:
+            dq = self.dequantize(weight.quantized, weight.scale, weight.zero_point, axis, value.name or "weight",
+                                 before)
+            weight = dataclasses.replace(weight, dequantized=dq)
+            self._weights[(id(value), axis, False)] = weight
+        return weight
+
+    def dequantize(self, quantized: ir.Value, scale: ir.Value, zero_point: ir.Value, axis: int | None,
+                   base: str, before: ir.Node) -> ir.Value:
+        attributes = {} if axis is None else {"axis": axis}
+        node = self.node("DequantizeLinear", [quantized, scale, zero_point], f"{base}_DequantizeLinear", before,
+                         attributes=attributes)
+        out = node.outputs[0]
+        out.type = ir.TensorType(ir.DataType.FLOAT)
+        out.shape = quantized.shape
+        return out
+
+
+def _weight_qparams(array: np.ndarray, axis: int | None, scheme: QScheme) -> QParams:
+    if axis is None:
+        return choose_qparams(float(array.min()), float(array.max()), scheme.np_dtype, scheme.symmetric)
+    reduce_axes = tuple(i for i in range(array.ndim) if i != axis)
+    return choose_qparams(array.min(axis=reduce_axes), array.max(axis=reduce_axes), scheme.np_dtype,
+                          scheme.symmetric, axis=axis)

@@ -1,0 +1,96 @@
+"""Static quantization: QuantizeLinear/DequantizeLinear on activations, int8 weights behind DequantizeLinear."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from onnxq.config import QuantConfig
+from onnxq.handlers.plan import NodePlan
+from onnxq.numerics import QParams, choose_qparams
+from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.gather_rewrite import rewrite_gather
+
+__all__ = ["InsertQdqPass"]
+
+logger = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+
+
+class InsertQdqPass(ir.passes.InPlacePass):
+    """Applies static plans. `ranges` maps each planned activation's value name to its calibrated (min, max).
+
+    Records in `bias_fallbacks` the nodes whose int32 bias would overflow and so stayed float.
+    """
+
+    def __init__(self, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
+                 config: QuantConfig) -> None:
+        super().__init__()
+        self.plans = plans
+        self.ranges = ranges
+        self.config = config
+        self.bias_fallbacks: dict[str, str] = {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        builder = GraphBuilder(model.graph, self.config.weights)
+        activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
+        for plan in self.plans:
+            node = plan.node
+            if plan.weight_only:
+                rewrite_gather(builder, node, plan.weights[0])
+                continue
+            act_qparams: dict[int, QParams] = {}
+            for index in plan.activations:
+                value = node.inputs[index]
+                if value not in activations:
+                    activations[value] = self._quantize_activation(builder, value, node)
+                dequantized, act_qparams[index] = activations[value]
+                node.replace_input_with(index, dequantized)
+            weight_qparams = None
+            for spec in plan.weights:
+                weight = builder.dequantized_weight(node.inputs[spec.input_index], spec.axis, before=node)
+                node.replace_input_with(spec.input_index, weight.dequantized)
+                weight_qparams = weight.qparams
+            if plan.bias_index is not None:
+                self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
+        RemoveUnusedNodesPass()(model)
+        return ir.passes.PassResult(model, modified=bool(self.plans))
+
+    def _quantize_activation(self, builder: GraphBuilder, value: ir.Value,
+                             before: ir.Node) -> tuple[ir.Value, QParams]:
+        scheme = self.config.activations
+        rmin, rmax = self.ranges[value.name]
+        qparams = choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+        base = value.name or "activation"
+        scale = builder.initializer(f"{base}_scale", qparams.scale)
+        zero_point = builder.initializer(f"{base}_zero_point", qparams.zero_point)
+        q = builder.node("QuantizeLinear", [value, scale, zero_point], f"{base}_QuantizeLinear", before)
+        q.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(qparams.dtype))
+        q.outputs[0].shape = value.shape
+        dequantized = builder.dequantize(q.outputs[0], scale, zero_point, None, base, before)
+        dequantized.shape = value.shape
+        return dequantized, qparams
+
+    def _quantize_bias(self, builder: GraphBuilder, node: ir.Node, index: int, act: QParams,
+                       weight: QParams) -> None:
+        bias_value = node.inputs[index]
+        bias = ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1)
+        scale = (act.scale.astype(np.float64) * weight.scale.astype(np.float64)).astype(np.float32)
+        scale = np.broadcast_to(scale, bias.shape) if scale.ndim else scale
+        quantized = np.rint(bias / scale.astype(np.float64))
+        if np.any(np.abs(quantized) > _INT32_MAX):
+            reason = "int32 bias would overflow (activation × weight scale too small); bias kept float"
+            logger.info("%s: %s", node.name, reason)
+            self.bias_fallbacks[node.name or ""] = reason
+            return
+        axis = 0 if scale.ndim else None
+        base = bias_value.name or "bias"
+        q = builder.initializer(f"{base}_quantized", quantized.astype(np.int32))
+        s = builder.initializer(f"{base}_scale", np.ascontiguousarray(scale, dtype=np.float32))
+        zp = builder.initializer(f"{base}_zero_point", np.zeros(scale.shape, dtype=np.int32))
+        node.replace_input_with(index, builder.dequantize(q, s, zp, axis, base, node))

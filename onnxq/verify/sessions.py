@@ -1,0 +1,45 @@
+"""ONNX Runtime sessions for verification and for reading which kernels ORT chose."""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnxq.io import serialized_for_ort
+
+__all__ = ["ModelSource", "make_session", "optimized_op_counts"]
+
+ModelSource = str | os.PathLike | ir.Model
+
+
+def make_session(model: ModelSource, *, optimize: bool, provider: str = "CPUExecutionProvider",
+                 threads: int | None = None, optimized_model_path: str | None = None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    if threads:
+        options.intra_op_num_threads = threads
+    if optimized_model_path:
+        options.optimized_model_filepath = optimized_model_path
+    with tempfile.TemporaryDirectory(prefix="onnxq-session-") as scratch:
+        source = str(model) if not isinstance(model, ir.Model) else serialized_for_ort(model, scratch)
+        return ort.InferenceSession(source, options, providers=[provider])
+
+
+def optimized_op_counts(model: ModelSource) -> dict[str, int]:
+    """Op types (domain-qualified when not ONNX) in the graph ORT's CPU optimizer produces from the model."""
+    with tempfile.TemporaryDirectory(prefix="onnxq-kernels-") as scratch:
+        path = str(Path(scratch) / "optimized.onnx")
+        make_session(model, optimize=True, optimized_model_path=path)
+        proto = onnx.load(path, load_external_data=False)
+    counts = collections.Counter(
+        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        for node in proto.graph.node)
+    return dict(sorted(counts.items()))
