@@ -1,0 +1,46 @@
+"""Shared fixtures: the repo's sample models and, when present, ../shared/models (real models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "models"
+SHARED_MODELS = REPO.parent / "shared" / "models"
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def samples_dir() -> Path:
+    if not (SAMPLES / "mlp.onnx").is_file():
+        pytest.fail("models/ samples missing: run python models/build_samples.py")
+    return SAMPLES
+
+
+@pytest.fixture
+def shared_models() -> Path:
+    if not SHARED_MODELS.is_dir():
+        pytest.skip(f"real models not available at {SHARED_MODELS} (only in the onnxq workplace)")
+    return SHARED_MODELS
+
+
+def to_model(tape: ir.tape.Tape, inputs: list[ir.Value], outputs: list[ir.Value], opset: int = 17) -> ir.Model:
+    """An ir.Model from a tape (ONNX's IR version 8: what ORT 1.31 and older accept)."""
+    graph = ir.Graph(inputs, outputs, nodes=tape.nodes, initializers=tape.initializers, opset_imports={"": opset})
+    return ir.Model(graph, ir_version=8)
+
+
+def weight(tape: ir.tape.Tape, rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> ir.Value:
+    return tape.initializer(ir.tensor(rng.normal(0, 1, shape).astype(np.float32), name=name))
+
+
+def node_named(model: ir.Model, name: str) -> ir.Node:
+    return next(n for n in model.graph if n.name == name)

@@ -1,0 +1,121 @@
+"""The command line: exit codes 0 / 1 / 2, one-line errors, nothing written on bad input."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from conftest import REPO, to_model
+
+from onnxq.cli import main
+
+
+@pytest.fixture
+def work(samples_dir, tmp_path):
+    for name in ("mlp.onnx", "mlp_calib.npz"):
+        shutil.copy(samples_dir / name, tmp_path / name)
+    return tmp_path
+
+
+def _files(path):
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--report", str(work / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (work / "mlp.int8.onnx").is_file()
+    assert "3 Gemm" in out and "3 QGemm" in out and "result: within tolerance" in out
+    report = json.loads((work / "r.json").read_text())
+    assert report["schema_version"] == 1 and report["passed"] is True
+    assert report["verification"]["outputs"]["logits"]["cosine_mean"] >= 0.999
+
+
+def test_out_of_tolerance_exits_1(work, capsys):
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--min-sqnr", "60"])
+    assert code == 1
+    assert "OUT OF TOLERANCE" in capsys.readouterr().out
+
+
+def test_config_file_and_flags(work, capsys):
+    (work / "q.toml").write_text('gemm_bias = "float"\n[verify.tolerance]\nmin_cosine = 0.9\n')
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--config", str(work / "q.toml"),
+                 "-o", str(work / "out.onnx"), "--report", str(work / "r.json")])
+    assert code == 0
+    report = json.loads((work / "r.json").read_text())
+    assert report["config"]["gemm_bias"] == "float" and report["config"]["verify"]["tolerance"]["min_cosine"] == 0.9
+    assert all("bias float" in e["detail"] for e in report["quantized"])
+
+
+def _write(path, content):
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    return path
+
+
+def _opset11_model(path):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 4])
+    y = tape.op("MatMul", [x, tape.initializer(ir.tensor(np.ones((4, 4), np.float32), name="w"))])
+    ir.save(to_model(tape, [x], [y], opset=11), path)
+    return path
+
+
+def _relu_model(path):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 4])
+    ir.save(to_model(tape, [x], [tape.op("Relu", [x])]), path)
+    return path
+
+
+BAD_INPUTS = {
+    "missing model": (lambda w: [str(w / "nope.onnx")], "model file not found"),
+    "not onnx": (lambda w: [str(_write(w / "text.onnx", "hello"))], "not a readable ONNX model"),
+    "truncated": (lambda w: [str(_write(w / "t.onnx", (w / "mlp.onnx").read_bytes()[:5000]))],
+                  "not a readable ONNX model"),
+    "unsupported opset": (lambda w: [str(_opset11_model(w / "old.onnx"))], "opset 11"),
+    "nothing to quantize": (lambda w: [str(_relu_model(w / "relu.onnx"))], "nothing to quantize"),
+    "names match no input": (lambda w: ["--calib", _npz(w, y=np.zeros((4, 32), np.float32))], "matches no model input"),
+    "wrong dtype": (lambda w: ["--calib", _npz(w, x=np.zeros((4, 32), np.int64))], "is int64 but the model expects"),
+    "wrong rank": (lambda w: ["--calib", _npz(w, x=np.zeros((4, 2, 32), np.float32))], "rank 3"),
+    "NaN": (lambda w: ["--calib", _npz(w, x=np.full((4, 32), np.nan, np.float32))], "contains NaN"),
+    "calib not found": (lambda w: ["--calib", str(w / "none.npz")], "calibration data not found"),
+    "output is the input": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "-o", str(w / "mlp.onnx")],
+                            "would overwrite the input"),
+    "bad config key": (lambda w: ["--config", str(_write(w / "c.toml", "per_chanel = true\n"))],
+                       "unknown config key per_chanel"),
+}
+
+
+def _npz(work, **arrays):
+    path = work / "bad.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_one_line_exit_2_nothing_written(work, capsys, case):
+    make_args, message = BAD_INPUTS[case]
+    args = make_args(work)
+    if not args[0].endswith(".onnx"):
+        args = [str(work / "mlp.onnx"), *args]
+    before = _files(work)
+    model_bytes = (work / "mlp.onnx").read_bytes()
+    code = main(args)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1 and captured.err.startswith("onnxq: error: ")
+    assert message in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert _files(work) == before
+    assert (work / "mlp.onnx").read_bytes() == model_bytes
+
+
+def test_python_dash_m_entry_point(work):
+    run = subprocess.run([sys.executable, "-m", "onnxq", str(work / "mlp.onnx"), "--calib",
+                          str(work / "mlp_calib.npz"), "-q"], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"onnxq: wrote {work / 'mlp.int8.onnx'}; within tolerance"

@@ -1,0 +1,104 @@
+"""Loading and saving: external data, the 2 GB limit, atomic writes, never touching the input."""
+
+import hashlib
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import to_model, weight
+
+import onnxq.io
+from onnxq.errors import ModelLoadError, OutputPathError
+from onnxq.io import load_model, save_model
+from onnxq.verify import make_session
+
+
+def _model(rng):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 64])
+    y = tape.op("MatMul", [x, weight(tape, rng, "w", (64, 64))])
+    y.name = "y"
+    return to_model(tape, [x], [y])
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_external_data_input_loads_lazily_and_output_is_self_contained(rng, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    ir.save(_model(rng), src / "m.onnx", external_data="m.onnx.data")
+    model = load_model(src / "m.onnx")
+    assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
+    out = save_model(model, tmp_path / "out.onnx")
+    (src / "m.onnx.data").unlink()  # the output must not depend on the input's data file
+    x = rng.normal(0, 1, (2, 64)).astype(np.float32)
+    assert make_session(out, optimize=False).run(None, {"x": x})[0].shape == (2, 64)
+
+
+def test_model_over_the_protobuf_limit_is_saved_with_external_data(rng, tmp_path, monkeypatch):
+    # Building a real 2 GB model would take minutes; lowering the limit exercises the same path.
+    monkeypatch.setattr(onnxq.io, "_PROTO_LIMIT_BYTES", 1000)
+    out = save_model(_model(rng), tmp_path / "big.onnx")
+    assert (tmp_path / "big.onnx.data").stat().st_size == 64 * 64 * 4
+    assert onnx.load(out, load_external_data=False).graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    x = rng.normal(0, 1, (2, 64)).astype(np.float32)
+    assert make_session(out, optimize=False).run(None, {"x": x})[0].shape == (2, 64)
+
+
+def test_failed_save_leaves_nothing_behind(rng, tmp_path, monkeypatch):
+    def broken_save(*args, **kwargs):
+        with open(args[1], "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(onnxq.io.ir, "save", broken_save)
+    with pytest.raises(OSError):
+        save_model(_model(rng), tmp_path / "out.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_is_replaced_only_when_the_write_succeeds(rng, tmp_path):
+    target = tmp_path / "out.onnx"
+    target.write_bytes(b"old")
+    save_model(_model(rng), target)
+    assert onnx.load(target).graph.output[0].name == "y"
+
+
+def test_input_and_its_data_file_are_protected(rng, tmp_path):
+    ir.save(_model(rng), tmp_path / "m.onnx", external_data="m.onnx.data")
+    before = _digest(tmp_path / "m.onnx.data")
+    model = load_model(tmp_path / "m.onnx")
+    protected = {tmp_path / "m.onnx", *onnxq.io.external_data_files(model)}
+    with pytest.raises(OutputPathError, match="overwrite the input"):
+        save_model(model, tmp_path / "m.onnx", protected=protected)
+    assert _digest(tmp_path / "m.onnx.data") == before
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "is empty"),
+    (b"hello, not a model", "not a readable ONNX model"),
+])
+def test_unreadable_files(tmp_path, content, message):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(path)
+
+
+def test_truncated_model_is_rejected(rng, tmp_path):
+    ir.save(_model(rng), tmp_path / "m.onnx")
+    data = (tmp_path / "m.onnx").read_bytes()
+    for cut in (len(data) // 3, len(data) - 7):
+        (tmp_path / "t.onnx").write_bytes(data[:cut])
+        with pytest.raises(ModelLoadError):
+            load_model(tmp_path / "t.onnx")
+
+
+def test_missing_external_data_is_named(rng, tmp_path):
+    ir.save(_model(rng), tmp_path / "m.onnx", external_data="m.onnx.data")
+    (tmp_path / "m.onnx.data").unlink()
+    with pytest.raises(ModelLoadError, match="external data file .*m.onnx.data.* is missing"):
+        load_model(tmp_path / "m.onnx")

@@ -1,0 +1,39 @@
+import math
+
+import numpy as np
+import pytest
+
+from onnxq.config import Tolerance
+from onnxq.verify.check import failures_for
+from onnxq.verify.metrics import MetricsAccumulator
+
+
+def test_metrics_match_direct_formulas_across_batches(rng):
+    ref = rng.normal(0, 1, (10, 3, 4))
+    got = ref + rng.normal(0, 0.1, ref.shape)
+    acc = MetricsAccumulator()
+    acc.add(ref[:4], got[:4])
+    acc.add(ref[4:], got[4:])
+    m = acc.result()
+    flat_r, flat_g = ref.reshape(10, -1), got.reshape(10, -1)
+    cos = (flat_r * flat_g).sum(1) / np.linalg.norm(flat_r, axis=1) / np.linalg.norm(flat_g, axis=1)
+    assert m.samples == 10
+    assert m.cosine_mean == pytest.approx(cos.mean(), rel=1e-12)
+    assert m.cosine_min == pytest.approx(cos.min(), rel=1e-12)
+    assert m.max_abs_error == pytest.approx(np.abs(ref - got).max())
+    assert m.mean_abs_error == pytest.approx(np.abs(ref - got).mean())
+    assert m.sqnr_db == pytest.approx(10 * math.log10((ref**2).sum() / ((ref - got) ** 2).sum()))
+
+
+def test_identical_and_zero_outputs():
+    acc = MetricsAccumulator()
+    acc.add(np.zeros((2, 3)), np.zeros((2, 3)))
+    m = acc.result()
+    assert m.cosine_mean == 1.0 and math.isinf(m.sqnr_db) and m.to_dict()["sqnr_db"] is None
+
+
+def test_tolerance_failures_name_the_metric():
+    acc = MetricsAccumulator()
+    acc.add(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]))
+    failures = failures_for(acc.result(), Tolerance(min_cosine=0.98, min_sqnr_db=10.0, max_abs_error=0.5))
+    assert failures == ("cosine 0.0000 < 0.98", "SQNR -3.0 dB < 10.0 dB", "max abs error 1 > 0.5")
