@@ -7,13 +7,15 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 from google.protobuf.message import DecodeError
 
 from onnxq.errors import ModelLoadError, OutputPathError
 
-__all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "serialized_for_ort"]
+__all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "OrtModel"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,11 +110,32 @@ def _inline_external_tensors(model: ir.Model) -> None:
             value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
 
 
-def serialized_for_ort(model: ir.Model, scratch_dir: str | os.PathLike) -> str | bytes:
-    """What onnxruntime.InferenceSession takes: bytes when under 2 GB, else a path to a copy with external data."""
-    _prepare_for_save(model)
-    if model_size_bytes(model) <= _PROTO_LIMIT_BYTES:
-        return ir.serde.serialize_model(model).SerializeToString()
-    path = Path(scratch_dir) / "model.onnx"
-    ir.save(model, path, external_data="model.onnx.data")
-    return str(path)
+class OrtModel:
+    """A model as onnxruntime.InferenceSession takes it without copying the weights twice: the serialized graph
+    declares each sizeable initializer as external data, and ORT receives the tensors' own (possibly memory-mapped)
+    buffers through SessionOptions.add_external_initializers. No protobuf copy of the weights, no temporary
+    files, and no 2 GB limit."""
+
+    _MIN_EXTERNAL_BYTES = 1024
+
+    def __init__(self, model: ir.Model) -> None:
+        light = model.clone()
+        _prepare_for_save(light)
+        self.names: list[str] = []
+        self.arrays: list[np.ndarray] = []  # kept alive for as long as the session uses them
+        for name, value in light.graph.initializers.items():
+            tensor = value.const_value
+            if tensor is None or tensor.nbytes < self._MIN_EXTERNAL_BYTES or tensor.dtype == ir.DataType.STRING:
+                continue
+            self.names.append(name)
+            self.arrays.append(np.ascontiguousarray(tensor.numpy()))
+            value.const_value = ir.ExternalTensor("onnxq-in-memory", 0, tensor.nbytes, tensor.dtype,
+                                                  shape=tensor.shape, name=name)
+        self.proto_bytes = ir.serde.serialize_model(light).SerializeToString()
+
+    def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+        if self.names:
+            options.add_external_initializers(self.names, [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays])
+        session = ort.InferenceSession(self.proto_bytes, options, providers=providers)
+        session._onnxq_buffers = self.arrays  # the session reads these buffers: tie their lifetime to it
+        return session

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable, Iterable
 
 import onnx_ir as ir
@@ -11,7 +10,7 @@ import onnxruntime as ort
 
 from onnxq.calibration.data import Batch
 from onnxq.errors import CalibrationDataError
-from onnxq.io import serialized_for_ort
+from onnxq.io import OrtModel
 from onnxq.numerics import MinMaxObserver
 
 __all__ = ["calibrate_minmax"]
@@ -63,9 +62,7 @@ def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession
     # Optimizations off: fused kernels would hide the tensors we observe.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="onnxq-calib-") as scratch:
-        return ort.InferenceSession(serialized_for_ort(exposed, scratch), options,
-                                    providers=["CPUExecutionProvider"])
+    return OrtModel(exposed).session(options, ["CPUExecutionProvider"])
 
 
 def _first_line(error: Exception) -> str:

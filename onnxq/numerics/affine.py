@@ -20,14 +20,21 @@ def _broadcastable(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarra
 
 
 def quantize(x: np.ndarray, qparams: QParams) -> np.ndarray:
-    """y = saturate(round_half_even(x / scale) + zero_point), computed in float32 like ONNX Runtime."""
+    """y = saturate(round_half_even(x / scale) + zero_point), computed in float32 like ONNX Runtime.
+
+    Rounding, the zero-point shift and saturation stay in float32, in place: a rounded float32 is an exact
+    integer, adding a zero point up to 255 stays exact below 2**24, and anything larger saturates anyway.
+    This keeps the temporaries to one float32 array (an embedding table is tens of MB).
+    """
     x = np.asarray(x, dtype=np.float32)
     scale = _broadcastable(qparams.scale.astype(np.float32), x.ndim, qparams.axis)
-    zero_point = _broadcastable(qparams.zero_point.astype(np.int32), x.ndim, qparams.axis)
+    zero_point = _broadcastable(qparams.zero_point.astype(np.float32), x.ndim, qparams.axis)
     lo, hi = _DTYPE_LIMITS[qparams.dtype]
-    # Clip before the integer cast so that huge values saturate instead of wrapping around.
-    rounded = np.clip(np.rint(x / scale), -(2.0**31), 2.0**31 - 1).astype(np.int64)
-    return np.clip(rounded + zero_point, lo, hi).astype(qparams.dtype)
+    y = np.divide(x, scale, dtype=np.float32)
+    np.rint(y, out=y)
+    y += zero_point
+    np.clip(y, lo, hi, out=y)
+    return y.astype(qparams.dtype)
 
 
 def dequantize(q: np.ndarray, qparams: QParams) -> np.ndarray:

@@ -11,7 +11,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.io import serialized_for_ort
+from onnxq.io import OrtModel
 
 __all__ = ["ModelSource", "make_session", "optimized_op_counts"]
 
@@ -28,9 +28,9 @@ def make_session(model: ModelSource, *, optimize: bool, provider: str = "CPUExec
         options.intra_op_num_threads = threads
     if optimized_model_path:
         options.optimized_model_filepath = optimized_model_path
-    with tempfile.TemporaryDirectory(prefix="onnxq-session-") as scratch:
-        source = str(model) if not isinstance(model, ir.Model) else serialized_for_ort(model, scratch)
-        return ort.InferenceSession(source, options, providers=[provider])
+    if isinstance(model, ir.Model):
+        return OrtModel(model).session(options, [provider])
+    return ort.InferenceSession(str(model), options, providers=[provider])
 
 
 def optimized_op_counts(model: ModelSource) -> dict[str, int]:

@@ -1,0 +1,77 @@
+"""Shared benchmark helpers: isolated quantizer runs (time, peak RSS), cosine, interleaved latency."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def run_worker(script: Path, *args: str) -> dict:
+    """Run one quantizer in a fresh process so that its peak RSS is its own."""
+    proc = subprocess.run([sys.executable, str(script), "--worker", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def timed(fn) -> dict:
+    """Call fn() and report its wall time and this process's peak RSS (before and after)."""
+    base = peak_rss_mb()
+    start = time.perf_counter()
+    fn()
+    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": base}
+
+
+def session(path: str | Path, threads: int = 2) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    # Idle sessions' threads must not spin: several sessions take turns on the same 2 cores.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def mean_cosine(reference: np.ndarray, other: np.ndarray) -> float:
+    a, b = reference.reshape(len(reference), -1), other.reshape(len(other), -1)
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).mean())
+
+
+def interleaved_latency_ms(paths: dict[str, Path], feed: dict[str, np.ndarray], rounds: int,
+                           threads: int = 2) -> dict[str, float]:
+    """Median latency per model; models take turns each round so that machine noise hits all alike."""
+    sessions = {name: session(p, threads) for name, p in paths.items()}
+    for s in sessions.values():
+        for _ in range(2):
+            s.run(None, feed)
+    times: dict[str, list[float]] = {name: [] for name in sessions}
+    for _ in range(rounds):
+        for name, s in sessions.items():
+            start = time.perf_counter()
+            s.run(None, feed)
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t) * 1000) for name, t in times.items()}
+
+
+def file_mb(path: str | Path) -> float:
+    path = Path(path)
+    extra = path.with_name(path.name + ".data")
+    return (path.stat().st_size + (extra.stat().st_size if extra.exists() else 0)) / 1e6
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, onnxruntime {ort.__version__}"
