@@ -119,8 +119,10 @@ def _count_samples(source: str | None, limit: int | None) -> int | None:
             with zipfile.ZipFile(file) as archive:
                 name = archive.namelist()[0]
                 with archive.open(name) as f:
-                    version = np.lib.format.read_magic(f)
-                    shape = np.lib.format._read_array_header(f, version)[0]
+                    major, _ = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                                   else np.lib.format.read_array_header_2_0)
+                    shape = read_header(f)[0]
                 total += shape[0] if shape else 0
     except Exception:  # only a progress-bar nicety: the real reader reports bad files
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -14,6 +14,11 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxq.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 __all__ = ["QScheme", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig"]
 

@@ -75,7 +75,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
     A model whose tensors exceed protobuf's 2 GB limit is written with external data in `<name>.data`.
     `protected` lists files that must never be overwritten (the input model and its data files).
     """
-    path = Path(path).absolute()
+    given = Path(path)
+    path = given.absolute()
     if not path.parent.is_dir():
         raise OutputPathError(f"output folder {path.parent} does not exist — create it or choose another -o")
     data_name = path.name + ".data"
@@ -98,7 +99,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return given
 
 
 def _inline_external_tensors(model: ir.Model) -> None:

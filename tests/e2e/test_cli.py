@@ -10,7 +10,7 @@ import onnx_ir as ir
 import pytest
 from conftest import REPO, to_model
 
-from onnxq.cli import main
+from onnxq.cli import _count_samples, _Progress, main
 
 
 @pytest.fixture
@@ -119,3 +119,14 @@ def test_python_dash_m_entry_point(work):
                           str(work / "mlp_calib.npz"), "-q"], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"onnxq: wrote {work / 'mlp.int8.onnx'}; within tolerance"
+
+
+def test_progress_bar_counts_samples_against_the_npz_total(samples_dir, capsys):
+    total = _count_samples(str(samples_dir / "tiny_transformer_calib.npz"), None)
+    assert total == 128 and _count_samples(str(samples_dir / "tiny_transformer_calib.npz"), 50) == 50
+    progress = _Progress(total)
+    progress.live = True  # as on a terminal
+    progress(64)
+    progress.close()
+    err = capsys.readouterr().err
+    assert "[###############...............] 64/128 samples" in err and "samples/s" in err

@@ -88,3 +88,18 @@ def test_tolerance_gates_the_result(samples_dir):
     result = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=strict)
     assert result.report.passed is False
     assert "SQNR" in result.report.verification.outputs[0].failures[0]
+
+
+def test_generator_batches_of_different_sequence_lengths(samples_dir):
+    rng = np.random.default_rng(0)
+    lengths = [8, 16, 5, 32, 12, 16, 7, 9, 20, 11]
+
+    def batches():
+        for seq in lengths:
+            yield {"input_ids": rng.integers(0, 2048, (4, seq))}
+
+    result = onnxq.quantize(samples_dir / "tiny_transformer.onnx", batches())
+    report = result.report
+    assert report.calibration_samples + report.verification.samples == 4 * len(lengths)
+    assert report.verification.samples == 4  # every 10th of 40 samples
+    assert report.verification.outputs[0].metrics.cosine_mean >= 0.999
