@@ -36,16 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "calibration sample is held back)")
     p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML; flags override it")
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
-    p.add_argument("--mode", choices=["auto", "static", "dynamic"])
-    p.add_argument("--activation-dtype", choices=["uint8", "int8"])
+    p.add_argument("--mode", choices=["auto", "static", "dynamic"],
+                   help="auto (default): static with --calib, else dynamic")
+    p.add_argument("--activation-dtype", choices=["uint8", "int8"],
+                   help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")
-    p.add_argument("--gemm-bias", choices=["int32", "float"])
+    p.add_argument("--gemm-bias", choices=["int32", "float"], help="Gemm bias storage (default int32)")
     p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
     p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
-    p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose name matches float")
-    p.add_argument("--calib-batch-size", type=int, metavar="N")
+    p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")
+    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
     p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
     p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
     p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")

@@ -69,8 +69,8 @@ def _prepare_for_save(model: ir.Model) -> None:
         model.ir_version = MAX_IR_VERSION
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path] = frozenset()) -> Path:
-    """Write the model atomically (temporary file beside the target, then rename).
+def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path] = frozenset()) -> list[Path]:
+    """Write the model atomically (temporary file beside the target, then rename); return the files written.
 
     A model whose tensors exceed protobuf's 2 GB limit is written with external data in `<name>.data`.
     `protected` lists files that must never be overwritten (the input model and its data files).
@@ -99,7 +99,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return given
+    return [given, given.with_name(data_name)] if needs_external else [given]
 
 
 def _inline_external_tensors(model: ir.Model) -> None:

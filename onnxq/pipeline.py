@@ -85,20 +85,23 @@ def quantize(
         counted = _Counter(batches)
         ranges = calibrate_minmax(work, _activation_names(plans), counted, progress)
         calibration_samples = counted.samples
+        timings["calibrate"] = time.perf_counter() - start
+        start = time.perf_counter()
         rewrite = InsertQdqPass(plans, ranges, config)
         rewrite(work)
         bias_fallbacks = rewrite.bias_fallbacks
     else:
         InsertDynamicPass(plans, config)(work)
         bias_fallbacks = {}
-    timings["calibrate" if mode == "static" else "rewrite"] = time.perf_counter() - start
+    timings["rewrite"] = time.perf_counter() - start
 
-    saved = None
+    saved, written = None, []
+    input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
     if output is not None:
-        protected = set()
-        if input_path is not None:
-            protected = {input_path, *external_data_files(reference)}
-        saved = save_model(work, output, protected=protected)
+        start = time.perf_counter()
+        written = save_model(work, output, protected=set(input_files))
+        saved = written[0]
+        timings["save"] = time.perf_counter() - start
 
     verification = None
     if config.verify.enabled:
@@ -116,8 +119,8 @@ def quantize(
         left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type, s.reason) for s in skips),
         ranges=ranges,
         calibration_samples=calibration_samples,
-        float_bytes=_file_bytes(input_path, reference) if input_path else model_size_bytes(reference),
-        quant_bytes=_file_bytes(saved, work) if saved else model_size_bytes(work),
+        float_bytes=_total_bytes(input_files) if input_files else model_size_bytes(reference),
+        quant_bytes=_total_bytes(written) if written else model_size_bytes(work),
         seconds=timings,
         verification=verification,
         notes=tuple(notes),
@@ -164,8 +167,8 @@ def _activation_names(plans: list[NodePlan]) -> list[str]:
     return [p.node.inputs[i].name for p in plans for i in p.activations]
 
 
-def _file_bytes(path: Path, model: ir.Model) -> int:
-    return path.stat().st_size + sum(f.stat().st_size for f in external_data_files(model) if f.is_file())
+def _total_bytes(files: list[Path]) -> int:
+    return sum(f.stat().st_size for f in files)
 
 
 def _verify(float_model, quant_model, config: QuantConfig, mode: str, specs, calibration, verify_data,

@@ -73,14 +73,15 @@ def format_summary(report: QuantReport) -> str:
         lines.append(f"left float:  {len(report.left_float)} node(s)")
         for (op, reason), n in sorted(reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {n:4d} {op}: {reason}")
+    v = report.verification
     if report.calibration_samples:
-        lines.append(f"calibration: {report.calibration_samples} samples, "
+        held = f" (+{v.samples} held back for verification)" if v and v.data.startswith("held-out") else ""
+        lines.append(f"calibration: {report.calibration_samples} samples{held}, "
                      f"{report.seconds.get('calibrate', 0.0):.1f} s")
     ratio = report.quant_bytes / max(report.float_bytes, 1)
     lines.append(f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)")
     for note in report.notes:
         lines.append(f"note:        {note}")
-    v = report.verification
     if v is None:
         lines.append("verification: skipped")
         return "\n".join(lines)

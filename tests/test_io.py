@@ -32,7 +32,7 @@ def test_external_data_input_loads_lazily_and_output_is_self_contained(rng, tmp_
     ir.save(_model(rng), src / "m.onnx", external_data="m.onnx.data")
     model = load_model(src / "m.onnx")
     assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
-    out = save_model(model, tmp_path / "out.onnx")
+    (out,) = save_model(model, tmp_path / "out.onnx")
     (src / "m.onnx.data").unlink()  # the output must not depend on the input's data file
     x = rng.normal(0, 1, (2, 64)).astype(np.float32)
     assert make_session(out, optimize=False).run(None, {"x": x})[0].shape == (2, 64)
@@ -41,8 +41,8 @@ def test_external_data_input_loads_lazily_and_output_is_self_contained(rng, tmp_
 def test_model_over_the_protobuf_limit_is_saved_with_external_data(rng, tmp_path, monkeypatch):
     # Building a real 2 GB model would take minutes; lowering the limit exercises the same path.
     monkeypatch.setattr(onnxq.io, "_PROTO_LIMIT_BYTES", 1000)
-    out = save_model(_model(rng), tmp_path / "big.onnx")
-    assert (tmp_path / "big.onnx.data").stat().st_size == 64 * 64 * 4
+    out, data = save_model(_model(rng), tmp_path / "big.onnx")
+    assert data == tmp_path / "big.onnx.data" and data.stat().st_size == 64 * 64 * 4
     assert onnx.load(out, load_external_data=False).graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
     x = rng.normal(0, 1, (2, 64)).astype(np.float32)
     assert make_session(out, optimize=False).run(None, {"x": x})[0].shape == (2, 64)
