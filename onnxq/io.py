@@ -88,6 +88,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
     needs_external = model_size_bytes(model) > _PROTO_LIMIT_BYTES
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the output gets the usual permissions
     try:
         if needs_external:
             logger.info("model is over 2 GB: saving tensors to %s", data_name)
@@ -100,6 +101,12 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
         Path(tmp).unlink(missing_ok=True)
         raise
     return [given, given.with_name(data_name)] if needs_external else [given]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _inline_external_tensors(model: ir.Model) -> None:

@@ -60,6 +60,17 @@ def test_failed_save_leaves_nothing_behind(rng, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_output_gets_the_usual_permissions(rng, tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        (out,) = save_model(_model(rng), tmp_path / "out.onnx")
+    finally:
+        os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
 def test_existing_output_is_replaced_only_when_the_write_succeeds(rng, tmp_path):
     target = tmp_path / "out.onnx"
     target.write_bytes(b"old")
