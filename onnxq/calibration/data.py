@@ -70,11 +70,11 @@ def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Bat
             if not files:
                 raise CalibrationDataError(f"{what} folder {path} holds no .npz files — add files or pass one .npz")
             for file in files:
-                yield from _slices(_load_npz(file, what), batch_size)
+                yield from _slices(_load_npz(file, what), batch_size, what)
         else:
-            yield from _slices(_load_npz(path, what), batch_size)
+            yield from _slices(_load_npz(path, what), batch_size, what)
     elif isinstance(source, Mapping):
-        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size)
+        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size, what)
     elif isinstance(source, Iterable):
         for i, item in enumerate(source):
             if not isinstance(item, Mapping):
@@ -100,13 +100,13 @@ def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
             f"{what} file {path} is not a readable .npz archive — save arrays with numpy.savez") from None
 
 
-def _slices(arrays: dict[str, np.ndarray], batch_size: int) -> Iterator[Batch]:
+def _slices(arrays: dict[str, np.ndarray], batch_size: int, what: str) -> Iterator[Batch]:
     if not arrays:
         return
-    n = min(len(a) if a.ndim else 1 for a in arrays.values())
     if any(a.ndim == 0 for a in arrays.values()):
         yield arrays  # let validation report the missing samples axis
         return
+    n = _num_samples(arrays, what)
     for start in range(0, n, batch_size):
         yield {k: v[start:start + batch_size] for k, v in arrays.items()}
 
@@ -115,7 +115,8 @@ def _num_samples(batch: Batch, what: str) -> int:
     counts = {k: (v.shape[0] if v.ndim else 0) for k, v in batch.items()}
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{k}: {n}" for k, n in counts.items())
-        raise CalibrationDataError(f"{what} inputs have different numbers of samples in one batch ({detail})")
+        raise CalibrationDataError(f"{what} inputs have different numbers of samples ({detail}); the first axis "
+                                   "of every array holds the samples")
     return next(iter(counts.values()), 0)
 
 

@@ -28,6 +28,13 @@ def test_npz_file_folder_dict_and_iterable_give_the_same_samples(rng, tmp_path):
             np.testing.assert_array_equal(joined[k], data[k])
 
 
+def test_arrays_with_different_sample_counts_are_refused(rng):
+    data = _data(rng)
+    data["x"] = data["x"][:7]
+    with pytest.raises(CalibrationDataError, match=r"different numbers of samples \(ids: 10, x: 7\)"):
+        list(iter_batches(data, batch_size=4))
+
+
 def test_max_samples_takes_the_first_n(rng):
     batches = list(iter_batches(_data(rng), batch_size=4, max_samples=6))
     assert [len(b["x"]) for b in batches] == [4, 2]

@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 import onnxq
-from onnxq.verify import make_session
+from onnxq.verify import make_session, optimized_op_counts
 
 
 def _cosine(a, b):
@@ -27,6 +27,7 @@ def test_tiny_transformer_static(samples_dir, tmp_path):
     assert {e.name for e in report.left_float} == {"/attention/scores/MatMul", "/attention/context/MatMul"}
     # Every quantized MatMul became an ORT integer kernel.
     assert report.verification.kernels["com.microsoft.MatMulIntegerToFloat"] == 6
+    assert optimized_op_counts(result.output) == report.verification.kernels
     assert report.verification.data.startswith("held-out calibration samples")
     assert report.verification.samples == 12  # every 10th of 128
     assert report.calibration_samples == 116
