@@ -1,5 +1,7 @@
 """onnxq: float ONNX models to verified int8 ONNX models for ONNX Runtime."""
 
+from onnxq.calibration import CalibrationSummary
+from onnxq.calibration.api import calibrate, merge_calibrations
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize
@@ -8,6 +10,6 @@ from onnxq.report import QuantReport
 __version__ = "0.1.0"
 
 __all__ = [
-    "quantize", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
+    "quantize", "calibrate", "merge_calibrations", "CalibrationSummary", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
     "QuantReport", "OnnxqError", "__version__",
 ]

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
+from onnxq.calibration.api import calibrate, merge_calibrations
+from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import OnnxqError
+from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.report import format_summary
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "build_calibrate_parser", "build_merge_parser"]
 
 EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m onnxq",
         description="Quantize a float ONNX model to int8 (MatMul/Gemm/Gather) and verify it on ONNX Runtime.",
-        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input. Calibration on its own: "
+               "python -m onnxq calibrate --help; merging shard summaries: python -m onnxq merge --help.")
     p.add_argument("model", help="float .onnx model")
     p.add_argument("--calib", metavar="DATA", help=".npz (arrays keyed by input name, first axis = samples) or a "
                    "folder of .npz; without it activations are quantized dynamically at run time")
@@ -47,8 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
     p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
     p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")
-    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
-    p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+    _add_calibration_flags(p)
+    p.add_argument("--method", choices=list(METHODS),
+                   help="how activation ranges are chosen from the calibration data (default minmax)")
+    p.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
+    p.add_argument("--calib-cache", metavar="JSON", help="calibration summary: read if it exists (no calibration "
+                   "pass), else written after calibrating; see python -m onnxq calibrate / merge")
     p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
     p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
     p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
@@ -58,8 +65,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_calibration_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
+    p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+
+
+def build_calibrate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m onnxq calibrate",
+        description="Calibrate once (every candidate activation, with histograms) and write the summary: reuse it "
+                    "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
+    p.add_argument("model", help="float .onnx model")
+    p.add_argument("--calib", metavar="DATA", required=True, help=".npz, or a folder of .npz / <input>.npy")
+    p.add_argument("-o", "--output", metavar="JSON", required=True, help="summary file to write")
+    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [calibration] table applies)")
+    _add_calibration_flags(p)
+    return p
+
+
+def build_merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m onnxq merge",
+                                description="Merge calibration summaries of shards of the data into one.")
+    p.add_argument("summaries", nargs="+", metavar="JSON")
+    p.add_argument("-o", "--output", metavar="JSON", required=True)
+    return p
+
+
 def config_from_args(args: argparse.Namespace) -> QuantConfig:
     config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings apply
+        return config.replace(calibration=_changed(config.calibration, batch_size=args.calib_batch_size,
+                                                   max_samples=args.calib_samples))
     top = {k: v for k, v in {
         "mode": args.mode,
         "per_channel": False if args.per_tensor else None,
@@ -71,7 +107,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     }.items() if v is not None}
     if args.activation_dtype:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
-    calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples)
+    calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples,
+                           method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
     tolerance = _changed(config.verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
                          max_abs_error=args.max_abs)
     verify = _changed(config.verify, tolerance=tolerance, enabled=False if args.no_verify else None)
@@ -131,7 +168,40 @@ def _count_samples(source: str | None, limit: int | None) -> int | None:
     return min(total, limit) if limit else total
 
 
+def _calibrate_command(argv: list[str]) -> int:
+    args = build_calibrate_parser().parse_args(argv)
+    config = config_from_args(args)
+    progress = _Progress(_count_samples(args.calib, config.calibration.max_samples))
+    try:
+        summary = calibrate(args.model, args.calib, config=config, progress=progress)
+        path = summary.save(args.output)
+    finally:
+        progress.close()
+    print(f"onnxq: wrote {path}: {len(summary.observers)} tensors, {summary.samples} samples, "
+          f"model {summary.model_fingerprint[:24]}…")
+    return EXIT_OK
+
+
+def _merge_command(argv: list[str]) -> int:
+    args = build_merge_parser().parse_args(argv)
+    summary = merge_calibrations(args.summaries)
+    path = summary.save(args.output)
+    print(f"onnxq: merged {len(args.summaries)} summaries into {path}: {summary.samples} samples")
+    return EXIT_OK
+
+
+SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+        try:
+            return SUBCOMMANDS[argv[0]](argv[1:])
+        except OnnxqError as e:
+            print(f"onnxq: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     progress = None
@@ -140,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         output = Path(args.output) if args.output else default_output_path(args.model)
         progress = _Progress(_count_samples(args.calib, config.calibration.max_samples))
         result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,
-                          progress=progress)
+                          calibration_cache=args.calib_cache, progress=progress)
     except OnnxqError as e:
         if progress is not None:
             progress.close()

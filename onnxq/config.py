@@ -39,11 +39,22 @@ class QScheme:
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationConfig:
-    method: Literal["minmax"] = "minmax"
+    """How activation ranges are chosen. minmax: the observed extremes; avgminmax: the mean of per-batch
+    extremes; percentile: clip (100 - percentile) / 2 % of values on each side; entropy: minimise the KL
+    divergence of the quantized distribution (TensorRT's method); mse: minimise the quantization error."""
+
+    method: Literal["minmax", "avgminmax", "percentile", "entropy", "mse"] = "minmax"
+    percentile: float = 99.999
+    # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
+    histogram_bins: int = 8192
     # Samples per ORT run when slicing arrays (.npz, dict); an iterable's batches are used as given.
     batch_size: int = 8
     # Use only the first N samples (None: all).
     max_samples: int | None = None
+
+    @property
+    def needs_histogram(self) -> bool:
+        return self.method in ("percentile", "entropy", "mse")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +105,10 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.weights.dtype != "int8":
             raise ConfigError("weights.dtype must be int8 (ORT's integer kernels take int8 weights)")
+        if not 0.0 < self.calibration.percentile <= 100.0:
+            raise ConfigError("calibration.percentile must be in (0, 100], e.g. 99.999")
+        if self.calibration.histogram_bins < 256:
+            raise ConfigError("calibration.histogram_bins must be >= 256")
         if self.calibration.batch_size < 1:
             raise ConfigError("calibration.batch_size must be >= 1")
         if self.calibration.max_samples is not None and self.calibration.max_samples < 1:

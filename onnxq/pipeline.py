@@ -12,12 +12,15 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import Batch, DataSource, Holdout, calibrate_minmax, input_specs, iter_batches, validate_batch
+from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, SampleCounter, collect_observers, input_specs,
+                               model_fingerprint, validated_batches)
+from onnxq.calibration.api import activations_to_observe
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.io import external_data_files, load_model, model_size_bytes, save_model
 from onnxq.passes import InsertDynamicPass, InsertQdqPass, check_model
+from onnxq.numerics import qrange
 from onnxq.report import NodeEntry, QuantReport
 from onnxq.verify import Verification, synthetic_batches, verify_models
 
@@ -47,6 +50,7 @@ def quantize(
     output: str | os.PathLike | None = None,
     config: QuantConfig | None = None,
     verify_data: DataSource | None = None,
+    calibration_cache: str | os.PathLike | CalibrationSummary | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> QuantResult:
     """Quantize a float model to int8 and verify it against the float model on ONNX Runtime's CPU provider.
@@ -56,6 +60,8 @@ def quantize(
         Given: static quantization. Absent: dynamic activation quantization (see QuantConfig.mode).
     output: where to write the model (atomically); None keeps it in memory only.
     verify_data: held-out inputs for verification; without it, every 10th calibration sample is held back.
+    calibration_cache: a CalibrationSummary, or a path: read when the file exists (no calibration pass; it must
+        be this model's), else written after calibrating, with histograms, for every candidate activation.
     progress: called with the number of samples after each calibration batch.
     """
     config = config or QuantConfig()
@@ -65,7 +71,7 @@ def quantize(
     input_path = Path(model) if isinstance(model, (str, os.PathLike)) else None
     check_model(reference)
     work = reference.clone()
-    mode = _resolve_mode(config, calibration)
+    mode = _resolve_mode(config, calibration, calibration_cache)
     plans, skips = plan_model(work.graph, config, mode)
     if not plans:
         raise UnsupportedModelError(_nothing_to_quantize(skips, config))
@@ -78,13 +84,27 @@ def quantize(
     calibration_samples = 0
     start = time.perf_counter()
     if mode == "static":
-        batches = _validated(iter_batches(calibration, config.calibration.batch_size,
-                                          config.calibration.max_samples), specs, "calibration")
-        if verify_data is None and config.verify.enabled:
-            batches = holdout.split(batches)
-        counted = _Counter(batches)
-        ranges = calibrate_minmax(work, _activation_names(plans), counted, progress)
-        calibration_samples = counted.samples
+        batches = None
+        if calibration is not None:
+            batches = validated_batches(calibration, specs, config.calibration.batch_size,
+                                        config.calibration.max_samples)
+            if verify_data is None and config.verify.enabled:
+                batches = holdout.split(batches)
+        summary = _load_cache(calibration_cache, reference)
+        if summary is None:
+            summary = _calibrate(work, config, batches, writes_cache=calibration_cache is not None, progress=progress)
+            if calibration_cache is not None:
+                summary.model_fingerprint = model_fingerprint(reference)
+                summary.save(calibration_cache)
+        elif batches is not None:
+            for _ in batches:  # calibration is cached: the data only supplies the held-out samples
+                pass
+            notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
+        calibration_samples = summary.samples
+        scheme = config.activations
+        qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
+        ranges = summary.ranges(_activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+                                symmetric=scheme.symmetric, percentile=config.calibration.percentile)
         timings["calibrate"] = time.perf_counter() - start
         start = time.perf_counter()
         rewrite = InsertQdqPass(plans, ranges, config)
@@ -128,12 +148,36 @@ def quantize(
     return QuantResult(model=work, output=saved, report=report)
 
 
-def _resolve_mode(config: QuantConfig, calibration: DataSource | None) -> str:
+def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
+    has_ranges = calibration is not None or isinstance(cache, CalibrationSummary) or (
+        cache is not None and Path(cache).is_file())
     if config.mode == "auto":
-        return "static" if calibration is not None else "dynamic"
-    if config.mode == "static" and calibration is None:
-        raise ConfigError("static mode needs calibration data — pass --calib DATA, or use --mode dynamic")
+        return "static" if has_ranges else "dynamic"
+    if config.mode == "static" and not has_ranges:
+        raise ConfigError("static mode needs calibration data — pass --calib DATA (or an existing --calib-cache), "
+                          "or use --mode dynamic")
     return config.mode
+
+
+def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
+    """The cached summary, checked against the model; None when there is none to read yet."""
+    if cache is None or (not isinstance(cache, CalibrationSummary) and not Path(cache).is_file()):
+        return None
+    summary = cache if isinstance(cache, CalibrationSummary) else CalibrationSummary.load(cache)
+    summary.check_model(model_fingerprint(reference), str(cache) if not isinstance(cache, CalibrationSummary)
+                        else "(object)")
+    return summary
+
+
+def _calibrate(model: ir.Model, config: QuantConfig, batches, writes_cache: bool,
+               progress: Callable[[int], None] | None) -> CalibrationSummary:
+    """Stream the batches through the model; a summary written to a cache covers every candidate activation
+    with histograms, so that it serves any later method or setting."""
+    bins = config.calibration.histogram_bins if (writes_cache or config.calibration.needs_histogram) else None
+    counter = SampleCounter(batches)
+    names = activations_to_observe(model, config, every_candidate=writes_cache)
+    observers = collect_observers(model, names, counter, bins, progress)
+    return CalibrationSummary("", observers, counter.samples, bins)
 
 
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
@@ -143,24 +187,6 @@ def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
     first = skips[0]
     return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
             f"{first.reason}) — check the exclude options")
-
-
-def _validated(batches: Iterable[Batch], specs, what: str) -> Iterable[Batch]:
-    for batch in batches:
-        yield validate_batch(batch, specs, what)
-
-
-class _Counter:
-    """Counts the samples flowing through an iterable of batches."""
-
-    def __init__(self, batches: Iterable[Batch]) -> None:
-        self.batches = batches
-        self.samples = 0
-
-    def __iter__(self):
-        for batch in self.batches:
-            self.samples += len(next(iter(batch.values())))
-            yield batch
 
 
 def _activation_names(plans: list[NodePlan]) -> list[str]:
@@ -175,7 +201,7 @@ def _verify(float_model, quant_model, config: QuantConfig, mode: str, specs, cal
             holdout: Holdout, notes: list[str]) -> Verification:
     size = config.calibration.batch_size
     if verify_data is not None:
-        batches = list(_validated(iter_batches(verify_data, size, what="verification"), specs, "verification"))
+        batches = list(validated_batches(verify_data, specs, size, what="verification"))
         label = "verification data"
     elif mode == "static" and holdout.held:
         batches, label = holdout.held, "held-out calibration samples (every %dth)" % config.verify.holdout_every
@@ -183,7 +209,7 @@ def _verify(float_model, quant_model, config: QuantConfig, mode: str, specs, cal
         batches, label = [holdout.first], "calibration samples"
         notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
     elif calibration is not None:
-        batches = list(_validated(iter_batches(calibration, size, config.verify.max_samples), specs, "verification"))
+        batches = list(validated_batches(calibration, specs, size, config.verify.max_samples, "verification"))
         label = "the given data"
     else:
         batches = synthetic_batches(float_model if isinstance(float_model, ir.Model) else load_model(float_model),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -13,12 +13,16 @@ import onnx_ir as ir
 
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "Holdout"]
+__all__ = [
+    "Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "validated_batches",
+    "SampleCounter", "Holdout",
+]
 
 Batch = dict[str, np.ndarray]
-# A path to an .npz file or a folder of them; a mapping of arrays (first axis = samples); or an iterable of
-# such mappings, each one batch.
-DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]]]
+# A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
+# memory-mapped); a mapping of arrays (first axis = samples); an iterable of such mappings, each one batch; or a
+# callable returning any of these (called once per pass over the data).
+DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,14 +67,16 @@ def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = 
 
 
 def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Batch]:
+    if callable(source) and not isinstance(source, Mapping):
+        source = source()
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            files = sorted(path.glob("*.npz"))
-            if not files:
-                raise CalibrationDataError(f"{what} folder {path} holds no .npz files — add files or pass one .npz")
-            for file in files:
-                yield from _slices(_load_npz(file, what), batch_size, what)
+            yield from _folder_batches(path, batch_size, what)
+        elif path.suffix == ".npy":
+            raise CalibrationDataError(
+                f"{what} file {path} is a single .npy: put one <input name>.npy per model input in a folder and "
+                "pass the folder, or save them together with numpy.savez")
         else:
             yield from _slices(_load_npz(path, what), batch_size, what)
     elif isinstance(source, Mapping):
@@ -85,6 +91,22 @@ def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Bat
         raise CalibrationDataError(
             f"{what} data of type {type(source).__name__} is not supported — pass an .npz path, a folder of .npz, "
             "a dict of arrays or an iterable of dicts")
+
+
+def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
+    shards, arrays = sorted(path.glob("*.npz")), sorted(path.glob("*.npy"))
+    if shards and arrays:
+        raise CalibrationDataError(f"{what} folder {path} mixes .npz and .npy files — use one kind")
+    if not shards and not arrays:
+        raise CalibrationDataError(f"{what} folder {path} holds no .npz or .npy files — add files or pass one .npz")
+    for file in shards:
+        yield from _slices(_load_npz(file, what), batch_size, what)
+    if arrays:
+        try:  # memory-mapped: only the batch being fed is read
+            loaded = {f.stem: np.load(f, mmap_mode="r", allow_pickle=False) for f in arrays}
+        except (ValueError, OSError) as e:
+            raise CalibrationDataError(f"{what} folder {path} holds an unreadable .npy file ({e})") from None
+        yield from _slices(loaded, batch_size, what)
 
 
 def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
@@ -155,6 +177,26 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
             raise CalibrationDataError(f"{what} input '{spec.name}' contains {bad} — remove or fix those samples")
         out[spec.name] = array
     return out
+
+
+def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
+                      what: str = "calibration") -> Iterator[Batch]:
+    """iter_batches, each batch checked against the model's inputs as it arrives."""
+    for batch in iter_batches(source, batch_size, max_samples, what):
+        yield validate_batch(batch, specs, what)
+
+
+class SampleCounter:
+    """Counts the samples flowing through an iterable of batches."""
+
+    def __init__(self, batches: Iterable[Batch]) -> None:
+        self.batches = batches
+        self.samples = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self.batches:
+            self.samples += len(next(iter(batch.values())))
+            yield batch
 
 
 class Holdout:

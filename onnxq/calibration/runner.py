@@ -7,26 +7,28 @@ from collections.abc import Callable, Iterable
 
 import onnx_ir as ir
 import onnxruntime as ort
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.data import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
-from onnxq.numerics import MinMaxObserver
+from onnxq.numerics import TensorObserver
 
-__all__ = ["calibrate_minmax"]
+__all__ = ["collect_observers"]
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 
 
-def calibrate_minmax(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
-                     progress: Progress | None = None) -> dict[str, tuple[float, float]]:
-    """Running (min, max) of each named value over all batches. Memory is one batch's outputs at a time."""
+def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
+                      histogram_bins: int | None = None,
+                      progress: Progress | None = None) -> dict[str, TensorObserver]:
+    """One observer per named value, fed every batch. Memory: one batch's outputs plus fixed-size summaries."""
     names = list(dict.fromkeys(value_names))
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
-    observers = {n: MinMaxObserver() for n in names}
+    observers = {n: TensorObserver(histogram_bins) for n in names}
     session = _session_exposing(model, fetched)
     for batch in batches:
         try:
@@ -34,16 +36,20 @@ def calibrate_minmax(model: ir.Model, value_names: Iterable[str], batches: Itera
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail) as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_first_line(e)}") from None
-        for name, array in zip(fetched, outputs):
-            observers[name].observe(array)
-        for name in names:
-            if name in graph_inputs:
-                observers[name].observe(batch[name])
+        try:
+            for name, array in zip(fetched, outputs):
+                observers[name].observe(array)
+            for name in names:
+                if name in graph_inputs:
+                    observers[name].observe(batch[name])
+        except ValueError:
+            raise CalibrationDataError(
+                f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None
         if progress is not None:
             progress(len(next(iter(batch.values()))))
     if any(o.empty for o in observers.values()):
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
-    return {n: o.range() for n, o in observers.items()}
+    return observers
 
 
 def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession:
@@ -56,8 +62,10 @@ def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession
     missing = [n for n in names if n not in values]
     if missing:
         raise ValueError(f"values not produced by any node: {missing[:3]}")
-    outputs = set(exposed.graph.outputs)
-    exposed.graph.outputs.extend(values[n] for n in names if values[n] not in outputs)
+    # Only the observed values are outputs: ORT then skips whatever computes nothing observed (the model's tail).
+    exposed.graph.outputs.clear()
+    exposed.graph.outputs.extend(values[n] for n in names)
+    RemoveUnusedNodesPass()(exposed)
     options = ort.SessionOptions()
     # Optimizations off: fused kernels would hide the tensors we observe.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

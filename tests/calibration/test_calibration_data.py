@@ -19,8 +19,16 @@ def test_npz_file_folder_dict_and_iterable_give_the_same_samples(rng, tmp_path):
     (tmp_path / "dir").mkdir()
     np.savez(tmp_path / "dir" / "a.npz", **{k: v[:4] for k, v in data.items()})
     np.savez(tmp_path / "dir" / "b.npz", **{k: v[4:] for k, v in data.items()})
-    sources = [tmp_path / "one.npz", str(tmp_path / "dir"), data,
-               [{k: v[i:i + 3] for k, v in data.items()} for i in range(0, 10, 3)]]
+    (tmp_path / "npy").mkdir()
+    for k, v in data.items():
+        np.save(tmp_path / "npy" / f"{k}.npy", v)
+
+    def generator():
+        for i in range(0, 10, 3):
+            yield {k: v[i:i + 3] for k, v in data.items()}
+
+    sources = [tmp_path / "one.npz", str(tmp_path / "dir"), tmp_path / "npy", data,
+               [{k: v[i:i + 3] for k, v in data.items()} for i in range(0, 10, 3)], generator(), generator]
     for source in sources:
         batches = list(iter_batches(source, batch_size=4))
         joined = {k: np.concatenate([b[k] for b in batches]) for k in data}
@@ -81,10 +89,18 @@ def test_unreadable_sources(tmp_path):
     with pytest.raises(CalibrationDataError, match="not found"):
         list(iter_batches(tmp_path / "missing.npz", 4))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CalibrationDataError, match="holds no .npz"):
+    with pytest.raises(CalibrationDataError, match="holds no .npz or .npy"):
         list(iter_batches(tmp_path / "empty", 4))
     with pytest.raises(CalibrationDataError, match="not a dict"):
         list(iter_batches([np.zeros(3)], 4))
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    with pytest.raises(CalibrationDataError, match="single .npy"):
+        list(iter_batches(tmp_path / "x.npy", 4))
+    (tmp_path / "mixed").mkdir()
+    np.save(tmp_path / "mixed" / "x.npy", np.zeros(3))
+    np.savez(tmp_path / "mixed" / "y.npz", x=np.zeros(3))
+    with pytest.raises(CalibrationDataError, match="mixes .npz and .npy"):
+        list(iter_batches(tmp_path / "mixed", 4))
 
 
 def test_holdout_takes_every_kth_sample_up_to_a_cap(rng):

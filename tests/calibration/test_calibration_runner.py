@@ -4,7 +4,7 @@ import numpy as np
 import onnx_ir as ir
 from conftest import to_model, weight
 
-from onnxq.calibration import calibrate_minmax, iter_batches
+from onnxq.calibration import collect_observers, iter_batches
 
 
 def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
@@ -18,7 +18,8 @@ def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
     model = to_model(tape, [x], [y])
     data = rng.normal(0, 2, (37, 6)).astype(np.float32)
     seen = []
-    ranges = calibrate_minmax(model, ["x", "h", "y"], iter_batches({"x": data}, 8), progress=seen.append)
+    observers = collect_observers(model, ["x", "h", "y"], iter_batches({"x": data}, 8), progress=seen.append)
+    ranges = {n: o.range("minmax") for n, o in observers.items()}
     h_ref = data @ w.const_value.numpy()
     assert ranges["x"] == (float(data.min()), float(data.max()))
     np.testing.assert_allclose(ranges["h"], (h_ref.min(), h_ref.max()), rtol=1e-5)

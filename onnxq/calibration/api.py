@@ -1,0 +1,62 @@
+"""calibrate() and merge_calibrations(): calibration on its own, for a cache or one shard of a larger run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+import onnx
+import onnx_ir as ir
+
+from onnxq.calibration.data import DataSource, SampleCounter, input_specs, validated_batches
+from onnxq.calibration.runner import collect_observers
+from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
+from onnxq.config import QuantConfig
+from onnxq.errors import CalibrationDataError
+from onnxq.handlers import plan_model
+from onnxq.io import load_model
+from onnxq.passes import check_model
+
+__all__ = ["calibrate", "merge_calibrations", "activations_to_observe"]
+
+
+def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
+    """Value names whose ranges static quantization needs; with every_candidate, those of any setting
+    (no exclusions, attention MatMuls included), so that a saved summary serves other settings too."""
+    if every_candidate:
+        config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None,
+                                quantize_activation_matmul=True)
+    plans, _ = plan_model(model.graph, config, "static")
+    return list(dict.fromkeys(p.node.inputs[i].name for p in plans for i in p.activations))
+
+
+def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataSource, *,
+              config: QuantConfig | None = None,
+              progress: Callable[[int], None] | None = None) -> CalibrationSummary:
+    """Observe every candidate activation of the model over the data, with histograms, and return the summary.
+
+    Save it (summary.save(path)) to reuse it with any method or setting (quantize(calibration_cache=...)), or
+    run this on shards of the data — in separate processes or machines — and merge the files.
+    """
+    config = config or QuantConfig()
+    float_model = load_model(model)
+    check_model(float_model)
+    names = activations_to_observe(float_model, config, every_candidate=True)
+    if not names:
+        raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm)")
+    counter = SampleCounter(validated_batches(data, input_specs(float_model), config.calibration.batch_size,
+                                              config.calibration.max_samples))
+    observers = collect_observers(float_model, names, counter, config.calibration.histogram_bins, progress)
+    return CalibrationSummary(model_fingerprint(float_model), observers, counter.samples,
+                              config.calibration.histogram_bins)
+
+
+def merge_calibrations(summaries: Iterable[CalibrationSummary | str | os.PathLike]) -> CalibrationSummary:
+    """Merge shard summaries (objects or files) into one, equal to calibrating on all the data at once."""
+    loaded = [s if isinstance(s, CalibrationSummary) else CalibrationSummary.load(s) for s in summaries]
+    if not loaded:
+        raise CalibrationDataError("nothing to merge — pass at least one calibration summary")
+    merged = loaded[0].copy()
+    for summary in loaded[1:]:
+        merged.merge(summary)
+    return merged

@@ -1,0 +1,135 @@
+"""Calibration summaries: what the observers learned, saved as JSON (the calibration cache) and merged.
+
+A summary is tied to one float model by a fingerprint of its graph and weights, so a cache computed for another
+model (or another version of the same one) is refused instead of silently giving wrong ranges. It stores the
+observers' states, not ranges, so one calibration serves every method and quantization setting.
+
+File format (JSON, version 1):
+    {"format": "onnxq-calibration", "version": 1, "model_fingerprint": "blake2b:…", "samples": 128,
+     "histogram_bins": 8192 | null, "tensors": {"<value name>": <TensorObserver state>, …}}
+TensorObserver state: min/max/batch_min_sum/batch_max_sum as float.hex() strings (exact), count, batches,
+histogram: null or {max_bins, exponent (bin width 2**exponent), offset (grid index of counts[0]), min, max,
+counts: [int, …]}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.errors import CalibrationDataError
+from onnxq.numerics import TensorObserver
+
+__all__ = ["CalibrationSummary", "model_fingerprint", "FORMAT", "VERSION"]
+
+FORMAT = "onnxq-calibration"
+VERSION = 1
+
+
+def model_fingerprint(model: ir.Model) -> str:
+    """A hash of the graph (ops, wiring, attributes) and every initializer's bytes."""
+    digest = hashlib.blake2b(digest_size=16)
+    for node in model.graph:
+        digest.update(repr((node.domain, node.op_type, [v.name if v else "" for v in node.inputs],
+                            [v.name for v in node.outputs],
+                            sorted((k, repr(a.value)) for k, a in node.attributes.items()))).encode())
+    for name in sorted(model.graph.initializers):
+        tensor = model.graph.initializers[name].const_value
+        digest.update(repr((name, str(tensor.dtype), tuple(tensor.shape))).encode())
+        digest.update(np.ascontiguousarray(tensor.numpy()).view(np.uint8).data)
+    return "blake2b:" + digest.hexdigest()
+
+
+@dataclasses.dataclass
+class CalibrationSummary:
+    model_fingerprint: str
+    observers: dict[str, TensorObserver]
+    samples: int
+    histogram_bins: int | None
+
+    def ranges(self, names: Iterable[str], method: str, *, qmin: int, qmax: int, symmetric: bool,
+               percentile: float) -> dict[str, tuple[float, float]]:
+        missing = [n for n in names if n not in self.observers]
+        if missing:
+            raise CalibrationDataError(
+                f"the calibration summary has no range for '{missing[0]}' ({len(missing)} missing) — it was made "
+                "with other settings; recalibrate with this config")
+        if method in ("percentile", "entropy", "mse") and self.histogram_bins is None:
+            raise CalibrationDataError(
+                f"method {method} needs histograms and the calibration summary has none — recalibrate with "
+                f"--method {method}")
+        return {n: self.observers[n].range(method, qmin=qmin, qmax=qmax, symmetric=symmetric,
+                                           percentile=percentile) for n in names}
+
+    def check_model(self, fingerprint: str, where: str) -> None:
+        if fingerprint != self.model_fingerprint:
+            raise CalibrationDataError(
+                f"calibration cache {where} was made for another model (fingerprint {self.model_fingerprint[:20]}… "
+                f"≠ {fingerprint[:20]}…) — delete it or pass this model's cache")
+
+    def merge(self, other: CalibrationSummary) -> None:
+        if other.model_fingerprint != self.model_fingerprint:
+            raise CalibrationDataError("cannot merge calibration summaries of different models")
+        if other.histogram_bins != self.histogram_bins:
+            raise CalibrationDataError("cannot merge calibration summaries with different histogram settings")
+        if set(other.observers) != set(self.observers):
+            raise CalibrationDataError("cannot merge calibration summaries of different tensors (other settings?)")
+        for name, observer in other.observers.items():
+            self.observers[name].merge(observer)
+        self.samples += other.samples
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "model_fingerprint": self.model_fingerprint,
+                "samples": self.samples, "histogram_bins": self.histogram_bins,
+                "tensors": {n: o.state() for n, o in self.observers.items()}}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically (temporary file beside the target, then rename)."""
+        path = Path(path)
+        if not path.absolute().parent.is_dir():
+            raise CalibrationDataError(f"folder of {path} does not exist — create it first")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.absolute().parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_json(), f, separators=(",", ":"))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def copy(self) -> CalibrationSummary:
+        return self.from_json(self.to_json(), "a copy")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CalibrationSummary:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CalibrationDataError(f"calibration summary not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise CalibrationDataError(f"{path} is not an onnxq calibration summary (not JSON)") from None
+        return cls.from_json(data, str(path))
+
+    @classmethod
+    def from_json(cls, data: object, path: str) -> CalibrationSummary:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CalibrationDataError(f'{path} is not an onnxq calibration summary (no "format": "{FORMAT}")')
+        if data.get("version") != VERSION:
+            raise CalibrationDataError(f"{path} has summary version {data.get('version')}; this onnxq reads "
+                                       f"version {VERSION} — recalibrate")
+        try:
+            observers = {n: TensorObserver.from_state(s) for n, s in data["tensors"].items()}
+            return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CalibrationDataError(f"{path} is a damaged calibration summary ({type(e).__name__}: {e})") from None
