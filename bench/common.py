@@ -20,12 +20,39 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def run_worker(script: Path, *args: str) -> dict:
-    """Run one quantizer in a fresh process so that its peak RSS is its own."""
-    proc = subprocess.run([sys.executable, str(script), "--worker", *args], capture_output=True, text=True)
+def run_worker(script: Path, *args: str, max_rss_mb: float | None = None, max_seconds: float | None = None) -> dict:
+    """Run one quantizer in a fresh process so that its peak RSS is its own.
+
+    With limits, a watchdog kills the worker when its RSS or run time passes them (so that a quantizer that keeps
+    every activation cannot take the machine down) and reports how far it got."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(script), "--worker", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _rss_mb(proc.pid))
+        elapsed = time.perf_counter() - start
+        if (max_rss_mb and peak > max_rss_mb) or (max_seconds and elapsed > max_seconds):
+            proc.kill()
+            proc.communicate()
+            reason = f"RSS over {max_rss_mb:.0f} MB" if max_rss_mb and peak > max_rss_mb else f"over {max_seconds:.0f} s"
+            return {"killed": reason, "seconds": elapsed, "peak_rss_mb": peak}
+        time.sleep(0.2)
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"worker {args} failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def timed(fn) -> dict:

@@ -12,7 +12,9 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.calibration.data import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
+from onnxq.config import QScheme
 from onnxq.numerics import TensorObserver
+from onnxq.passes.builder import GraphBuilder
 
 __all__ = ["collect_observers"]
 
@@ -24,21 +26,31 @@ Progress = Callable[[int], None]
 def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
                       histogram_bins: int | None = None,
                       progress: Progress | None = None) -> dict[str, TensorObserver]:
-    """One observer per named value, fed every batch. Memory: one batch's outputs plus fixed-size summaries."""
+    """One observer per named value, fed every batch. Memory: one batch's outputs plus fixed-size summaries.
+
+    Without histograms only each tensor's extremes are needed: ORT reduces them in the graph (multi-threaded,
+    three scalars per tensor come back instead of the whole activation)."""
     names = list(dict.fromkeys(value_names))
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
     observers = {n: TensorObserver(histogram_bins) for n in names}
-    session = _session_exposing(model, fetched)
+    reduce_in_graph = histogram_bins is None
+    session, output_names = _session_exposing(model, fetched, reduce_in_graph)
+    name = ""
     for batch in batches:
         try:
-            outputs = session.run(fetched, batch)
+            outputs = session.run(output_names, batch)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail) as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_first_line(e)}") from None
         try:
-            for name, array in zip(fetched, outputs):
-                observers[name].observe(array)
+            if reduce_in_graph:
+                for i, name in enumerate(fetched):
+                    lo, hi, size = outputs[3 * i:3 * i + 3]
+                    observers[name].observe_extremes(float(lo), float(hi), int(size))
+            else:
+                for name, array in zip(fetched, outputs):
+                    observers[name].observe(array)
             for name in names:
                 if name in graph_inputs:
                     observers[name].observe(batch[name])
@@ -52,7 +64,10 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     return observers
 
 
-def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession:
+def _session_exposing(model: ir.Model, names: list[str],
+                      reduce_in_graph: bool) -> tuple[ort.InferenceSession, list[str]]:
+    """A session whose outputs are the named values (or their min, max and size); the model's own outputs and
+    whatever only they need are dropped."""
     exposed = model.clone()
     values = {}
     for node in exposed.graph:
@@ -62,15 +77,24 @@ def _session_exposing(model: ir.Model, names: list[str]) -> ort.InferenceSession
     missing = [n for n in names if n not in values]
     if missing:
         raise ValueError(f"values not produced by any node: {missing[:3]}")
-    # Only the observed values are outputs: ORT then skips whatever computes nothing observed (the model's tail).
     exposed.graph.outputs.clear()
-    exposed.graph.outputs.extend(values[n] for n in names)
+    if reduce_in_graph:
+        builder = GraphBuilder(exposed.graph, QScheme())
+        last = exposed.graph.node(len(exposed.graph) - 1)
+        for n in names:
+            for op in ("ReduceMin", "ReduceMax", "Size"):
+                attributes = {} if op == "Size" else {"keepdims": 0}
+                node = builder.node(op, [values[n]], f"{n}_onnxq_{op}", last, attributes=attributes)
+                exposed.graph.outputs.append(node.outputs[0])
+        exposed.graph.sort()
+    else:
+        exposed.graph.outputs.extend(values[n] for n in names)
     RemoveUnusedNodesPass()(exposed)
     options = ort.SessionOptions()
     # Optimizations off: fused kernels would hide the tensors we observe.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    return OrtModel(exposed).session(options, ["CPUExecutionProvider"])
+    return OrtModel(exposed).session(options, ["CPUExecutionProvider"]), [v.name for v in exposed.graph.outputs]
 
 
 def _first_line(error: Exception) -> str:

@@ -39,15 +39,21 @@ class TensorObserver:
         if batch.size == 0:
             return
         lo, hi = float(np.min(batch)), float(np.max(batch))
+        self.observe_extremes(lo, hi, int(batch.size))
+        if self.histogram is not None:
+            self.histogram.add(batch, lo, hi)
+
+    def observe_extremes(self, lo: float, hi: float, size: int) -> None:
+        """Fold in one batch known only by its min, max and size (no histogram update)."""
+        if size == 0:
+            return
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError("observed values are not finite (NaN or inf)")
         self.min, self.max = min(self.min, lo), max(self.max, hi)
-        self.count += int(batch.size)
+        self.count += size
         self.batches += 1
         self.batch_min_sum += lo
         self.batch_max_sum += hi
-        if self.histogram is not None:
-            self.histogram.add(batch, lo, hi)
 
     def merge(self, other: TensorObserver) -> None:
         if (self.histogram is None) != (other.histogram is None):
