@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(ORT_METHODS))
     parser.add_argument("--max-rss-mb", type=float, default=16000)
     parser.add_argument("--max-seconds", type=float, default=900)
+    parser.add_argument("--accuracy-only", action="store_true", help="skip the speed and memory runs")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args()
     if args.worker:
@@ -92,7 +93,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     limits = {"max_rss_mb": args.max_rss_mb, "max_seconds": args.max_seconds}
     runs = {}
-    for samples in args.samples:
+    for samples in ([] if args.accuracy_only else args.samples):
         for method in args.methods:
             for tool in ("onnxq", "ort"):
                 path = out / f"calib.{tool}.{method}.{samples}.onnx"
@@ -106,11 +107,17 @@ def main() -> None:
     reference = session(MODEL).run(["sentence_embedding"], feed)[0]
     digits = np.load(DIGITS / "digits.npz")
 
-    def digits_accuracy(path):
-        logits = session(path).run(None, {"x": digits["x_test"]})[0]
-        return float((logits.argmax(1) == digits["y_test"]).mean())
+    float_logits = session(DIGITS / "digits_mlp.onnx").run(None, {"x": digits["x_test"]})[0]
 
-    accuracy = {"float": {"cosine": 1.0, "digits": digits_accuracy(DIGITS / "digits_mlp.onnx")}}
+    def digits_scores(path):
+        """Test accuracy, agreement with the float model's predictions, and SQNR of the logits."""
+        logits = session(path).run(None, {"x": digits["x_test"]})[0]
+        noise = float(((logits - float_logits) ** 2).sum())
+        return {"digits": float((logits.argmax(1) == digits["y_test"]).mean()),
+                "digits_agreement": float((logits.argmax(1) == float_logits.argmax(1)).mean()),
+                "digits_sqnr_db": 10 * float(np.log10((float_logits**2).sum() / noise)) if noise else float("inf")}
+
+    accuracy = {"float": {"cosine": 1.0, **digits_scores(DIGITS / "digits_mlp.onnx")}}
     for tool, methods in (("onnxq", ONNXQ_METHODS), ("ort", tuple(ORT_METHODS))):
         for method in methods:
             path = out / f"calib.{tool}.{method}.128.onnx"
@@ -120,11 +127,11 @@ def main() -> None:
             run_worker(Path(__file__), tool, method, "0", str(digits_path), "digits", **limits)
             accuracy[f"{tool}/{method}"] = {
                 "cosine": mean_cosine(reference, session(path).run(["sentence_embedding"], feed)[0]),
-                "digits": digits_accuracy(digits_path)}
+                **digits_scores(digits_path)}
             print(tool, method, accuracy[f"{tool}/{method}"], flush=True)
     results = {"machine": machine(), "runs": runs, "accuracy": accuracy}
     (out / "bench_calibration.json").write_text(json.dumps(results, indent=2))
-    print(_tables(results, args.samples, args.methods))
+    print(_tables(results, [] if args.accuracy_only else args.samples, args.methods))
 
 
 def _fmt_run(run: dict) -> str:
@@ -134,33 +141,37 @@ def _fmt_run(run: dict) -> str:
 
 
 def _tables(r: dict, sample_counts: list[int], methods: list[str]) -> str:
-    lines = [f"Calibration on MiniLM-L6 ({r['machine']}), quantize call wall time and process peak RSS", "",
-             "| method | samples | onnxq | ORT quantize_static | time ratio | RSS ratio |", "|---|---|---|---|---|---|"]
-    for method in methods:
-        for samples in sample_counts:
-            ours, theirs = r["runs"][f"onnxq/{method}/{samples}"], r["runs"][f"ort/{method}/{samples}"]
-            if "killed" in theirs:
-                ratio_t = f"< {ours['seconds'] / theirs['seconds']:.2f}"
-                ratio_m = f"< {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}"
-            else:
-                ratio_t = f"{ours['seconds'] / theirs['seconds']:.2f}"
-                ratio_m = f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}"
-            lines.append(f"| {method} | {samples} | {_fmt_run(ours)} | {_fmt_run(theirs)} | {ratio_t} | {ratio_m} |")
-    for method in methods:
-        small, large = (r["runs"][f"onnxq/{method}/{n}"] for n in (min(sample_counts), max(sample_counts)))
-        lines.append(f"\nonnxq {method}: peak RSS {small['peak_rss_mb']:.0f} MB at {min(sample_counts)} samples, "
-                     f"{large['peak_rss_mb']:.0f} MB at {max(sample_counts)} "
-                     f"({(large['peak_rss_mb'] / small['peak_rss_mb'] - 1) * 100:+.1f} %)")
-    lines += ["", "| method | onnxq MiniLM cosine | ORT MiniLM cosine | onnxq digits acc. | ORT digits acc. |",
-              "|---|---|---|---|---|"]
+    lines = []
+    if sample_counts:
+        lines += [f"Calibration on MiniLM-L6 ({r['machine']}), quantize call wall time and process peak RSS", "",
+                  "| method | samples | onnxq | ORT quantize_static | time ratio | RSS ratio |",
+                  "|---|---|---|---|---|---|"]
+        for method in methods:
+            for samples in sample_counts:
+                ours, theirs = r["runs"][f"onnxq/{method}/{samples}"], r["runs"][f"ort/{method}/{samples}"]
+                bound = "< " if "killed" in theirs else ""
+                lines.append(f"| {method} | {samples} | {_fmt_run(ours)} | {_fmt_run(theirs)} "
+                             f"| {bound}{ours['seconds'] / theirs['seconds']:.2f} "
+                             f"| {bound}{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f} |")
+        lines.append("")
+        for method in methods:
+            small, large = (r["runs"][f"onnxq/{method}/{n}"] for n in (min(sample_counts), max(sample_counts)))
+            lines.append(f"onnxq {method}: peak RSS {small['peak_rss_mb']:.0f} MB at {min(sample_counts)} samples, "
+                         f"{large['peak_rss_mb']:.0f} MB at {max(sample_counts)} "
+                         f"({(large['peak_rss_mb'] / small['peak_rss_mb'] - 1) * 100:+.1f} %)  ")
+        lines.append("")
+    lines += ["| method | MiniLM cosine onnxq / ORT | digits accuracy onnxq / ORT "
+              "| digits agreement with float onnxq / ORT | digits logits SQNR onnxq / ORT |", "|---|---|---|---|---|"]
     acc = r["accuracy"]
-    lines.append(f"| float | 1 | 1 | {acc['float']['digits']:.4f} | {acc['float']['digits']:.4f} |")
+    f = acc["float"]
+    lines.append(f"| float | 1 | {f['digits']:.4f} | 1 | ∞ |")
     for method in ONNXQ_METHODS:
-        ours = acc[f"onnxq/{method}"]
-        theirs = acc.get(f"ort/{method}")
-        lines.append(f"| {method} | {ours['cosine']:.4f} | {theirs['cosine']:.4f} |" if theirs else
-                     f"| {method} | {ours['cosine']:.4f} | — |")
-        lines[-1] += (f" {ours['digits']:.4f} | {theirs['digits']:.4f} |" if theirs else f" {ours['digits']:.4f} | — |")
+        ours, theirs = acc[f"onnxq/{method}"], acc.get(f"ort/{method}")
+
+        def pair(key, fmt, ours=ours, theirs=theirs):
+            return f"{ours[key]:{fmt}} / " + (f"{theirs[key]:{fmt}}" if theirs else "—")
+        lines.append(f"| {method} | {pair('cosine', '.4f')} | {pair('digits', '.4f')} "
+                     f"| {pair('digits_agreement', '.4f')} | {pair('digits_sqnr_db', '.1f')} dB |")
     return "\n".join(lines)
 
 

@@ -50,7 +50,7 @@ def main() -> None:
                                          {k: np.ascontiguousarray(docs[k][:b]) for k in docs.files}, rounds)
                for b, rounds in ((1, args.rounds_b1), (32, args.rounds_b32))}
     (out / "bench_choices.json").write_text(json.dumps({"cosine": cosine, "latency_ms": latency}, indent=2))
-    print(f"MiniLM-L6 ({machine()}): onnxq variants, static MinMax on calib_docs (128)\n")
+    print(f"MiniLM-L6 ({machine()}): onnxq variants, static (default calibration) on calib_docs (128)\n")
     print("| variant | cosine to float | latency b1 (speed-up vs float) | latency b32 (speed-up vs float) |")
     print("|---|---|---|---|")
     for k in paths:

@@ -3,7 +3,8 @@
     python bench/bench_minilm.py [--rounds-b1 60] [--rounds-b32 12] [--out bench/out]
 
 Each quantizer runs in its own process (wall time of the quantize call, peak RSS of the process). Both calibrate
-MinMax on the same 128 documents of calib_docs.npz (batches of 8); the QDQ comparison is quantize_static(QDQ,
+MinMax (onnxq's default is percentile: bench_calibration.py compares every method) on the same 128 documents
+of calib_docs.npz (batches of 8); the QDQ comparison is quantize_static(QDQ,
 per channel, MatMul, uint8 activations / int8 weights). Fidelity: mean cosine of sentence_embedding to the float
 model on the 500 eval sentences. Latency: batch 1 and 32 at sequence 128, 2 threads, interleaved rounds.
 """
@@ -35,7 +36,9 @@ def worker(kind: str, out: str) -> dict:
     if kind.startswith("onnxq"):
         import onnxq
 
-        config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(enabled=False))
+        # MinMax, as ORT's quantize_static by default: the same method on both sides.
+        config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(method="minmax"),
+                                   verify=onnxq.VerifyConfig(enabled=False))
         calibration = None if kind == "onnxq-dynamic" else _calibration_batches()
         return timed(lambda: onnxq.quantize(MODEL, calibration, output=out, config=config))
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,

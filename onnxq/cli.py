@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")
     _add_calibration_flags(p)
     p.add_argument("--method", choices=list(METHODS),
-                   help="how activation ranges are chosen from the calibration data (default avgminmax)")
+                   help="how activation ranges are chosen from the calibration data (default percentile)")
     p.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
     p.add_argument("--calib-cache", metavar="JSON", help="calibration summary: read if it exists (no calibration "
                    "pass), else written after calibrating; see python -m onnxq calibrate / merge")

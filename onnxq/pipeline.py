@@ -22,7 +22,7 @@ from onnxq.io import external_data_files, load_model, model_size_bytes, save_mod
 from onnxq.passes import InsertDynamicPass, InsertQdqPass, check_model
 from onnxq.numerics import qrange
 from onnxq.report import NodeEntry, QuantReport
-from onnxq.verify import Verification, synthetic_batches, verify_models
+from onnxq.verify import synthetic_batches, verify_models
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 
@@ -76,9 +76,12 @@ def quantize(
     if not plans:
         raise UnsupportedModelError(_nothing_to_quantize(skips, config))
     specs = input_specs(work)
+    notes: list[str] = []
+    # Read and check given verification data before anything is written: bad input must leave no files behind.
+    verification_inputs = _upfront_verification_inputs(reference, config, mode, specs, calibration, verify_data,
+                                                        notes)
     timings["load_and_plan"] = time.perf_counter() - start
 
-    notes: list[str] = []
     holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
@@ -96,8 +99,8 @@ def quantize(
             if calibration_cache is not None:
                 summary.model_fingerprint = model_fingerprint(reference)
                 summary.save(calibration_cache)
-        elif batches is not None:
-            for _ in batches:  # calibration is cached: the data only supplies the held-out samples
+        else:
+            for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
                 pass
             notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
         calibration_samples = summary.samples
@@ -126,8 +129,9 @@ def quantize(
     verification = None
     if config.verify.enabled:
         start = time.perf_counter()
-        verification = _verify(reference if input_path is None else input_path, saved or work, config, mode,
-                               specs, calibration, verify_data, holdout, notes)
+        batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
+        verification = verify_models(reference if input_path is None else input_path, saved or work, batches,
+                                     config.verify.tolerance, label, check_kernels=config.verify.check_kernels)
         timings["verify"] = time.perf_counter() - start
 
     report = QuantReport(
@@ -197,28 +201,36 @@ def _total_bytes(files: list[Path]) -> int:
     return sum(f.stat().st_size for f in files)
 
 
-def _verify(float_model, quant_model, config: QuantConfig, mode: str, specs, calibration, verify_data,
-            holdout: Holdout, notes: list[str]) -> Verification:
+def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode: str, specs, calibration,
+                                 verify_data, notes: list[str]) -> tuple[list, str] | None:
+    """Verification batches known before calibrating; None when they come from the calibration stream."""
     size = config.calibration.batch_size
+    if not config.verify.enabled:
+        return None
     if verify_data is not None:
-        batches = list(validated_batches(verify_data, specs, size, what="verification"))
-        label = "verification data"
-    elif mode == "static" and holdout.held:
-        batches, label = holdout.held, "held-out calibration samples (every %dth)" % config.verify.holdout_every
-    elif mode == "static":
-        batches, label = [holdout.first], "calibration samples"
-        notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
-    elif calibration is not None:
+        return list(validated_batches(verify_data, specs, size, what="verification")), "verification data"
+    if mode == "static" and calibration is not None:
+        return None  # held back from the calibration data as it streams
+    if calibration is not None:  # dynamic mode with data: verify on (the start of) it
         batches = list(validated_batches(calibration, specs, size, config.verify.max_samples, "verification"))
-        label = "the given data"
-    else:
-        batches = synthetic_batches(float_model if isinstance(float_model, ir.Model) else load_model(float_model),
-                                    specs)
-        label = "synthetic inputs"
-        notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
-                     "with real inputs for meaningful figures")
-    return verify_models(float_model, quant_model, batches, config.verify.tolerance, label,
-                         check_kernels=config.verify.check_kernels)
+        return batches, "the given data"
+    return _synthetic_inputs(reference, specs, notes)
+
+
+def _held_out_inputs(reference: ir.Model, config: QuantConfig, specs, holdout: Holdout,
+                     notes: list[str]) -> tuple[list, str]:
+    if holdout.held:
+        return holdout.held, f"held-out calibration samples (every {config.verify.holdout_every}th)"
+    if holdout.first is not None:
+        notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
+        return [holdout.first], "calibration samples"
+    return _synthetic_inputs(reference, specs, notes)
+
+
+def _synthetic_inputs(reference: ir.Model, specs, notes: list[str]) -> tuple[list, str]:
+    notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
+                 "with real inputs for meaningful figures")
+    return synthetic_batches(reference, specs), "synthetic inputs"
 
 
 def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[str, str]) -> NodeEntry:

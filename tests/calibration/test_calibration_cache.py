@@ -31,9 +31,11 @@ def test_cache_is_written_then_read_without_calibrating(transformer, tmp_path):
     assert any("calibration cache" in n for n in second.report.notes)
     # The same samples are held out for verification as in the run that wrote the cache.
     assert second.report.verification.samples == first.report.verification.samples == 12
-    # No data at all: the cache alone quantizes statically (verification then needs --verify-data).
-    third = onnxq.quantize(model, calibration_cache=cache, verify_data={"input_ids": data["input_ids"][:8]})
+    # No data at all: the cache alone quantizes statically; verification falls back to synthetic inputs, loudly.
+    third = onnxq.quantize(model, calibration_cache=cache)
     assert third.report.mode == "static" and _ranges(third) == _ranges(first)
+    assert third.report.verification.data == "synthetic inputs"
+    assert any("synthetic" in n for n in third.report.notes) and any("cache" in n for n in third.report.notes)
 
 
 def test_one_cache_serves_every_method_and_setting(transformer, tmp_path):

@@ -87,6 +87,12 @@ BAD_INPUTS = {
                             "would overwrite the input"),
     "bad config key": (lambda w: ["--config", str(_write(w / "c.toml", "per_chanel = true\n"))],
                        "unknown config key per_chanel"),
+    # Bad verification data is found before the model or the calibration cache is written.
+    "bad verify data": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--calib-cache", str(w / "c.json"),
+                                   "--verify-data", _npz(w, x=np.zeros((4, 31), np.float32))],
+                        "verification input 'x' has shape (4, 31)"),
+    "not a calibration summary": (lambda w: ["--calib-cache", str(_write(w / "s.json", "{}"))],
+                                  "not an onnxq calibration summary"),
 }
 
 
