@@ -76,7 +76,10 @@ def format_summary(report: QuantReport) -> str:
     v = report.verification
     if report.calibration_samples:
         held = f" (+{v.samples} held back for verification)" if v and v.data.startswith("held-out") else ""
-        lines.append(f"calibration: {report.calibration_samples} samples{held}, "
+        calibration = report.config["calibration"]
+        method = calibration["method"] + (f" {calibration['percentile']}" if calibration["method"] == "percentile"
+                                          else "")
+        lines.append(f"calibration: {method}, {report.calibration_samples} samples{held}, "
                      f"{report.seconds.get('calibrate', 0.0):.1f} s")
     ratio = report.quant_bytes / max(report.float_bytes, 1)
     lines.append(f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)")

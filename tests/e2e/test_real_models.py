@@ -22,7 +22,7 @@ def test_minilm_static(shared_models, tmp_path):
     assert report.verification.kernels["com.microsoft.MatMulIntegerToFloat"] == 36
     embedding = next(o for o in report.verification.outputs if o.name == "sentence_embedding")
     assert embedding.metrics.samples == 500
-    # Acceptance: >= 0.99 (ORT's own QDQ: 0.922, dynamic: 0.958). Measured 0.9929.
+    # Acceptance: >= 0.99 (ORT's own QDQ: 0.922, dynamic: 0.958). Measured 0.9933 (percentile, the default).
     assert embedding.metrics.cosine_mean >= 0.99
     assert report.quant_bytes <= 0.3 * report.float_bytes  # measured 0.25
 
