@@ -6,10 +6,11 @@ from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, Ver
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize
 from onnxq.report import QuantReport
+from onnxq.verify.api import verify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "quantize", "calibrate", "merge_calibrations", "CalibrationSummary", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
+    "quantize", "verify", "calibrate", "merge_calibrations", "CalibrationSummary", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
     "QuantReport", "OnnxqError", "__version__",
 ]

@@ -14,13 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from onnxq.calibration.api import calibrate, merge_calibrations
-from onnxq.config import QScheme, QuantConfig
-from onnxq.errors import OnnxqError
+from onnxq.config import QScheme, QuantConfig, VerifyConfig
+from onnxq.errors import ConfigError, OnnxqError
 from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
-from onnxq.report import format_summary
+from onnxq.html_report import render_html
+from onnxq.report import SCHEMA_VERSION
+from onnxq.summary import format_summary, format_verification
+from onnxq.verify.api import verify
 
-__all__ = ["main", "build_parser", "build_calibrate_parser", "build_merge_parser"]
+__all__ = ["main", "build_parser", "build_calibrate_parser", "build_merge_parser", "build_verify_parser"]
 
 EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -29,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m onnxq",
         description="Quantize a float ONNX model to int8 (MatMul/Gemm/Gather) and verify it on ONNX Runtime.",
-        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input. Calibration on its own: "
-               "python -m onnxq calibrate --help; merging shard summaries: python -m onnxq merge --help.")
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input. Other commands: "
+               "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "
+               "quantized model); each takes --help.")
     p.add_argument("model", help="float .onnx model")
     p.add_argument("--calib", metavar="DATA", help=".npz (arrays keyed by input name, first axis = samples) or a "
                    "folder of .npz; without it activations are quantized dynamically at run time")
@@ -56,12 +60,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
     p.add_argument("--calib-cache", metavar="JSON", help="calibration summary: read if it exists (no calibration "
                    "pass), else written after calibrating; see python -m onnxq calibrate / merge")
-    p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
-    p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
-    p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
+    _add_tolerance_flags(p)
+    p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
+                   help="accuracy target (metric: cosine, sqnr, max_abs), e.g. cosine=0.995 or "
+                        "sentence_embedding:cosine=0.995; repeatable. Turns on fallback: when out of tolerance, the "
+                        "most sensitive nodes are kept float, fewest first, until the target is met")
+    p.add_argument("--no-fallback", action="store_true", help="with --tolerance: only gate, do not fall back")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")
+    p.add_argument("--html", metavar="HTML", help="write a human report with a per-layer error chart")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
     p.add_argument("-v", "--verbose", action="store_true", help="log what each step does")
+    return p
+
+
+def _add_tolerance_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
+    p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
+    p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
+    p.add_argument("--providers", metavar="LIST",
+                   help="execution providers to verify on, comma-separated: auto (default: CPU, plus CUDA when "
+                        "present), cpu, cuda")
+
+
+_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error"}
+
+
+def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConfig:
+    """--tolerance [OUTPUT:]METRIC=VALUE entries onto the verify config."""
+    tolerance, per_output = verify.tolerance, dict(verify.output_tolerances)
+    for spec in specs:
+        target, _, assignment = spec.rpartition(":")
+        metric, _, value = assignment.partition("=")
+        if metric not in _METRICS or not value:
+            raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
+                              f"{', '.join(_METRICS)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"--tolerance {spec!r}: {value!r} is not a number") from None
+        if target:
+            per_output[target] = dataclasses.replace(per_output.get(target, tolerance), **{_METRICS[metric]: number})
+        else:
+            tolerance = dataclasses.replace(tolerance, **{_METRICS[metric]: number})
+    return dataclasses.replace(verify, tolerance=tolerance, output_tolerances=per_output)
+
+
+def _verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> VerifyConfig:
+    tolerance = _changed(verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
+                         max_abs_error=args.max_abs)
+    providers = tuple(p.strip() for p in args.providers.split(",")) if args.providers else None
+    verify = _changed(verify, tolerance=tolerance, providers=providers)
+    if getattr(args, "tolerance", None):
+        verify = _apply_tolerance_specs(verify, args.tolerance)
+        verify = dataclasses.replace(verify, fallback=not getattr(args, "no_fallback", False))
+    return verify
+
+
+def build_verify_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m onnxq verify",
+        description="Check a quantized model against its float model on every provider present: every output "
+                    "against its tolerance, the providers against each other, and where each node ran.",
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
+    p.add_argument("float_model")
+    p.add_argument("quant_model")
+    p.add_argument("--data", metavar="DATA", required=True, help="inputs: .npz, or a folder of .npz / <input>.npy")
+    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [verify] table applies)")
+    p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
+                   help="tolerance (metric: cosine, sqnr, max_abs); repeatable")
+    p.add_argument("--report", metavar="JSON", help="write the verification as JSON")
+    _add_tolerance_flags(p)
     return p
 
 
@@ -109,9 +178,9 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
     calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples,
                            method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
-    tolerance = _changed(config.verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
-                         max_abs_error=args.max_abs)
-    verify = _changed(config.verify, tolerance=tolerance, enabled=False if args.no_verify else None)
+    verify = _verify_config_from_args(config.verify, args)
+    verify = _changed(verify, enabled=False if args.no_verify else None,
+                      sensitivity_samples=0 if args.no_sensitivity else None)
     return config.replace(**top, calibration=calibration, verify=verify)
 
 
@@ -190,7 +259,20 @@ def _merge_command(argv: list[str]) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command}
+def _verify_command(argv: list[str]) -> int:
+    args = build_verify_parser().parse_args(argv)
+    base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    verification = verify(args.float_model, args.quant_model, args.data,
+                          config=_verify_config_from_args(base.verify, args))
+    print("\n".join(format_verification(verification)))
+    print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
+    if args.report:
+        Path(args.report).write_text(json.dumps({"schema_version": SCHEMA_VERSION,
+                                                 "verification": verification.to_dict()}, indent=2) + "\n")
+    return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
+
+
+SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command, "verify": _verify_command}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     report = result.report
     if args.report:
         Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if args.html:
+        Path(args.html).write_text(render_html(report))
     if args.quiet:
         print(f"onnxq: wrote {result.output}; " + {None: "not verified", True: "within tolerance",
                                                    False: "OUT OF TOLERANCE"}[report.passed])

@@ -20,7 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-__all__ = ["QScheme", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig"]
+__all__ = ["QScheme", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig", "PROVIDER_ALIASES"]
+
+PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 Mode = Literal["auto", "static", "dynamic"]
 
@@ -74,12 +76,25 @@ class Tolerance:
 @dataclasses.dataclass(frozen=True)
 class VerifyConfig:
     enabled: bool = True
+    # Applied to every output; output_tolerances replaces it for the outputs it names.
     tolerance: Tolerance = Tolerance()
+    output_tolerances: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
+    # Quantized model on CPU vs on another provider (CUDA): they should agree far more closely than with float.
+    provider_agreement: Tolerance = Tolerance(min_cosine=0.999)
+    # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
+    providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back, at most max_samples.
     holdout_every: int = 10
     max_samples: int = 64
-    # Ask ORT which integer kernels its CPU optimizer fused the QDQ groups into.
+    # Ask ORT which kernels it ran, where (profiling one batch per provider).
     check_kernels: bool = True
+    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off).
+    sensitivity_samples: int = 16
+    # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
+    fallback: bool = False
+
+    def tolerance_for(self, output: str) -> Tolerance:
+        return self.output_tolerances.get(output, self.tolerance)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +133,12 @@ class QuantConfig:
             raise ConfigError("calibration.max_samples must be >= 1")
         if self.verify.holdout_every < 2 or self.verify.max_samples < 1:
             raise ConfigError("verify.holdout_every must be >= 2 and verify.max_samples >= 1")
+        if self.verify.sensitivity_samples < 0:
+            raise ConfigError("verify.sensitivity_samples must be >= 0")
+        unknown = [p for p in self.verify.providers if p.lower() not in PROVIDER_ALIASES and p != "auto"
+                   and not p.endswith("ExecutionProvider")]
+        if unknown:
+            raise ConfigError(f"unknown provider {unknown[0]!r}; use auto, cpu, cuda or an ORT provider name")
         if self.exclude_regex is not None:
             try:
                 re.compile(self.exclude_regex)
@@ -185,6 +206,11 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return None if value is None else _convert(args[0], value, key)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config {key} must be a table")
+        value_type = typing.get_args(hint)[1]
+        return {str(k): _convert(value_type, v, f"{key}.{k}") for k, v in value.items()}
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"config {key} must be a list of strings")

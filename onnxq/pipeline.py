@@ -19,10 +19,13 @@ from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.io import external_data_files, load_model, model_size_bytes, save_model
-from onnxq.passes import InsertDynamicPass, InsertQdqPass, check_model
+from onnxq.fallback import fall_back
+from onnxq.passes import check_model
+from onnxq.passes.apply import apply_plans
+from onnxq.sensitivity import layer_sensitivity
 from onnxq.numerics import qrange
 from onnxq.report import NodeEntry, QuantReport
-from onnxq.verify import synthetic_batches, verify_models
+from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 
@@ -85,38 +88,41 @@ def quantize(
     holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
-    start = time.perf_counter()
     if mode == "static":
-        batches = None
-        if calibration is not None:
-            batches = validated_batches(calibration, specs, config.calibration.batch_size,
-                                        config.calibration.max_samples)
-            if verify_data is None and config.verify.enabled:
-                batches = holdout.split(batches)
-        summary = _load_cache(calibration_cache, reference)
-        if summary is None:
-            summary = _calibrate(work, config, batches, writes_cache=calibration_cache is not None, progress=progress)
-            if calibration_cache is not None:
-                summary.model_fingerprint = model_fingerprint(reference)
-                summary.save(calibration_cache)
-        else:
-            for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
-                pass
-            notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
-        calibration_samples = summary.samples
-        scheme = config.activations
-        qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-        ranges = summary.ranges(_activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
-                                symmetric=scheme.symmetric, percentile=config.calibration.percentile)
-        timings["calibrate"] = time.perf_counter() - start
         start = time.perf_counter()
-        rewrite = InsertQdqPass(plans, ranges, config)
-        rewrite(work)
-        bias_fallbacks = rewrite.bias_fallbacks
-    else:
-        InsertDynamicPass(plans, config)(work)
-        bias_fallbacks = {}
+        ranges, calibration_samples = _calibrated_ranges(reference, work, plans, config, specs, calibration,
+                                                         verify_data, calibration_cache, holdout, progress, notes)
+        timings["calibrate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    bias_fallbacks = apply_plans(work, plans, ranges, config, mode)
     timings["rewrite"] = time.perf_counter() - start
+
+    verification = sensitivity = fallback = None
+    if config.verify.enabled:
+        start = time.perf_counter()
+        batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
+        float_source = input_path or reference
+        ref = Reference(float_source, batches)
+        verification = verify_models(ref, work, config.verify, label, quantized_nodes(work))
+        timings["verify"] = time.perf_counter() - start
+        wants_fallback = config.verify.fallback and not verification.passed
+        if config.verify.sensitivity_samples or wants_fallback:
+            start = time.perf_counter()
+            samples = _first_samples(batches, config.verify.sensitivity_samples or 16)
+            sensitivity = layer_sensitivity(reference, plans, ranges, config, mode, samples)
+            timings["sensitivity"] = time.perf_counter() - start
+        if wants_fallback:
+            start = time.perf_counter()
+            fallback, chosen = fall_back(reference, config, mode, ranges, sensitivity, verification,
+                                         lambda m: verify_models(ref, m, config.verify, label))
+            if chosen is not None:
+                work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
+                verification = verify_models(ref, work, config.verify, label, quantized_nodes(work))
+                notes.append(f"fallback: {len(chosen.excluded)} most sensitive node(s) kept float to meet the "
+                             "tolerance")
+            else:
+                notes.append("fallback: the tolerance cannot be met with any node quantized")
+            timings["fallback"] = time.perf_counter() - start
 
     saved, written = None, []
     input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
@@ -125,14 +131,6 @@ def quantize(
         written = save_model(work, output, protected=set(input_files))
         saved = written[0]
         timings["save"] = time.perf_counter() - start
-
-    verification = None
-    if config.verify.enabled:
-        start = time.perf_counter()
-        batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
-        verification = verify_models(reference if input_path is None else input_path, saved or work, batches,
-                                     config.verify.tolerance, label, check_kernels=config.verify.check_kernels)
-        timings["verify"] = time.perf_counter() - start
 
     report = QuantReport(
         input=str(input_path) if input_path else "(in-memory model)",
@@ -147,9 +145,50 @@ def quantize(
         quant_bytes=_total_bytes(written) if written else model_size_bytes(work),
         seconds=timings,
         verification=verification,
+        sensitivity=sensitivity,
+        fallback=fallback,
         notes=tuple(notes),
     )
     return QuantResult(model=work, output=saved, report=report)
+
+
+def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs,
+                       calibration, verify_data, calibration_cache, holdout: Holdout, progress,
+                       notes: list[str]) -> tuple[dict[str, tuple[float, float]], int]:
+    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache)."""
+    batches = None
+    if calibration is not None:
+        batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+        if verify_data is None and config.verify.enabled:
+            batches = holdout.split(batches)
+    summary = _load_cache(calibration_cache, reference)
+    if summary is None:
+        summary = _calibrate(work, config, batches, writes_cache=calibration_cache is not None, progress=progress)
+        if calibration_cache is not None:
+            summary.model_fingerprint = model_fingerprint(reference)
+            summary.save(calibration_cache)
+    else:
+        for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
+            pass
+        notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
+    scheme = config.activations
+    qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
+    ranges = summary.ranges(_activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+                            symmetric=scheme.symmetric, percentile=config.calibration.percentile)
+    return ranges, summary.samples
+
+
+def _first_samples(batches: list, count: int) -> list:
+    """The first `count` samples of a list of batches (a batch cut short where needed)."""
+    taken, out = 0, []
+    for batch in batches:
+        n = len(next(iter(batch.values())))
+        if taken >= count:
+            break
+        keep = min(n, count - taken)
+        out.append(batch if keep == n else {k: v[:keep] for k, v in batch.items()})
+        taken += keep
+    return out
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:

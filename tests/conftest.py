@@ -44,3 +44,15 @@ def weight(tape: ir.tape.Tape, rng: np.random.Generator, name: str, shape: tuple
 
 def node_named(model: ir.Model, name: str) -> ir.Node:
     return next(n for n in model.graph if n.name == name)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked cuda need onnxruntime's CUDAExecutionProvider; without it they skip with the reason."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        return
+    skip = pytest.mark.skip(reason="CUDAExecutionProvider not available (needs onnxruntime-gpu and a GPU)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -35,11 +35,12 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     fetched = [n for n in names if n not in graph_inputs]
     observers = {n: TensorObserver(histogram_bins) for n in names}
     reduce_in_graph = histogram_bins is None
-    session, output_names = _session_exposing(model, fetched, reduce_in_graph)
+    # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
+    session, output_names = _session_exposing(model, fetched, reduce_in_graph) if fetched else (None, [])
     name = ""
     for batch in batches:
         try:
-            outputs = session.run(output_names, batch)
+            outputs = session.run(output_names, batch) if session is not None else []
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail) as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_first_line(e)}") from None

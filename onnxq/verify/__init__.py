@@ -1,11 +1,14 @@
-"""Verification: float vs quantized on ONNX Runtime, every output, with tolerances."""
+"""Verification: float vs quantized on ONNX Runtime, every output, on each provider, with tolerances."""
 
-from onnxq.verify.check import OutputCheck, Verification, verify_models
+from onnxq.verify.check import (OutputCheck, ProviderCheck, Reference, Verification, resolve_providers,
+                                verify_models)
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
-from onnxq.verify.sessions import make_session, optimized_op_counts
+from onnxq.verify.placement import Placement, profile_placement, quantized_nodes
+from onnxq.verify.sessions import make_session
 from onnxq.verify.synthetic import synthetic_batches
 
 __all__ = [
-    "OutputCheck", "Verification", "verify_models", "MetricsAccumulator", "OutputMetrics", "make_session",
-    "optimized_op_counts", "synthetic_batches",
+    "OutputCheck", "ProviderCheck", "Reference", "Verification", "resolve_providers", "verify_models",
+    "MetricsAccumulator", "OutputMetrics", "Placement", "profile_placement", "quantized_nodes", "make_session",
+    "synthetic_batches",
 ]

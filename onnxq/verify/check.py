@@ -1,18 +1,26 @@
-"""Run the float and quantized models on the same inputs and gate every output on tolerances."""
+"""Run the float model (CPU, the reference) and the quantized model on each provider on the same inputs, and
+gate every output on its tolerance; also gate the quantized model's agreement across providers."""
 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
 
 from onnxq.calibration.data import Batch
-from onnxq.config import Tolerance
+from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
-from onnxq.verify.sessions import ModelSource, make_session, op_counts
+from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["OutputCheck", "Verification", "verify_models"]
+__all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "resolve_providers",
+           "failures_for"]
+
+# Float reference outputs are kept in memory up to this size, so that repeated checks (fallback) run the float
+# model once; above it they are recomputed per check.
+_REFERENCE_CACHE_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,32 +33,56 @@ class OutputCheck:
     def passed(self) -> bool:
         return not self.failures
 
+    def to_dict(self) -> dict:
+        return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures)}
+
 
 @dataclasses.dataclass(frozen=True)
-class Verification:
+class ProviderCheck:
     provider: str
-    data: str  # where the inputs came from, in words
-    outputs: tuple[OutputCheck, ...]
-    kernels: dict[str, int] | None  # op types after ORT's optimizer (None when not checked)
+    outputs: tuple[OutputCheck, ...]  # quantized on this provider vs float on CPU
+    placement: Placement | None
 
     @property
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs)
 
+    def to_dict(self) -> dict:
+        return {"provider": self.provider, "passed": self.passed,
+                "outputs": {o.name: o.to_dict() for o in self.outputs},
+                "placement": None if self.placement is None else self.placement.to_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    data: str  # where the inputs came from, in words
+    samples: int
+    providers: tuple[ProviderCheck, ...]
+    # Quantized on CPU vs quantized on each other provider (ORT issues #11532, #10636: silent disagreement).
+    agreement: dict[str, tuple[OutputCheck, ...]]
+    unavailable: tuple[str, ...]  # requested providers this onnxruntime lacks, with why
+
     @property
-    def samples(self) -> int:
-        return max((o.metrics.samples for o in self.outputs), default=0)
+    def passed(self) -> bool:
+        return all(p.passed for p in self.providers) and all(o.passed for c in self.agreement.values() for o in c)
+
+    @property
+    def cpu(self) -> ProviderCheck:
+        return next(p for p in self.providers if p.provider == "CPUExecutionProvider")
+
+    @property
+    def outputs(self) -> tuple[OutputCheck, ...]:
+        return self.cpu.outputs
+
+    @property
+    def kernels(self) -> dict[str, int] | None:
+        return None if self.cpu.placement is None else self.cpu.placement.kernels
 
     def to_dict(self) -> dict:
-        return {
-            "provider": self.provider,
-            "data": self.data,
-            "samples": self.samples,
-            "passed": self.passed,
-            "outputs": {o.name: {**o.metrics.to_dict(), "passed": o.passed, "failures": list(o.failures)}
-                        for o in self.outputs},
-            "kernels": self.kernels,
-        }
+        return {"data": self.data, "samples": self.samples, "passed": self.passed,
+                "providers": {p.provider: p.to_dict() for p in self.providers},
+                "agreement": {k: {o.name: o.to_dict() for o in v} for k, v in self.agreement.items()},
+                "unavailable": list(self.unavailable)}
 
 
 def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
@@ -64,24 +96,77 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
     return tuple(found)
 
 
-def verify_models(float_model: ModelSource, quant_model: ModelSource, batches: Iterable[Batch],
-                  tolerance: Tolerance, data: str, check_kernels: bool = True,
-                  provider: str = "CPUExecutionProvider") -> Verification:
-    """The float model without graph optimizations is the reference; the quantized model runs as deployed
-    (all optimizations on, so ORT's fused integer kernels are what is measured, and, with check_kernels, what is
-    counted: ORT writes the graph it optimized, which is read back)."""
-    with tempfile.TemporaryDirectory(prefix="onnxq-verify-") as scratch:
-        optimized = str(Path(scratch) / "optimized.onnx") if check_kernels else None
-        reference = make_session(float_model, optimize=False, provider=provider)
-        quantized = make_session(quant_model, optimize=True, provider=provider, optimized_model_path=optimized)
-        kernels = op_counts(optimized) if check_kernels else None
-    names = [o.name for o in reference.get_outputs()]
-    accumulators = {n: MetricsAccumulator() for n in names}
-    for batch in batches:
-        expected = reference.run(names, batch)
-        got = quantized.run(names, batch)
-        for name, e, g in zip(names, expected, got):
-            accumulators[name].add(e, g)
-    outputs = tuple(OutputCheck(n, m, failures_for(m, tolerance))
-                    for n, m in ((n, accumulators[n].result()) for n in names))
-    return Verification(provider=provider, data=data, outputs=outputs, kernels=kernels)
+def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(providers to run, messages for requested ones this onnxruntime lacks). CPU always runs."""
+    available = ort.get_available_providers()
+    wanted = ["CPUExecutionProvider"]
+    missing = []
+    for name in requested:
+        if name == "auto":
+            wanted += [p for p in ("CUDAExecutionProvider",) if p in available]
+            continue
+        full = PROVIDER_ALIASES.get(name.lower(), name)
+        if full in available:
+            wanted.append(full)
+        else:
+            hint = " (install onnxruntime-gpu and a CUDA runtime)" if full == "CUDAExecutionProvider" else ""
+            missing.append(f"{full} is not available in this onnxruntime{hint}; skipped")
+    return list(dict.fromkeys(wanted)), missing
+
+
+class Reference:
+    """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once and
+    kept while small enough."""
+
+    def __init__(self, float_model: ModelSource, batches: Sequence[Batch]) -> None:
+        self.session = make_session(float_model, optimize=False)
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.batches = list(batches)
+        self._cache: list[list[np.ndarray]] | None = []
+        self._cached_bytes = 0
+
+    def __iter__(self):
+        for i, batch in enumerate(self.batches):
+            if self._cache is not None and i < len(self._cache):
+                yield batch, self._cache[i]
+                continue
+            outputs = self.session.run(self.names, batch)
+            if self._cache is not None:
+                self._cached_bytes += sum(o.nbytes for o in outputs)
+                if self._cached_bytes <= _REFERENCE_CACHE_BYTES:
+                    self._cache.append(outputs)
+                else:
+                    self._cache = None
+            yield batch, outputs
+
+    @property
+    def samples(self) -> int:
+        return sum(len(next(iter(b.values()))) for b in self.batches)
+
+
+def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
+                  quantized_nodes: Mapping[str, str] | None = None) -> Verification:
+    """With quantized_nodes (name → op type), also profile one batch per provider to report placement."""
+    providers, unavailable = resolve_providers(config.providers)
+    sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
+    accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
+    agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
+    for batch, expected in reference:
+        got = {p: s.run(reference.names, batch) for p, s in sessions.items()}
+        for p in providers:
+            for name, e, g in zip(reference.names, expected, got[p]):
+                accumulators[p][name].add(e, g)
+        for p in providers[1:]:
+            for name, c, g in zip(reference.names, got["CPUExecutionProvider"], got[p]):
+                agreement[p][name].add(c, g)
+    checks = []
+    for p in providers:
+        placement = None
+        if quantized_nodes is not None and reference.batches:
+            placement = profile_placement(quant_model, p, reference.batches[0], quantized_nodes)
+        outputs = tuple(OutputCheck(n, m, failures_for(m, config.tolerance_for(n)))
+                        for n, m in ((n, a.result()) for n, a in accumulators[p].items()))
+        checks.append(ProviderCheck(p, outputs, placement))
+    agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
+                       for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
+    return Verification(data, reference.samples, tuple(checks), agreed, tuple(unavailable))

@@ -1,0 +1,91 @@
+"""The report as a standalone HTML page for people: verification tables and a per-layer error chart (SVG)."""
+
+from __future__ import annotations
+
+import html
+
+from onnxq.report import QuantReport
+from onnxq.verify.check import OutputCheck
+
+__all__ = ["render_html"]
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:72em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+td:first-child,th:first-child{text-align:left}.fail{color:#b00020;font-weight:600}.ok{color:#1b5e20}
+svg text{font-size:11px;font-family:monospace}"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _checks_table(checks: tuple[OutputCheck, ...]) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(o.name)}</td><td>{o.metrics.max_abs_error:.4g}</td><td>{o.metrics.mean_abs_error:.4g}</td>"
+        f"<td>{o.metrics.cosine_mean:.5f}</td><td>{o.metrics.cosine_min:.5f}</td><td>{o.metrics.sqnr_db:.1f}</td>"
+        f"<td class='{'ok' if o.passed else 'fail'}'>{'ok' if o.passed else _e('; '.join(o.failures))}</td></tr>"
+        for o in checks)
+    return ("<table><tr><th>output</th><th>max abs</th><th>mean abs</th><th>cosine</th><th>min cosine</th>"
+            f"<th>SQNR dB</th><th>result</th></tr>{rows}</table>")
+
+
+def _bar_chart(rows: list[tuple[str, float]], title: str) -> str:
+    """Horizontal bars, one per node, longest = most harmful."""
+    if not rows:
+        return ""
+    top = max(h for _, h in rows) or 1.0
+    height, label_width, bar_width = 16, 380, 320
+    bars = []
+    for i, (name, harm) in enumerate(rows):
+        y = i * height
+        width = max(1.0, bar_width * harm / top)
+        bars.append(f'<text x="0" y="{y + 12}">{_e(name[-58:])}</text>'
+                    f'<rect x="{label_width}" y="{y + 2}" width="{width:.1f}" height="{height - 4}" fill="#c62828">'
+                    f"<title>{_e(name)}: {harm:.5f}</title></rect>"
+                    f'<text x="{label_width + width + 4:.1f}" y="{y + 12}">{harm:.4f}</text>')
+    return (f"<h3>{_e(title)}</h3><svg role='img' aria-label='{_e(title)}' width='{label_width + bar_width + 80}'"
+            f" height='{len(rows) * height}'>{''.join(bars)}</svg>")
+
+
+def render_html(report: QuantReport) -> str:
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>onnxq report: {_e(report.input)}</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             f"<h1>onnxq report</h1><p><b>{_e(report.input)}</b> → <b>{_e(report.output or '(in memory)')}</b>, "
+             f"{_e(report.mode)} int8; {len(report.quantized)} node(s) quantized, {len(report.left_float)} left "
+             f"float; {report.float_bytes / 1e6:.1f} MB → {report.quant_bytes / 1e6:.1f} MB.</p>"]
+    v = report.verification
+    if v is not None:
+        verdict = "within tolerance" if v.passed else "OUT OF TOLERANCE"
+        parts.append(f"<h2>Verification: <span class='{'ok' if v.passed else 'fail'}'>{verdict}</span></h2>"
+                     f"<p>{v.samples} samples of {_e(v.data)}; the float model on CPU is the reference.</p>")
+        for message in v.unavailable:
+            parts.append(f"<p class='fail'>{_e(message)}</p>")
+        for check in v.providers:
+            parts.append(f"<h3>{_e(check.provider)}</h3>{_checks_table(check.outputs)}")
+            if check.placement is not None:
+                kernels = ", ".join(f"{n} {_e(op)}" for op, n in check.placement.kernels.items())
+                parts.append(f"<p>Kernels ORT ran: {kernels}</p>")
+                parts += [f"<p class='fail'>{_e(f)}</p>" for f in check.placement.findings()]
+        for provider, checks in v.agreement.items():
+            parts.append(f"<h3>Agreement: quantized on CPU vs on {_e(provider)}</h3>{_checks_table(checks)}")
+    s = report.sensitivity
+    if s is not None:
+        parts.append(f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {s.samples} samples; harm = "
+                     "1 − cosine of the worst output, per unit of its tolerance.</p>")
+        parts.append(_bar_chart([(n.name, n.harm) for n in s.nodes], "harm per node"))
+        rows = "".join(f"<tr><td>{_e(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
+                       for g in s.groups)
+        if rows:
+            parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
+                         f"</tr>{rows}</table>")
+    f = report.fallback
+    if f is not None:
+        kept = "".join(f"<li>{_e(name)} (harm {harm:.4f})</li>" for name, harm in f.kept_float)
+        status = f"met by keeping {len(f.kept_float)} node(s) float" if f.met else "cannot be met"
+        parts.append(f"<h2>Fallback: {status}</h2><ol>{kept}</ol>")
+    if report.left_float:
+        rows = "".join(f"<tr><td>{_e(e.name)}</td><td>{_e(e.op_type)}</td><td>{_e(e.detail)}</td></tr>"
+                       for e in report.left_float)
+        parts.append(f"<h2>Left float</h2><table><tr><th>node</th><th>op</th><th>why</th></tr>{rows}</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,188 @@
+"""Per-layer sensitivity: the end-to-end error each quantized node causes on its own.
+
+One ONNX Runtime session over a "switch model": every planned node exists twice, quantized (rewritten by the
+same passes as the real model) and float, and a boolean graph input per node selects which output flows on
+(Where). Run once with every switch off (the float model, which also yields each node's local error: its
+quantized twin sees float inputs), then once per node with only that switch on. One session, N + 1 runs on a
+few samples: about 8 s for MiniLM's 38 nodes on 16 sentences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.calibration.data import Batch
+from onnxq.config import QuantConfig
+from onnxq.handlers.plan import NodePlan
+from onnxq.io import OrtModel
+from onnxq.passes import InsertDynamicPass, InsertQdqPass
+from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
+
+__all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
+
+logger = logging.getLogger(__name__)
+
+_SWITCH = "onnxq_switch_{}"
+
+
+def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float]) -> float:
+    """The ranking key: the worst output's 1 - mean cosine, as a share of that output's budget (1 - its
+    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most."""
+    return max(((1.0 - m.cosine_mean) / budgets.get(name, 1.0) for name, m in outputs.items()), default=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSensitivity:
+    name: str
+    op_type: str
+    # Every model output when only this node is quantized, against the float model.
+    outputs: dict[str, OutputMetrics]
+    # The node's own output, quantized twin vs float, both on float inputs.
+    local_sqnr_db: float
+    harm: float
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "op_type": self.op_type, "harm": self.harm,
+                "local_sqnr_db": _finite(self.local_sqnr_db),
+                "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSensitivity:
+    """Nodes of the same role in every layer (names equal once digits are replaced by *), quantized together."""
+
+    pattern: str
+    members: tuple[str, ...]
+    outputs: dict[str, OutputMetrics]
+    harm: float
+
+    def to_dict(self) -> dict:
+        return {"pattern": self.pattern, "members": list(self.members), "harm": self.harm,
+                "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sensitivity:
+    samples: int
+    nodes: tuple[NodeSensitivity, ...]  # most harmful first
+    groups: tuple[GroupSensitivity, ...]  # most harmful first
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "nodes": [n.to_dict() for n in self.nodes],
+                "groups": [g.to_dict() for g in self.groups]}
+
+
+def group_pattern(name: str) -> str:
+    return re.sub(r"\d+", "*", name)
+
+
+def _finite(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
+                      config: QuantConfig, mode: str, batches: Sequence[Batch]) -> Sensitivity:
+    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic)."""
+    budgets = {}
+    for output in float_model.graph.outputs:
+        tolerance = config.verify.tolerance_for(output.name)
+        if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
+            budgets[output.name] = 1.0 - tolerance.min_cosine
+    model, twins = _switch_model(float_model, plans, ranges, config, mode)
+    names = [o.name for o in float_model.graph.outputs]
+    session = OrtModel(model).session(_options(), ["CPUExecutionProvider"])
+    switches = [_SWITCH.format(i) for i in range(len(twins))]
+    local_outputs = [name for twin in twins for name in twin[2:]]
+
+    def feed(batch: Batch, on: int | set[int] | None) -> dict:
+        on = on if isinstance(on, set) else {on}
+        flags = {s: np.array(i in on) for i, s in enumerate(switches)}
+        return {**batch, **flags}
+
+    references, local = [], [MetricsAccumulator() for _ in twins]
+    for batch in batches:
+        values = session.run(names + local_outputs, feed(batch, None))
+        references.append(values[:len(names)])
+        pairs = values[len(names):]
+        for i in range(len(twins)):
+            local[i].add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
+    def errors(on: int | set[int]) -> dict[str, OutputMetrics]:
+        accumulators = {n: MetricsAccumulator() for n in names}
+        for batch, reference in zip(batches, references):
+            for n, ref, got in zip(names, reference, session.run(names, feed(batch, on))):
+                accumulators[n].add(ref, got)
+        return {n: a.result() for n, a in accumulators.items()}
+
+    nodes = []
+    for i, (node_name, op_type, *_) in enumerate(twins):
+        outputs = errors(i)
+        nodes.append(NodeSensitivity(node_name, op_type, outputs, local[i].result().sqnr_db, _harm(outputs, budgets)))
+    members: dict[str, list[int]] = {}
+    for i, (node_name, *_) in enumerate(twins):
+        members.setdefault(group_pattern(node_name), []).append(i)
+    groups = []
+    for pattern, index in members.items():
+        if len(index) > 1:
+            outputs = errors(set(index))
+            groups.append(GroupSensitivity(pattern, tuple(twins[i][0] for i in index), outputs,
+                                           _harm(outputs, budgets)))
+    return Sensitivity(samples=sum(len(next(iter(b.values()))) for b in batches),
+                       nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
+                       groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))))
+
+
+def _options():
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
+
+
+def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, config: QuantConfig,
+                  mode: str) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
+    """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type,
+    quantized output name, float output name)])."""
+    model = float_model.clone()
+    model_outputs = len(model.graph.outputs)
+    by_name = {n.name: n for n in model.graph}
+    own_plans, twins = [], []
+    for plan in plans:
+        node = by_name[plan.node.name]
+        twin = ir.node(node.op_type, list(node.inputs), dict(node.attributes), domain=node.domain,
+                       name=f"{node.name}_onnxq_float", num_outputs=len(node.outputs))
+        model.graph.insert_before(node, twin)
+        twin.outputs[0].name = f"{node.outputs[0].name}_onnxq_float"
+        # Both twins are graph outputs (their local error is read), which also keeps them through the passes.
+        model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
+        own_plans.append(dataclasses.replace(plan, node=node))
+        twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
+    rewrite = InsertQdqPass(own_plans, ranges, config) if mode == "static" else InsertDynamicPass(own_plans, config)
+    rewrite(model)
+    values = {v.name: v for node in model.graph for v in node.outputs}
+    result = []
+    for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):
+        quantized, floating = values[quantized_name], values[float_name]
+        switch = ir.val(_SWITCH.format(i), ir.DataType.BOOL, [])
+        model.graph.inputs.append(switch)
+        where = ir.node("Where", [switch, quantized, floating], name=f"{quantized_name}_onnxq_switch")
+        model.graph.insert_after(quantized.producer(), where)
+        selected = where.outputs[0]
+        for usage in list(quantized.uses()):
+            if usage.node is not where:
+                usage.node.replace_input_with(usage.idx, selected)
+        for j in range(model_outputs):
+            if model.graph.outputs[j] is quantized:  # a model output: the switched value takes its place
+                model.graph.outputs[j] = selected
+                quantized.name, selected.name = f"{quantized_name}_onnxq_quantized", quantized_name
+        result.append((node_name, op_type, quantized.name, float_name))
+    model.graph.sort()
+    return model, result

@@ -1,0 +1,94 @@
+"""The report as text for a terminal: what was quantized, where it ran, how close it is, what hurts."""
+
+from __future__ import annotations
+
+import collections
+
+from onnxq.report import QuantReport
+from onnxq.verify.check import OutputCheck, Verification
+from onnxq.verify.placement import INTEGER_KERNELS
+
+__all__ = ["format_summary", "format_verification"]
+
+_TOP_NODES = 8
+
+
+def _short(provider: str) -> str:
+    return provider.replace("ExecutionProvider", "")
+
+
+def _table(checks: tuple[OutputCheck, ...]) -> list[str]:
+    lines = [f"  {'output':<28} {'max abs':>10} {'mean abs':>10} {'cosine':>8} {'min cos':>8} {'SQNR dB':>8}  result"]
+    for o in checks:
+        m = o.metrics
+        verdict = "ok" if o.passed else "FAIL: " + "; ".join(o.failures)
+        lines.append(f"  {o.name[:28]:<28} {m.max_abs_error:10.4g} {m.mean_abs_error:10.4g} {m.cosine_mean:8.4f} "
+                     f"{m.cosine_min:8.4f} {m.sqnr_db:8.1f}  {verdict}")
+    return lines
+
+
+def format_verification(v: Verification) -> list[str]:
+    lines = []
+    for message in v.unavailable:
+        lines.append(f"warning:     {message}")
+    for check in v.providers:
+        p = check.placement
+        if p is not None:
+            integer = collections.Counter(r.op_type for r in p.runs if r.op_type in INTEGER_KERNELS)
+            text = ", ".join(f"{n} {op}" for op, n in integer.most_common()) or "none"
+            float_products = sum(n for op, n in p.kernels.items() if op in ("MatMul", "Gemm", "FusedMatMul"))
+            lines.append(f"ORT {_short(check.provider)} kernels: integer {text}; float MatMul/Gemm {float_products}"
+                         f" ({len(p.integer)}/{len(p.quantized)} quantized nodes on integer kernels)")
+            lines += [f"  ! {finding}" for finding in p.findings()]
+        lines.append(f"verification on {_short(check.provider)}, {v.samples} samples of {v.data}:")
+        lines += _table(check.outputs)
+    for provider, checks in v.agreement.items():
+        lines.append(f"agreement, quantized on CPU vs on {_short(provider)}:")
+        lines += _table(checks)
+    return lines
+
+
+def format_summary(report: QuantReport) -> str:
+    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{report.mode} int8]"]
+    by_op = collections.Counter(e.op_type for e in report.quantized)
+    lines.append("quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())))
+    if report.left_float:
+        reasons = collections.Counter((e.op_type, e.detail) for e in report.left_float)
+        lines.append(f"left float:  {len(report.left_float)} node(s)")
+        for (op, reason), n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {n:4d} {op}: {reason}")
+    v = report.verification
+    if report.calibration_samples:
+        held = f" (+{v.samples} held back for verification)" if v and v.data.startswith("held-out") else ""
+        calibration = report.config["calibration"]
+        method = calibration["method"] + (f" {calibration['percentile']}" if calibration["method"] == "percentile"
+                                          else "")
+        lines.append(f"calibration: {method}, {report.calibration_samples} samples{held}, "
+                     f"{report.seconds.get('calibrate', 0.0):.1f} s")
+    ratio = report.quant_bytes / max(report.float_bytes, 1)
+    lines.append(f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)")
+    for note in report.notes:
+        lines.append(f"note:        {note}")
+    if v is None:
+        lines.append("verification: skipped")
+        return "\n".join(lines)
+    lines += format_verification(v)
+    if report.sensitivity is not None:
+        s = report.sensitivity
+        lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of the "
+                     "worst output, per unit of its tolerance):")
+        for node in s.nodes[:_TOP_NODES]:
+            cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
+            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
+        if s.groups:
+            top = s.groups[0]
+            lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")
+    if report.fallback is not None:
+        f = report.fallback
+        if f.met:
+            lines.append(f"fallback: kept {len(f.kept_float)} node(s) float ({f.probes} probes): "
+                         + ", ".join(name for name, _ in f.kept_float))
+        else:
+            lines.append("fallback: the tolerance cannot be met even with all but one node float")
+    lines.append("result: within tolerance" if v.passed else "result: OUT OF TOLERANCE")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Which kernel ran each node, on which execution provider — read from ONNX Runtime's profiler.
+
+The profile lists the graph ORT actually executed, after its optimizations, with the provider of every node;
+fused nodes keep the name of the node they replaced (a quantized MatMul becomes MatMulIntegerToFloat under the
+same name), so each quantized node of the model can be looked up.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from onnxq.calibration.data import Batch
+from onnxq.verify.sessions import ModelSource, make_session
+
+__all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "quantized_nodes"]
+
+INTEGER_KERNELS = frozenset({
+    "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
+    "ConvInteger", "MatMulNBits", "QAttention"})
+_FLOAT_PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRun:
+    name: str
+    op_type: str  # the kernel ORT ran (after fusion)
+    provider: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    provider: str
+    runs: tuple[NodeRun, ...]
+    # For each quantized node of the model: the kernel that ran it (None: not found, folded or fused away).
+    quantized: dict[str, NodeRun | None]
+
+    @property
+    def kernels(self) -> dict[str, int]:
+        """Executed kernels by op type."""
+        return dict(sorted(collections.Counter(r.op_type for r in self.runs).items()))
+
+    @property
+    def by_provider(self) -> dict[str, int]:
+        return dict(collections.Counter(r.provider for r in self.runs))
+
+    @property
+    def integer(self) -> list[str]:
+        return [n for n, r in self.quantized.items() if r is not None and r.op_type in INTEGER_KERNELS]
+
+    @property
+    def float_fallbacks(self) -> list[str]:
+        """Quantized nodes that ran as DequantizeLinear + a float product."""
+        return [n for n, r in self.quantized.items() if r is not None and r.op_type in _FLOAT_PRODUCTS]
+
+    @property
+    def cpu_fallbacks(self) -> list[NodeRun]:
+        """Nodes that ran on the CPU although another provider was asked for."""
+        if self.provider == "CPUExecutionProvider":
+            return []
+        return [r for r in self.runs if r.provider == "CPUExecutionProvider"]
+
+    def findings(self) -> list[str]:
+        found = []
+        if self.float_fallbacks:
+            where = self.provider.replace("ExecutionProvider", "")
+            advice = (" — ORT has no int8 QDQ MatMul fusion on CUDA: weights are stored int8 (smaller) but compute "
+                      "is float; for CUDA speed, weight-only int4 (MatMulNBits) is the path"
+                      if self.provider == "CUDAExecutionProvider" else "")
+            found.append(f"{len(self.float_fallbacks)} quantized node(s) ran on {where} as DequantizeLinear + float "
+                         f"MatMul/Gemm{advice}")
+        missing = [n for n, r in self.quantized.items() if r is None]
+        if missing:
+            found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused)")
+        if self.cpu_fallbacks:
+            ops = collections.Counter(r.op_type for r in self.cpu_fallbacks)
+            found.append(f"{len(self.cpu_fallbacks)} node(s) fell back to CPU: "
+                         + ", ".join(f"{n} {op}" for op, n in ops.most_common(6)))
+        return found
+
+    def to_dict(self) -> dict:
+        return {"provider": self.provider, "kernels": self.kernels, "by_provider": self.by_provider,
+                "integer": self.integer, "float_fallbacks": self.float_fallbacks,
+                "cpu_fallbacks": [dataclasses.asdict(r) for r in self.cpu_fallbacks],
+                "quantized": {n: (None if r is None else dataclasses.asdict(r)) for n, r in self.quantized.items()},
+                "findings": self.findings()}
+
+
+def quantized_nodes(model: ModelSource) -> dict[str, str]:
+    """Nodes of a quantized model that do int8 work: consumers of a DequantizeLinear output (QDQ), MatMulInteger
+    (dynamic), and DynamicQuantizeLinear's consumers. Name → op type. Weights are not loaded."""
+    graph = (model if isinstance(model, ir.Model) else ir.from_proto(onnx.load(str(model),
+                                                                                 load_external_data=False))).graph
+    found = {}
+    for node in graph:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
+            continue
+        producers = {v.producer().op_type for v in node.inputs if v is not None and v.producer() is not None}
+        if node.op_type == "MatMulInteger" or (producers & {"DequantizeLinear"} and node.op_type in _FLOAT_PRODUCTS):
+            found[node.name or ""] = node.op_type
+    return found
+
+
+def profile_placement(model: ModelSource, provider: str, batch: Batch, quantized: Mapping[str, str]) -> Placement:
+    """Run one batch with ORT's profiler on the provider (all optimizations on, as deployed)."""
+    with tempfile.TemporaryDirectory(prefix="onnxq-profile-") as scratch:
+        session = make_session(model, optimize=True, provider=provider,
+                               profile_prefix=str(Path(scratch) / "profile"))
+        session.run(None, batch)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    runs = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith("_kernel_time"):
+            node = name[: -len("_kernel_time")]
+            runs[node] = NodeRun(node, event["args"].get("op_name", "?"), event["args"].get("provider", "?"))
+    return Placement(provider, tuple(runs.values()), {n: runs.get(n) for n in quantized})

@@ -1,0 +1,103 @@
+"""Per-layer sensitivity and accuracy-aware fallback, on the samples and on MiniLM."""
+
+import json
+
+import numpy as np
+import pytest
+
+import onnxq
+from onnxq.cli import main
+
+
+def _config(**verify):
+    return onnxq.QuantConfig(verify=onnxq.VerifyConfig(**verify))
+
+
+def test_sensitivity_ranks_every_quantized_node_deterministically(samples_dir):
+    model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
+    first = onnxq.quantize(model, data).report.sensitivity
+    again = onnxq.quantize(model, data).report.sensitivity
+    assert len(first.nodes) == 7 and first.samples == 12  # the held-out samples, all 12 (<= 16)
+    harms = [n.harm for n in first.nodes]
+    assert harms == sorted(harms, reverse=True)
+    assert [(n.name, n.harm) for n in first.nodes] == [(n.name, n.harm) for n in again.nodes]
+
+
+def test_sensitivity_predicts_the_real_one_node_quantization(samples_dir):
+    """The switch model's figure for a node equals quantizing that node alone for real (same samples)."""
+    model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
+    verify_on = {"input_ids": np.load(data)["input_ids"][:16]}
+    result = onnxq.quantize(model, data, verify_data=verify_on)
+    names = [e.name for e in result.report.quantized]
+    for node in result.report.sensitivity.nodes[:3]:
+        alone = onnxq.QuantConfig(exclude_nodes=tuple(n for n in names if n != node.name),
+                                  verify=onnxq.VerifyConfig(sensitivity_samples=0))
+        real = onnxq.quantize(model, data, verify_data=verify_on, config=alone).report.verification
+        predicted = node.outputs["last_hidden_state"].cosine_mean
+        measured = real.outputs[0].metrics.cosine_mean
+        # The simulation runs unfused QDQ float arithmetic; ORT runs integer kernels: equal to ~1e-5.
+        assert abs((1 - predicted) - (1 - measured)) <= 2e-5 + 0.05 * (1 - measured), node.name
+
+
+def test_fallback_meets_a_tighter_tolerance_with_the_fewest_nodes(samples_dir, tmp_path, capsys):
+    model, data = str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")
+    plain = onnxq.quantize(model, data).report.verification.outputs[0].metrics.sqnr_db  # measured 35.6 dB
+    assert plain < 40
+    runs = []
+    for i in range(2):
+        code = main([model, "--calib", data, "--tolerance", "sqnr=40", "-o", str(tmp_path / f"q{i}.onnx"),
+                     "--report", str(tmp_path / f"r{i}.json")])
+        assert code == 0
+        runs.append(json.loads((tmp_path / f"r{i}.json").read_text()))
+    first, second = runs
+    kept = [n["name"] for n in first["fallback"]["kept_float"]]
+    assert first["fallback"]["met"] and 1 <= len(kept) < 3
+    assert kept == [n["name"] for n in second["fallback"]["kept_float"]]  # deterministic
+    assert first["fallback"]["before"]["logits"]["sqnr_db"] < 40 <= first["fallback"]["after"]["logits"]["sqnr_db"]
+    assert {e["name"] for e in first["left_float"]} == set(kept)
+    assert all("kept float by fallback" in e["detail"] for e in first["left_float"])
+    assert first["verification"]["passed"] and first["passed"]
+    out = capsys.readouterr().out
+    assert f"fallback: kept {len(kept)} node(s) float" in out
+
+
+def test_fallback_that_cannot_meet_the_tolerance_exits_1(samples_dir, capsys):
+    model, data = str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")
+    assert main([model, "--calib", data, "--tolerance", "max_abs=0", "-o", "/dev/null"]) == 1
+    out = capsys.readouterr().out
+    assert "the tolerance cannot be met" in out and "OUT OF TOLERANCE" in out
+
+
+def test_tolerance_without_fallback_only_gates(samples_dir):
+    config = _config(tolerance=onnxq.Tolerance(min_sqnr_db=40.0), fallback=False)
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=config).report
+    assert report.fallback is None and report.passed is False
+
+
+@pytest.mark.shared_models
+def test_minilm_sensitivity_and_fallback(shared_models):
+    """MinMax, uint8 activations, per-channel int8 weights, tolerance on the sentence embedding."""
+    m = shared_models / "minilm"
+    evaluation = dict(np.load(m / "eval_sentences.npz"))
+    verify_on = {k: v[:64] for k, v in evaluation.items()}
+    tolerance = {"sentence_embedding": onnxq.Tolerance(min_cosine=0.996)}
+    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(method="minmax"),
+                               verify=onnxq.VerifyConfig(output_tolerances=tolerance, fallback=True))
+    reports = [onnxq.quantize(m / "all-MiniLM-L6-v2.onnx", m / "calib_docs.npz", verify_data=verify_on,
+                              config=config).report for _ in range(2)]
+    report = reports[0]
+    sensitivity = report.sensitivity
+    # Measured independently (each group quantized alone, for real, 500 sentences): the FFN output projections
+    # cost the most (0.9966), then the FFN inputs (0.9979), then the rest (>= 0.9988).
+    assert sensitivity.groups[0].pattern == "/encoder/layer.*/output/dense/MatMul"
+    # And node by node (each quantized alone for real): layers 0, 2, 1 of the FFN output projection lead.
+    assert [n.name for n in sensitivity.nodes[:3]] == [
+        f"/encoder/layer.{i}/output/dense/MatMul" for i in (0, 2, 1)]
+    fallback = report.fallback
+    assert fallback.met and report.passed
+    kept = [name for name, _ in fallback.kept_float]
+    assert kept == [name for name, _ in reports[1].fallback.kept_float]  # same k, same nodes
+    assert kept[0] == "/encoder/layer.0/output/dense/MatMul" and 1 <= len(kept) <= 6
+    before = {o.name: o.metrics.cosine_mean for o in fallback.before.outputs}["sentence_embedding"]
+    after = {o.name: o.metrics.cosine_mean for o in fallback.after.outputs}["sentence_embedding"]
+    assert before < 0.996 <= after
