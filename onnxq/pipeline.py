@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx

@@ -10,7 +10,9 @@ import onnx_ir as ir
 import pytest
 from conftest import REPO, to_model
 
-from onnxq.cli import _count_samples, _Progress, main
+from onnxq.cli import main
+from onnxq.progress import ProgressBar as _Progress
+from onnxq.progress import count_samples as _count_samples
 
 
 @pytest.fixture

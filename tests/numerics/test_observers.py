@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from onnxq.numerics import Histogram, TensorObserver
-from onnxq.numerics.thresholds import candidate_windows, entropy_range, mse_range, percentile_range
+from onnxq.numerics.thresholds import candidate_windows, entropy_range
 
 
 def _batches(rng):

@@ -1,0 +1,87 @@
+"""Command-line flags onto the one QuantConfig (flags override a --config TOML file)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from onnxq.config import QScheme, QuantConfig, VerifyConfig
+from onnxq.errors import ConfigError
+
+__all__ = ["add_tolerance_flags", "add_calibration_flags", "config_from_args", "verify_config_from_args"]
+
+
+def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
+    p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
+    p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
+    p.add_argument("--providers", metavar="LIST",
+                   help="execution providers to verify on, comma-separated: auto (default: CPU, plus CUDA when "
+                        "present), cpu, cuda")
+
+
+_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error"}
+
+
+def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConfig:
+    """--tolerance [OUTPUT:]METRIC=VALUE entries onto the verify config."""
+    tolerance, per_output = verify.tolerance, dict(verify.output_tolerances)
+    for spec in specs:
+        target, _, assignment = spec.rpartition(":")
+        metric, _, value = assignment.partition("=")
+        if metric not in _METRICS or not value:
+            raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
+                              f"{', '.join(_METRICS)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"--tolerance {spec!r}: {value!r} is not a number") from None
+        if target:
+            per_output[target] = dataclasses.replace(per_output.get(target, tolerance), **{_METRICS[metric]: number})
+        else:
+            tolerance = dataclasses.replace(tolerance, **{_METRICS[metric]: number})
+    return dataclasses.replace(verify, tolerance=tolerance, output_tolerances=per_output)
+
+
+def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> VerifyConfig:
+    tolerance = _changed(verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
+                         max_abs_error=args.max_abs)
+    providers = tuple(p.strip() for p in args.providers.split(",")) if args.providers else None
+    verify = _changed(verify, tolerance=tolerance, providers=providers)
+    if getattr(args, "tolerance", None):
+        verify = _apply_tolerance_specs(verify, args.tolerance)
+        verify = dataclasses.replace(verify, fallback=not getattr(args, "no_fallback", False))
+    return verify
+
+
+def add_calibration_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
+    p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+
+
+def config_from_args(args: argparse.Namespace) -> QuantConfig:
+    config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings apply
+        return config.replace(calibration=_changed(config.calibration, batch_size=args.calib_batch_size,
+                                                   max_samples=args.calib_samples))
+    top = {k: v for k, v in {
+        "mode": args.mode,
+        "per_channel": False if args.per_tensor else None,
+        "quantize_activation_matmul": args.quantize_attention,
+        "gemm_bias": args.gemm_bias,
+        "exclude_nodes": tuple(args.exclude) if args.exclude else None,
+        "exclude_op_types": tuple(args.exclude_op) if args.exclude_op else None,
+        "exclude_regex": args.exclude_regex,
+    }.items() if v is not None}
+    if args.activation_dtype:
+        top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
+    calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples,
+                           method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
+    verify = verify_config_from_args(config.verify, args)
+    verify = _changed(verify, enabled=False if args.no_verify else None,
+                      sensitivity_samples=0 if args.no_sensitivity else None)
+    return config.replace(**top, calibration=calibration, verify=verify)
+
+
+def _changed(obj, **changes):
+    return dataclasses.replace(obj, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,95 @@
+"""python -m onnxq calibrate | merge | verify: the commands beside quantization."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from onnxq.calibration.api import calibrate, merge_calibrations
+from onnxq.cli_args import add_calibration_flags, add_tolerance_flags, config_from_args, verify_config_from_args
+from onnxq.config import QuantConfig
+from onnxq.progress import ProgressBar, count_samples
+from onnxq.report import SCHEMA_VERSION
+from onnxq.summary import format_verification
+from onnxq.verify.api import verify
+
+__all__ = ["SUBCOMMANDS", "build_calibrate_parser", "build_merge_parser", "build_verify_parser"]
+
+EXIT_OK, EXIT_OUT_OF_TOLERANCE = 0, 1
+
+
+def build_verify_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m onnxq verify",
+        description="Check a quantized model against its float model on every provider present: every output "
+                    "against its tolerance, the providers against each other, and where each node ran.",
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
+    p.add_argument("float_model")
+    p.add_argument("quant_model")
+    p.add_argument("--data", metavar="DATA", required=True, help="inputs: .npz, or a folder of .npz / <input>.npy")
+    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [verify] table applies)")
+    p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
+                   help="tolerance (metric: cosine, sqnr, max_abs); repeatable")
+    p.add_argument("--report", metavar="JSON", help="write the verification as JSON")
+    add_tolerance_flags(p)
+    return p
+
+
+def build_calibrate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m onnxq calibrate",
+        description="Calibrate once (every candidate activation, with histograms) and write the summary: reuse it "
+                    "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
+    p.add_argument("model", help="float .onnx model")
+    p.add_argument("--calib", metavar="DATA", required=True, help=".npz, or a folder of .npz / <input>.npy")
+    p.add_argument("-o", "--output", metavar="JSON", required=True, help="summary file to write")
+    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [calibration] table applies)")
+    add_calibration_flags(p)
+    return p
+
+
+def build_merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m onnxq merge",
+                                description="Merge calibration summaries of shards of the data into one.")
+    p.add_argument("summaries", nargs="+", metavar="JSON")
+    p.add_argument("-o", "--output", metavar="JSON", required=True)
+    return p
+
+
+def _calibrate_command(argv: list[str]) -> int:
+    args = build_calibrate_parser().parse_args(argv)
+    config = config_from_args(args)
+    progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
+    try:
+        summary = calibrate(args.model, args.calib, config=config, progress=progress)
+        path = summary.save(args.output)
+    finally:
+        progress.close()
+    print(f"onnxq: wrote {path}: {len(summary.observers)} tensors, {summary.samples} samples, "
+          f"model {summary.model_fingerprint[:24]}…")
+    return EXIT_OK
+
+
+def _merge_command(argv: list[str]) -> int:
+    args = build_merge_parser().parse_args(argv)
+    summary = merge_calibrations(args.summaries)
+    path = summary.save(args.output)
+    print(f"onnxq: merged {len(args.summaries)} summaries into {path}: {summary.samples} samples")
+    return EXIT_OK
+
+
+def _verify_command(argv: list[str]) -> int:
+    args = build_verify_parser().parse_args(argv)
+    base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    verification = verify(args.float_model, args.quant_model, args.data,
+                          config=verify_config_from_args(base.verify, args))
+    print("\n".join(format_verification(verification)))
+    print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
+    if args.report:
+        Path(args.report).write_text(json.dumps({"schema_version": SCHEMA_VERSION,
+                                                 "verification": verification.to_dict()}, indent=2) + "\n")
+    return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
+
+
+SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command, "verify": _verify_command}

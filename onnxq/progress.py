@@ -1,0 +1,61 @@
+"""A one-line progress bar for calibration on stderr, and the sample count it is measured against."""
+
+from __future__ import annotations
+
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ProgressBar", "count_samples"]
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only when it is a terminal)."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.perf_counter()
+        self.live = sys.stderr.isatty()
+
+    def __call__(self, samples: int) -> None:
+        self.done += samples
+        if not self.live:
+            return
+        rate = self.done / max(time.perf_counter() - self.start, 1e-9)
+        if self.total:
+            filled = int(30 * min(self.done / self.total, 1.0))
+            bar = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
+        else:
+            bar = f"{self.done}"
+        sys.stderr.write(f"\rcalibrating {bar} samples, {rate:.1f} samples/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.live and self.done:
+            sys.stderr.write("\n")
+
+
+def count_samples(source: str | None, limit: int | None) -> int | None:
+    """Samples in an .npz file or folder, from the array headers alone; None when unknown."""
+    if source is None:
+        return None
+    path = Path(source)
+    files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
+    total = 0
+    try:
+        for file in files:
+            with zipfile.ZipFile(file) as archive:
+                name = archive.namelist()[0]
+                with archive.open(name) as f:
+                    major, _ = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                                   else np.lib.format.read_array_header_2_0)
+                    shape = read_header(f)[0]
+                total += shape[0] if shape else 0
+    except Exception:  # only a progress-bar nicety: the real reader reports bad files
+        return None
+    return min(total, limit) if limit else total
