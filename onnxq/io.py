@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from onnxq.errors import ModelLoadError, OutputPathError
 
-__all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "OrtModel"]
+__all__ = ["load_model", "save_model", "check_output_path", "model_size_bytes", "external_data_files", "OrtModel"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,19 @@ def _prepare_for_save(model: ir.Model) -> None:
         model.ir_version = MAX_IR_VERSION
 
 
+def check_output_path(path: str | os.PathLike, protected: set[Path] = frozenset()) -> Path:
+    """The absolute output path, or OutputPathError when its folder is missing or it would overwrite a
+    protected file (the input model or its external data, also as <output>.data)."""
+    path = Path(path).absolute()
+    if not path.parent.is_dir():
+        raise OutputPathError(f"output folder {path.parent} does not exist — create it or choose another -o")
+    resolved_protected = {Path(p).resolve() for p in protected}
+    for target in (path, path.with_name(path.name + ".data")):
+        if target.resolve() in resolved_protected:
+            raise OutputPathError(f"output {target} would overwrite the input model — choose another -o")
+    return path
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path] = frozenset()) -> list[Path]:
     """Write the model atomically (temporary file beside the target, then rename); return the files written.
 
@@ -76,14 +89,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: set[Path]
     `protected` lists files that must never be overwritten (the input model and its data files).
     """
     given = Path(path)
-    path = given.absolute()
-    if not path.parent.is_dir():
-        raise OutputPathError(f"output folder {path.parent} does not exist — create it or choose another -o")
+    path = check_output_path(given, protected)
     data_name = path.name + ".data"
-    resolved_protected = {Path(p).resolve() for p in protected}
-    for target in (path, path.with_name(data_name)):
-        if target.resolve() in resolved_protected:
-            raise OutputPathError(f"output {target} would overwrite the input model — choose another -o")
     _prepare_for_save(model)
     needs_external = model_size_bytes(model) > _PROTO_LIMIT_BYTES
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

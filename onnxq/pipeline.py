@@ -1,4 +1,5 @@
-"""quantize(): load → check → plan → calibrate → rewrite → save → verify, driven by one QuantConfig."""
+"""quantize(): load → check → plan → calibrate → rewrite → verify (+ sensitivity, fallback) → save, driven by one
+QuantConfig."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from onnxq.calibration.api import activations_to_observe
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
-from onnxq.io import external_data_files, load_model, model_size_bytes, save_model
 from onnxq.fallback import fall_back
+from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
+from onnxq.numerics import qrange
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
-from onnxq.sensitivity import layer_sensitivity
-from onnxq.numerics import qrange
 from onnxq.report import NodeEntry, QuantReport
+from onnxq.sensitivity import layer_sensitivity
 from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
@@ -56,7 +57,7 @@ def quantize(
     calibration_cache: str | os.PathLike | CalibrationSummary | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> QuantResult:
-    """Quantize a float model to int8 and verify it against the float model on ONNX Runtime's CPU provider.
+    """Quantize a float model to int8 and verify it against the float model on every ONNX Runtime provider present.
 
     model: a path, an onnx.ModelProto or an onnx_ir.Model (the caller's object is never modified).
     calibration: .npz path, folder of .npz, dict of arrays (first axis = samples) or iterable of such dicts.
@@ -73,6 +74,9 @@ def quantize(
     reference = load_model(model)
     input_path = Path(model) if isinstance(model, (str, os.PathLike)) else None
     check_model(reference)
+    input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
+    if output is not None:  # an unusable output path should stop the run now, not after calibrating
+        check_output_path(output, set(input_files))
     work = reference.clone()
     mode = _resolve_mode(config, calibration, calibration_cache)
     plans, skips = plan_model(work.graph, config, mode)
@@ -121,11 +125,10 @@ def quantize(
                 notes.append(f"fallback: {len(chosen.excluded)} most sensitive node(s) kept float to meet the "
                              "tolerance")
             else:
-                notes.append("fallback: the tolerance cannot be met with any node quantized")
+                notes.append("fallback: the tolerance cannot be met even with all but one node float")
             timings["fallback"] = time.perf_counter() - start
 
     saved, written = None, []
-    input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
     if output is not None:
         start = time.perf_counter()
         written = save_model(work, output, protected=set(input_files))
@@ -163,7 +166,8 @@ def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan
             batches = holdout.split(batches)
     summary = _load_cache(calibration_cache, reference)
     if summary is None:
-        summary = _calibrate(work, config, batches, writes_cache=calibration_cache is not None, progress=progress)
+        summary = _calibrate(work, plans, config, batches, writes_cache=calibration_cache is not None,
+                             progress=progress)
         if calibration_cache is not None:
             summary.model_fingerprint = model_fingerprint(reference)
             summary.save(calibration_cache)
@@ -212,13 +216,14 @@ def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
     return summary
 
 
-def _calibrate(model: ir.Model, config: QuantConfig, batches, writes_cache: bool,
+def _calibrate(model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches, writes_cache: bool,
                progress: Callable[[int], None] | None) -> CalibrationSummary:
     """Stream the batches through the model; a summary written to a cache covers every candidate activation
     with histograms, so that it serves any later method or setting."""
     bins = config.calibration.histogram_bins if (writes_cache or config.calibration.needs_histogram) else None
     counter = SampleCounter(batches)
-    names = activations_to_observe(model, config, every_candidate=writes_cache)
+    names = (activations_to_observe(model, config, every_candidate=True) if writes_cache
+             else list(dict.fromkeys(_activation_names(plans))))
     observers = collect_observers(model, names, counter, bins, progress)
     return CalibrationSummary("", observers, counter.samples, bins)
 
