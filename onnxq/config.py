@@ -88,8 +88,11 @@ class VerifyConfig:
     max_samples: int = 64
     # Ask ORT which kernels it ran, where (profiling one batch per provider).
     check_kernels: bool = True
-    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off).
+    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off). Above
+    # sensitivity_max_nodes quantized nodes only groups are ranked (one run per group), unless fallback needs
+    # the per-node ranking: measured ~0.9 s per node on a 135M-parameter LLM for 2 samples.
     sensitivity_samples: int = 16
+    sensitivity_max_nodes: int = 64
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
     fallback: bool = False
 

@@ -113,7 +113,11 @@ def quantize(
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
             samples = _first_samples(batches, config.verify.sensitivity_samples or 16)
-            sensitivity = layer_sensitivity(reference, plans, ranges, config, mode, samples)
+            per_node = wants_fallback or len(plans) <= config.verify.sensitivity_max_nodes
+            if not per_node:
+                notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
+                             f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
+            sensitivity = layer_sensitivity(reference, plans, ranges, config, mode, samples, per_node)
             timings["sensitivity"] = time.perf_counter() - start
         if wants_fallback:
             start = time.perf_counter()

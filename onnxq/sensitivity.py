@@ -88,8 +88,10 @@ def _finite(x: float) -> float | None:
 
 
 def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                      config: QuantConfig, mode: str, batches: Sequence[Batch]) -> Sensitivity:
-    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic)."""
+                      config: QuantConfig, mode: str, batches: Sequence[Batch], per_node: bool = True) -> Sensitivity:
+    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic).
+
+    per_node False ranks only the groups: one run per group instead of one per node."""
     budgets = {}
     for output in float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
@@ -122,7 +124,7 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
         return {n: a.result() for n, a in accumulators.items()}
 
     nodes = []
-    for i, (node_name, op_type, *_) in enumerate(twins):
+    for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
         outputs = errors(i)
         nodes.append(NodeSensitivity(node_name, op_type, outputs, local[i].result().sqnr_db, _harm(outputs, budgets)))
     members: dict[str, list[int]] = {}

@@ -75,8 +75,9 @@ def format_summary(report: QuantReport) -> str:
     lines += format_verification(v)
     if report.sensitivity is not None:
         s = report.sensitivity
-        lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of the "
-                     "worst output, per unit of its tolerance):")
+        if s.nodes:
+            lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of "
+                         "the worst output, per unit of its tolerance):")
         for node in s.nodes[:_TOP_NODES]:
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
             lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")

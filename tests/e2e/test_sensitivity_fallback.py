@@ -101,3 +101,12 @@ def test_minilm_sensitivity_and_fallback(shared_models):
     before = {o.name: o.metrics.cosine_mean for o in fallback.before.outputs}["sentence_embedding"]
     after = {o.name: o.metrics.cosine_mean for o in fallback.after.outputs}["sentence_embedding"]
     assert before < 0.996 <= after
+
+
+def test_large_models_rank_groups_only_by_default(samples_dir):
+    config = _config(sensitivity_max_nodes=2)
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=config).report
+    assert report.sensitivity.nodes == ()
+    [group] = report.sensitivity.groups
+    assert group.pattern == "/fc*/Gemm" and group.members == ("/fc0/Gemm", "/fc1/Gemm", "/fc2/Gemm")
+    assert any("groups ranked, not single nodes" in n for n in report.notes)
