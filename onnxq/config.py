@@ -86,7 +86,7 @@ class VerifyConfig:
     # Without separate verification data, every 10th calibration sample is held back, at most max_samples.
     holdout_every: int = 10
     max_samples: int = 64
-    # Ask ORT which kernels it ran, where (profiling one batch per provider).
+    # Ask ORT which kernel ran each node, where (profiling one batch per provider): the placement report.
     check_kernels: bool = True
     # Per-layer sensitivity: quantize one node at a time on this many samples (0: off). Above
     # sensitivity_max_nodes quantized nodes only groups are ranked (one run per group), unless fallback needs

@@ -107,7 +107,8 @@ def quantize(
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
         float_source = input_path or reference
         ref = Reference(float_source, batches)
-        verification = verify_models(ref, work, config.verify, label, quantized_nodes(work))
+        placement_of = quantized_nodes if config.verify.check_kernels else (lambda model: None)
+        verification = verify_models(ref, work, config.verify, label, placement_of(work))
         timings["verify"] = time.perf_counter() - start
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
@@ -125,7 +126,7 @@ def quantize(
                                          lambda m: verify_models(ref, m, config.verify, label))
             if chosen is not None:
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
-                verification = verify_models(ref, work, config.verify, label, quantized_nodes(work))
+                verification = verify_models(ref, work, config.verify, label, placement_of(work))
                 notes.append(f"fallback: {len(chosen.excluded)} most sensitive node(s) kept float to meet the "
                              "tolerance")
             else:
