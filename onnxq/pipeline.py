@@ -13,12 +13,12 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, SampleCounter, collect_observers, input_specs,
-                               model_fingerprint, validated_batches)
-from onnxq.calibration.api import activations_to_observe
+from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, model_fingerprint,
+                               validated_batches)
+from onnxq.calibration.api import activations_to_observe, summarize
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
-from onnxq.handlers import NodePlan, Skip, plan_model
+from onnxq.handlers import NodePlan, Skip, activation_names, plan_model
 from onnxq.fallback import fall_back
 from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
 from onnxq.numerics import qrange
@@ -26,7 +26,7 @@ from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
 from onnxq.report import NodeEntry, QuantReport
 from onnxq.sensitivity import layer_sensitivity
-from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models
+from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models, with_placement
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 
@@ -107,13 +107,14 @@ def quantize(
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
         float_source = input_path or reference
         ref = Reference(float_source, batches)
-        placement_of = quantized_nodes if config.verify.check_kernels else (lambda model: None)
-        verification = verify_models(ref, work, config.verify, label, placement_of(work))
+        placement = quantized_nodes(work) if config.verify.check_kernels else None
+        verification = verify_models(ref, work, config.verify, label, placement)
         timings["verify"] = time.perf_counter() - start
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
-            samples = _first_samples(batches, config.verify.sensitivity_samples or 16)
+            samples = list(iter_batches(batches, config.calibration.batch_size,
+                                        config.verify.sensitivity_samples or 16))
             per_node = wants_fallback or len(plans) <= config.verify.sensitivity_max_nodes
             if not per_node:
                 notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
@@ -126,7 +127,9 @@ def quantize(
                                          lambda m: verify_models(ref, m, config.verify, label))
             if chosen is not None:
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
-                verification = verify_models(ref, work, config.verify, label, placement_of(work))
+                verification = chosen.verification  # checked during the search; only its placement is new
+                if config.verify.check_kernels:
+                    verification = with_placement(verification, work, batches[0], quantized_nodes(work))
                 notes.append(f"fallback: {len(chosen.excluded)} most sensitive node(s) kept float to meet the "
                              "tolerance")
             else:
@@ -171,10 +174,9 @@ def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan
             batches = holdout.split(batches)
     summary = _load_cache(calibration_cache, reference)
     if summary is None:
-        summary = _calibrate(work, plans, config, batches, writes_cache=calibration_cache is not None,
+        summary = _calibrate(reference, work, plans, config, batches, writes_cache=calibration_cache is not None,
                              progress=progress)
         if calibration_cache is not None:
-            summary.model_fingerprint = model_fingerprint(reference)
             summary.save(calibration_cache)
     else:
         for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
@@ -182,22 +184,9 @@ def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan
         notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
     scheme = config.activations
     qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-    ranges = summary.ranges(_activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+    ranges = summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
                             symmetric=scheme.symmetric, percentile=config.calibration.percentile)
     return ranges, summary.samples
-
-
-def _first_samples(batches: list, count: int) -> list:
-    """The first `count` samples of a list of batches (a batch cut short where needed)."""
-    taken, out = 0, []
-    for batch in batches:
-        n = len(next(iter(batch.values())))
-        if taken >= count:
-            break
-        keep = min(n, count - taken)
-        out.append(batch if keep == n else {k: v[:keep] for k, v in batch.items()})
-        taken += keep
-    return out
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
@@ -221,16 +210,15 @@ def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
     return summary
 
 
-def _calibrate(model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches, writes_cache: bool,
-               progress: Callable[[int], None] | None) -> CalibrationSummary:
-    """Stream the batches through the model; a summary written to a cache covers every candidate activation
-    with histograms, so that it serves any later method or setting."""
-    bins = config.calibration.histogram_bins if (writes_cache or config.calibration.needs_histogram) else None
-    counter = SampleCounter(batches)
-    names = (activations_to_observe(model, config, every_candidate=True) if writes_cache
-             else list(dict.fromkeys(_activation_names(plans))))
-    observers = collect_observers(model, names, counter, bins, progress)
-    return CalibrationSummary("", observers, counter.samples, bins)
+def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches,
+               writes_cache: bool, progress: Callable[[int], None] | None) -> CalibrationSummary:
+    """A summary written to a cache covers every candidate activation with histograms (and is tied to the model
+    by its fingerprint), so that it serves any later method or setting; otherwise only what this run needs."""
+    if writes_cache:
+        return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
+                         config.calibration.histogram_bins, progress, model_fingerprint(reference))
+    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
+    return summarize(model, activation_names(plans), batches, bins, progress, "")
 
 
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
@@ -240,10 +228,6 @@ def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
     first = skips[0]
     return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
             f"{first.reason}) — check the exclude options")
-
-
-def _activation_names(plans: list[NodePlan]) -> list[str]:
-    return [p.node.inputs[i].name for p in plans for i in p.activations]
 
 
 def _total_bytes(files: list[Path]) -> int:

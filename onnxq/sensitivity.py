@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.data import Batch, samples_in
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
@@ -136,7 +136,7 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
             outputs = errors(set(index))
             groups.append(GroupSensitivity(pattern, tuple(twins[i][0] for i in index), outputs,
                                            _harm(outputs, budgets)))
-    return Sensitivity(samples=sum(len(next(iter(b.values()))) for b in batches),
+    return Sensitivity(samples=sum(samples_in(b) for b in batches),
                        nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))))
 

@@ -8,16 +8,16 @@ from collections.abc import Callable, Iterable
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import DataSource, SampleCounter, input_specs, validated_batches
+from onnxq.calibration.data import Batch, DataSource, SampleCounter, input_specs, validated_batches
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
-from onnxq.handlers import plan_model
+from onnxq.handlers import activation_names, plan_model
 from onnxq.io import load_model
 from onnxq.passes import check_model
 
-__all__ = ["calibrate", "merge_calibrations", "activations_to_observe"]
+__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize"]
 
 
 def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
@@ -27,7 +27,7 @@ def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate
         config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None,
                                 quantize_activation_matmul=True)
     plans, _ = plan_model(model.graph, config, "static")
-    return list(dict.fromkeys(p.node.inputs[i].name for p in plans for i in p.activations))
+    return activation_names(plans)
 
 
 def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataSource, *,
@@ -44,11 +44,18 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm)")
-    counter = SampleCounter(validated_batches(data, input_specs(float_model), config.calibration.batch_size,
-                                              config.calibration.max_samples))
-    observers = collect_observers(float_model, names, counter, config.calibration.histogram_bins, progress)
-    return CalibrationSummary(model_fingerprint(float_model), observers, counter.samples,
-                              config.calibration.histogram_bins)
+    batches = validated_batches(data, input_specs(float_model), config.calibration.batch_size,
+                                config.calibration.max_samples)
+    return summarize(float_model, names, batches, config.calibration.histogram_bins, progress,
+                     model_fingerprint(float_model))
+
+
+def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histogram_bins: int | None,
+              progress: Callable[[int], None] | None, fingerprint: str) -> CalibrationSummary:
+    """Stream the batches through the model, observing the named values, into a summary."""
+    counter = SampleCounter(batches)
+    observers = collect_observers(model, names, counter, histogram_bins, progress)
+    return CalibrationSummary(fingerprint, observers, counter.samples, histogram_bins)
 
 
 def merge_calibrations(summaries: Iterable[CalibrationSummary | str | os.PathLike]) -> CalibrationSummary:

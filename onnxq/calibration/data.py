@@ -15,7 +15,7 @@ from onnxq.errors import CalibrationDataError
 
 __all__ = [
     "Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "validated_batches",
-    "SampleCounter", "Holdout",
+    "SampleCounter", "Holdout", "samples_in",
 ]
 
 Batch = dict[str, np.ndarray]
@@ -179,6 +179,11 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
     return out
 
 
+def samples_in(batch: Batch) -> int:
+    """The number of samples in a batch (the first axis of its arrays)."""
+    return len(next(iter(batch.values())))
+
+
 def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
                       what: str = "calibration") -> Iterator[Batch]:
     """iter_batches, each batch checked against the model's inputs as it arrives."""
@@ -195,7 +200,7 @@ class SampleCounter:
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self.batches:
-            self.samples += len(next(iter(batch.values())))
+            self.samples += samples_in(batch)
             yield batch
 
 

@@ -9,7 +9,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.data import Batch, samples_in
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
 from onnxq.config import QScheme
@@ -59,7 +59,7 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
             raise CalibrationDataError(
                 f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None
         if progress is not None:
-            progress(len(next(iter(batch.values()))))
+            progress(samples_in(batch))
     if any(o.empty for o in observers.values()):
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
     return observers

@@ -6,7 +6,7 @@ import dataclasses
 
 import onnx_ir as ir
 
-__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext"]
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,11 @@ class PlanContext:
     mode: str
     quantize_activation_matmul: bool
     gemm_bias: str
+
+
+def activation_names(plans: list[NodePlan]) -> list[str]:
+    """The values whose ranges static quantization needs, each once, in plan order."""
+    return list(dict.fromkeys(p.node.inputs[i].name for p in plans for i in p.activations))
 
 
 def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:

@@ -9,14 +9,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.data import Batch, samples_in
 from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "resolve_providers",
-           "failures_for"]
+__all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
+           "resolve_providers", "failures_for"]
 
 # Float reference outputs are kept in memory up to this size, so that repeated checks (fallback) run the float
 # model once; above it they are recomputed per check.
@@ -141,7 +141,7 @@ class Reference:
 
     @property
     def samples(self) -> int:
-        return sum(len(next(iter(b.values()))) for b in self.batches)
+        return sum(samples_in(b) for b in self.batches)
 
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
@@ -159,14 +159,21 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
         for p in providers[1:]:
             for name, c, g in zip(reference.names, got["CPUExecutionProvider"], got[p]):
                 agreement[p][name].add(c, g)
-    checks = []
-    for p in providers:
-        placement = None
-        if quantized_nodes is not None and reference.batches:
-            placement = profile_placement(quant_model, p, reference.batches[0], quantized_nodes)
-        outputs = tuple(OutputCheck(n, m, failures_for(m, config.tolerance_for(n)))
-                        for n, m in ((n, a.result()) for n, a in accumulators[p].items()))
-        checks.append(ProviderCheck(p, outputs, placement))
+    checks = tuple(ProviderCheck(p, tuple(OutputCheck(n, m, failures_for(m, config.tolerance_for(n)))
+                                          for n, m in ((n, a.result()) for n, a in accumulators[p].items())), None)
+                   for p in providers)
     agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
                        for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
-    return Verification(data, reference.samples, tuple(checks), agreed, tuple(unavailable))
+    verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable))
+    if quantized_nodes is None or not reference.batches:
+        return verification
+    return with_placement(verification, quant_model, reference.batches[0], quantized_nodes)
+
+
+def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,
+                   quantized_nodes: Mapping[str, str]) -> Verification:
+    """The verification with each provider's placement, from one profiled batch per provider."""
+    checks = tuple(dataclasses.replace(c, placement=profile_placement(quant_model, c.provider, batch,
+                                                                       quantized_nodes))
+                   for c in verification.providers)
+    return dataclasses.replace(verification, providers=checks)
