@@ -63,8 +63,11 @@ def timed(fn) -> dict:
     return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": base}
 
 
-def session(path: str | Path, threads: int = 2) -> ort.InferenceSession:
+def session(path: str | Path, threads: int = 2, optimize: bool = True) -> ort.InferenceSession:
+    """optimize=False: ORT_DISABLE_ALL, the exact quantization (DequantizeLinear + float ops, no integer kernels)."""
     options = ort.SessionOptions()
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3

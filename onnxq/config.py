@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxq.errors import ConfigError
+from onnxq.targets import TARGETS, Target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -109,6 +110,10 @@ class QuantConfig:
     """
 
     mode: Mode = "auto"
+    # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
+    # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
+    # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.
+    target: Target = "portable"
     # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
     activations: QScheme = QScheme("uint8", symmetric=False)
     weights: QScheme = QScheme("int8", symmetric=True)
@@ -124,6 +129,8 @@ class QuantConfig:
     verify: VerifyConfig = VerifyConfig()
 
     def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ConfigError(f"unknown target {self.target!r}; use one of {', '.join(TARGETS)}")
         if self.weights.dtype != "int8":
             raise ConfigError("weights.dtype must be int8 (ORT's integer kernels take int8 weights)")
         if not 0.0 < self.calibration.percentile <= 100.0:

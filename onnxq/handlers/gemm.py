@@ -33,7 +33,8 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     n_out = b_const.shape[0] if trans_b else b_const.shape[1]
     # B is [K, N], or [N, K] with transB: the output features lie on axis 1, or 0.
     axis = (0 if trans_b else 1) if ctx.per_channel else None
-    plan = NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),))
+    k_axis = 1 if trans_b else 0
+    plan = NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, k_axis if ctx.limit_pairs else None),))
     if c is None:
         return plan
     c_const = constant_float(c)

@@ -11,10 +11,14 @@ __all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "a
 
 @dataclasses.dataclass(frozen=True)
 class WeightSpec:
-    """A constant input stored as int8; `axis` is the per-channel axis, None for one scale per tensor."""
+    """A constant input stored as int8; `axis` is the per-channel axis, None for one scale per tensor.
+
+    `pair_limit_axis`: the weight's K axis when its K pairs must be limited so that the target's U8S8 kernel cannot
+    saturate (numerics.pairs); None when the target's kernels need no limit (or no integer kernel reads it)."""
 
     input_index: int
     axis: int | None
+    pair_limit_axis: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -48,6 +52,8 @@ class PlanContext:
     mode: str
     quantize_activation_matmul: bool
     gemm_bias: str
+    # Whether integer weights must keep K pairs within the AVX2 U8S8 limit (targets.needs_pair_limit).
+    limit_pairs: bool = False
 
 
 def activation_names(plans: list[NodePlan]) -> list[str]:

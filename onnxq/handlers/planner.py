@@ -7,6 +7,7 @@ import onnx_ir as ir
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip
 from onnxq.handlers.registry import handler_for
+from onnxq.targets import needs_pair_limit
 
 __all__ = ["plan_model"]
 
@@ -21,6 +22,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         mode=mode,
         quantize_activation_matmul=config.quantize_activation_matmul,
         gemm_bias=config.gemm_bias,
+        limit_pairs=needs_pair_limit(config.target, config.activations.dtype, config.weights.dtype),
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

@@ -6,12 +6,13 @@ import numpy as np
 
 from onnxq.numerics.qparams import QParams
 
-__all__ = ["quantize", "dequantize"]
+__all__ = ["quantize", "dequantize", "broadcast_along"]
 
 _DTYPE_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 
-def _broadcastable(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
+def broadcast_along(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
+    """Per-axis values shaped to broadcast against an ndim-array along `axis` (per-tensor values as they are)."""
     if axis is None:
         return values
     shape = [1] * ndim
@@ -27,8 +28,8 @@ def quantize(x: np.ndarray, qparams: QParams) -> np.ndarray:
     This keeps the temporaries to one float32 array (an embedding table is tens of MB).
     """
     x = np.asarray(x, dtype=np.float32)
-    scale = _broadcastable(qparams.scale.astype(np.float32), x.ndim, qparams.axis)
-    zero_point = _broadcastable(qparams.zero_point.astype(np.float32), x.ndim, qparams.axis)
+    scale = broadcast_along(qparams.scale.astype(np.float32), x.ndim, qparams.axis)
+    zero_point = broadcast_along(qparams.zero_point.astype(np.float32), x.ndim, qparams.axis)
     lo, hi = _DTYPE_LIMITS[qparams.dtype]
     y = np.divide(x, scale, dtype=np.float32)
     np.rint(y, out=y)
@@ -40,6 +41,6 @@ def quantize(x: np.ndarray, qparams: QParams) -> np.ndarray:
 def dequantize(q: np.ndarray, qparams: QParams) -> np.ndarray:
     """x = (q - zero_point) * scale, in float32."""
     q = np.asarray(q)
-    scale = _broadcastable(qparams.scale.astype(np.float32), q.ndim, qparams.axis)
-    zero_point = _broadcastable(qparams.zero_point.astype(np.float32), q.ndim, qparams.axis)
+    scale = broadcast_along(qparams.scale.astype(np.float32), q.ndim, qparams.axis)
+    zero_point = broadcast_along(qparams.zero_point.astype(np.float32), q.ndim, qparams.axis)
     return ((q.astype(np.float32) - zero_point) * scale).astype(np.float32)

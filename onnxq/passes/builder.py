@@ -9,6 +9,7 @@ import onnx_ir as ir
 
 from onnxq.config import QScheme
 from onnxq.numerics import QParams, choose_qparams, quantize
+from onnxq.numerics.pairs import quantize_pair_limited
 
 __all__ = ["QuantizedWeight", "GraphBuilder"]
 
@@ -33,7 +34,7 @@ class GraphBuilder:
             self._taken.add(node.name or "")
             self._taken.update(v.name for v in node.outputs if v.name)
         self._taken.update(v.name for v in graph.inputs if v.name)
-        self._weights: dict[tuple[int, int | None, bool], QuantizedWeight] = {}
+        self._weights: dict[tuple[int, int | None, bool, int | None], QuantizedWeight] = {}
 
     def unique(self, base: str) -> str:
         name, i = base, 0
@@ -59,31 +60,39 @@ class GraphBuilder:
         self.graph.insert_before(before, node)
         return node
 
-    def quantized_weight(self, value: ir.Value, axis: int | None, transpose: bool = False) -> QuantizedWeight:
-        """The int8 form of a constant (transposed first when asked), made once per (value, axis, layout)."""
-        key = (id(value), axis, transpose)
+    def quantized_weight(self, value: ir.Value, axis: int | None, transpose: bool = False,
+                         pair_limit_axis: int | None = None) -> QuantizedWeight:
+        """The int8 form of a constant (transposed first when asked), made once per (value, axis, layout, limit).
+
+        pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs)."""
+        key = (id(value), axis, transpose, pair_limit_axis)
         if key not in self._weights:
             array = ir.convenience.get_const_tensor(value).numpy().astype(np.float32, copy=False)
             if transpose:
                 array = np.ascontiguousarray(array.T)
             qparams = _weight_qparams(array, axis, self.weight_scheme)
+            if pair_limit_axis is None:
+                quantized = quantize(array, qparams)
+            else:
+                quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
             base = value.name or "weight"
             self._weights[key] = QuantizedWeight(
-                quantized=self.initializer(f"{base}_quantized", quantize(array, qparams)),
+                quantized=self.initializer(f"{base}_quantized", quantized),
                 scale=self.initializer(f"{base}_scale", qparams.scale),
                 zero_point=self.initializer(f"{base}_zero_point", qparams.zero_point),
                 qparams=qparams,
             )
         return self._weights[key]
 
-    def dequantized_weight(self, value: ir.Value, axis: int | None, before: ir.Node) -> QuantizedWeight:
+    def dequantized_weight(self, value: ir.Value, axis: int | None, before: ir.Node,
+                           pair_limit_axis: int | None = None) -> QuantizedWeight:
         """A DequantizeLinear of the int8 weight, shared by every consumer of the same weight."""
-        weight = self.quantized_weight(value, axis)
+        weight = self.quantized_weight(value, axis, pair_limit_axis=pair_limit_axis)
         if weight.dequantized is None:
             dq = self.dequantize(weight.quantized, weight.scale, weight.zero_point, axis, value.name or "weight",
                                  before)
             weight = dataclasses.replace(weight, dequantized=dq)
-            self._weights[(id(value), axis, False)] = weight
+            self._weights[(id(value), axis, False, pair_limit_axis)] = weight
         return weight
 
     def dequantize(self, quantized: ir.Value, scale: ir.Value, zero_point: ir.Value, axis: int | None,

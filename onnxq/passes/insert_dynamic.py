@@ -41,9 +41,10 @@ class InsertDynamicPass(ir.passes.InPlacePass):
             x_q, x_scale, x_zero_point = dynamic_inputs[x].outputs
             spec = plan.weights[0]
             transposed = node.op_type == "Gemm" and _attr(node, "transB") == 1
-            # MatMulInteger takes B as [K, N] with a zero point per column N.
+            # MatMulInteger takes B as [K, N] with a zero point per column N (K pairs along axis 0).
             axis = None if spec.axis is None else 1
-            weight = builder.quantized_weight(node.inputs[1], axis, transpose=transposed)
+            weight = builder.quantized_weight(node.inputs[1], axis, transpose=transposed,
+                                              pair_limit_axis=None if spec.pair_limit_axis is None else 0)
             base = node.name or "MatMul"
             integer = builder.node("MatMulInteger", [x_q, weight.quantized, x_zero_point, weight.zero_point],
                                    f"{base}_MatMulInteger", node)

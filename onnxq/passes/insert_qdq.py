@@ -53,7 +53,8 @@ class InsertQdqPass(ir.passes.InPlacePass):
                 node.replace_input_with(index, dequantized)
             weight_qparams = None
             for spec in plan.weights:
-                weight = builder.dequantized_weight(node.inputs[spec.input_index], spec.axis, before=node)
+                weight = builder.dequantized_weight(node.inputs[spec.input_index], spec.axis, before=node,
+                                                    pair_limit_axis=spec.pair_limit_axis)
                 node.replace_input_with(spec.input_index, weight.dequantized)
                 weight_qparams = weight.qparams
             if plan.bias_index is not None:

@@ -1,0 +1,109 @@
+"""Targets on MiniLM: accuracy as deployed (ORT_ENABLE_ALL: integer kernels) and exact (ORT_DISABLE_ALL: the same
+file, DequantizeLinear + float ops), and latency vs float and vs onnxruntime.quantization's outputs, one run.
+
+    python bench/bench_targets.py [--rounds-b1 40] [--rounds-b32 8] [--accuracy-only]
+
+On a CPU without VNNI, deployed differs from exact where ORT's U8S8 kernel saturates (onnxq.targets): the
+x86-vnni row shows what a model made for VNNI does here; portable / x86-avx2 must match their exact figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
+
+import onnxq  # noqa: E402
+from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
+
+MINILM = SHARED / "minilm"
+MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
+CALIB = MINILM / "calib_docs.npz"
+
+
+def onnxq_variants(out: Path) -> dict[str, Path]:
+    cache = out / "minilm.calib.json"
+    paths = {}
+    for target in ("portable", "x86-vnni"):
+        for mode in ("static", "dynamic"):
+            config = onnxq.QuantConfig(target=target, mode=mode, verify=onnxq.VerifyConfig(enabled=False))
+            path = out / f"minilm.{target}.{mode}.onnx"
+            onnxq.quantize(MODEL, CALIB if mode == "static" else None, output=path, config=config,
+                           calibration_cache=cache if mode == "static" else None)
+            paths[f"onnxq {mode} target={target}"] = path
+    return paths
+
+
+def ort_variants(out: Path) -> dict[str, Path]:
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
+                                          quantize_static)
+
+    logging.disable(logging.WARNING)
+    docs = np.load(CALIB)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{k: docs[k][i:i + 8] for k in docs.files} for i in range(0, len(docs["input_ids"]), 8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    paths = {"ORT quantize_dynamic": out / "minilm.ort.dynamic.onnx"}
+    quantize_dynamic(MODEL, paths["ORT quantize_dynamic"], weight_type=QuantType.QInt8)
+    for reduce_range in (False, True):
+        path = out / f"minilm.ort.static.rr{int(reduce_range)}.onnx"
+        quantize_static(MODEL, path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        op_types_to_quantize=["MatMul"], activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, reduce_range=reduce_range)
+        paths[f"ORT quantize_static QDQ U8S8{' reduce_range' if reduce_range else ''}"] = path
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds-b1", type=int, default=40)
+    parser.add_argument("--rounds-b32", type=int, default=8)
+    parser.add_argument("--accuracy-only", action="store_true")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    args = parser.parse_args()
+    if not MODEL.is_file():
+        sys.exit(f"needs {MODEL} (the onnxq workplace's shared models)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {**onnxq_variants(out), **ort_variants(out)}
+    evaluation = np.load(MINILM / "eval_sentences.npz")
+    feed = {k: evaluation[k] for k in evaluation.files}
+    reference = session(MODEL, optimize=False).run(["sentence_embedding"], feed)[0]
+    cosine = {k: {"deployed": mean_cosine(reference, session(p).run(["sentence_embedding"], feed)[0]),
+                  "exact": mean_cosine(reference, session(p, optimize=False).run(["sentence_embedding"], feed)[0])}
+              for k, p in paths.items()}
+    latency = {}
+    if not args.accuracy_only:
+        docs = np.load(CALIB)
+        for batch, rounds in ((1, args.rounds_b1), (32, args.rounds_b32)):
+            batch_feed = {k: np.ascontiguousarray(docs[k][:batch]) for k in docs.files}
+            latency[batch] = interleaved_latency_ms({"float": MODEL, **paths}, batch_feed, rounds)
+    results = {"machine": machine(), "cpu": cpu_model(), "flags": sorted(cpu_flags()), "cosine": cosine,
+               "latency_ms": latency}
+    (out / "bench_targets.json").write_text(json.dumps(results, indent=2, default=str))
+    print(f"MiniLM-L6, {machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
+    print("| model | cosine deployed | cosine exact (ORT_DISABLE_ALL) | b1 ms (vs float) | b32 ms (vs float) |")
+    print("|---|---|---|---|---|")
+    for k in paths:
+        cells = [f"{cosine[k]['deployed']:.4f}", f"{cosine[k]['exact']:.4f}"]
+        for b in (1, 32):
+            cells.append(f"{latency[b][k]:.1f} ({latency[b]['float'] / latency[b][k]:.2f}×)" if latency else "")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    if latency:
+        print(f"| float | 1 | 1 | {latency[1]['float']:.1f} | {latency[32]['float']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Int8 weights that cannot saturate AVX2's U8S8 kernel: a limit on each K pair's same-sign sum.
+
+MLAS's U8S8 GEMM on x86 without VNNI multiplies uint8 activations a by int8 weights b with vpmaddubsw, which adds
+the products of K indices 2i and 2i+1 in int16 with saturation. With a in [0, 255], the pair sum
+a0·b0 + a1·b1 stays inside int16 for every a exactly when the positive parts of (b0, b1) add to at most 128 and
+the negative parts to at least -128 (255 · 128 = 32640 ≤ 32767). Only pairs of two large same-sign weights break
+that, so the limit changes few weights, and by the least it can: such a pair is moved to the nearest integer
+point on the line |b0 + b1| = 128 (the projection of its real values, rounded).
+
+A channel with many large pairs would lose more to the limit than to a coarser scale, so quantize_pair_limited
+also widens each channel's scale (by 1 to 2×; 2× is reduce_range's 7-bit weights, which never hit the limit) and
+keeps, per channel, the widening with the least squared weight error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxq.numerics.affine import broadcast_along, quantize
+from onnxq.numerics.qparams import QParams
+
+__all__ = ["PAIR_LIMIT", "limit_pair_sums", "pair_sum_violations", "quantize_pair_limited"]
+
+PAIR_LIMIT = 128
+
+
+def _pairs(q: np.ndarray, k_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Views of the even and odd K rows (an odd last row pairs with the kernel's zero padding: no pair)."""
+    q = np.moveaxis(q, k_axis, 0)
+    even = q[0:q.shape[0] - 1:2]
+    return even, q[1::2]
+
+
+def pair_sum_violations(q: np.ndarray, k_axis: int, limit: int = PAIR_LIMIT) -> np.ndarray:
+    """Boolean [K // 2, ...]: the pairs whose same-sign sum exceeds the limit (those that can saturate)."""
+    even, odd = _pairs(q.astype(np.int32), k_axis)
+    positive = np.maximum(even, 0) + np.maximum(odd, 0)
+    negative = np.minimum(even, 0) + np.minimum(odd, 0)
+    return (positive > limit) | (negative < -limit)
+
+
+def limit_pair_sums(q: np.ndarray, real: np.ndarray, k_axis: int, limit: int = PAIR_LIMIT) -> np.ndarray:
+    """q (int8) with every K pair's same-sign sum within ±limit. `real` is x / scale (the unrounded values).
+
+    A violating pair has both values of one sign (a mixed pair is bounded by one value, ≤ 127): its real values
+    (r0, r1) are projected onto |r0 + r1| = limit and rounded so that the integers add to exactly ±limit."""
+    out = np.array(q, copy=True)
+    bad = pair_sum_violations(out, k_axis, limit)
+    if not bad.any():
+        return out
+    q_even, q_odd = _pairs(out, k_axis)  # views into out
+    r_even, r_odd = _pairs(np.asarray(real, dtype=np.float64), k_axis)
+    sign = np.sign(q_even[bad].astype(np.int32))
+    a0 = np.clip(np.abs(r_even[bad]), 0, 127)
+    a1 = np.clip(np.abs(r_odd[bad]), 0, 127)
+    # Projection onto a0 + a1 = limit keeps a0 - a1: a0' = (a0 - a1 + limit) / 2; both stay in [1, 127].
+    new0 = np.clip(np.rint((a0 - a1 + limit) / 2), limit - 127, 127)
+    q_even[bad] = (sign * new0).astype(out.dtype)
+    q_odd[bad] = (sign * (limit - new0)).astype(out.dtype)
+    return out
+
+
+# Scale widenings tried per channel: 1 (full range, pairs limited) to 2 (7 bits: the limit never binds).
+_WIDENINGS = np.linspace(1.0, 2.0, 11)
+
+
+def quantize_pair_limited(x: np.ndarray, qparams: QParams, k_axis: int) -> tuple[np.ndarray, QParams]:
+    """Symmetric int8 weights whose K pairs cannot saturate, with the per-channel scale widening (1-2×) of least
+    squared weight error. Returns the int8 array and its qparams (scales widened, zero points unchanged)."""
+    if np.any(qparams.zero_point != 0):
+        raise ValueError("pair-limited weights must be symmetric (zero point 0)")
+    x = np.asarray(x, dtype=np.float32)
+    channel_axes = tuple(i for i in range(x.ndim) if i != qparams.axis) if qparams.axis is not None else None
+    best_q, best_scale, best_err = None, None, None
+    for widening in _WIDENINGS:
+        scale = (qparams.scale.astype(np.float64) * widening).astype(np.float32)
+        trial = QParams(scale, qparams.zero_point, qparams.axis)
+        real = x / broadcast_along(scale, x.ndim, qparams.axis)
+        q = limit_pair_sums(quantize(x, trial), real, k_axis)
+        err = np.square(q.astype(np.float32) * broadcast_along(scale, x.ndim, qparams.axis) - x)
+        err = err.sum(axis=channel_axes) if channel_axes is not None else err.sum()
+        if best_err is None:
+            best_q, best_scale, best_err = q, scale, err
+            continue
+        better = err < best_err
+        if qparams.axis is None:
+            if better:
+                best_q, best_scale, best_err = q, scale, err
+            continue
+        best_q = np.where(broadcast_along(better, x.ndim, qparams.axis), q, best_q)
+        best_scale = np.where(better, scale, best_scale)
+        best_err = np.where(better, err, best_err)
+    return best_q, QParams(np.asarray(best_scale, dtype=np.float32), qparams.zero_point, qparams.axis)
