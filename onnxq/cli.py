@@ -16,6 +16,7 @@ from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.summary import format_summary
+from onnxq.targets import TARGETS
 
 __all__ = ["main", "build_parser"]
 
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
     p.add_argument("--mode", choices=["auto", "static", "dynamic"],
                    help="auto (default): static with --calib, else dynamic")
+    p.add_argument("--target", choices=list(TARGETS),
+                   help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
+                        "(this machine), x86-vnni, x86-avx2, arm64")
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")

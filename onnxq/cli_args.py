@@ -66,6 +66,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
                                                    max_samples=args.calib_samples))
     top = {k: v for k, v in {
         "mode": args.mode,
+        "target": args.target,
         "per_channel": False if args.per_tensor else None,
         "quantize_activation_matmul": args.quantize_attention,
         "gemm_bias": args.gemm_bias,

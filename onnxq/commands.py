@@ -12,6 +12,7 @@ from onnxq.config import QuantConfig
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.report import SCHEMA_VERSION
 from onnxq.summary import format_verification
+from onnxq.targets import TARGETS
 from onnxq.verify.api import verify
 
 __all__ = ["SUBCOMMANDS", "build_calibrate_parser", "build_merge_parser", "build_verify_parser"]
@@ -32,6 +33,8 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
                    help="tolerance (metric: cosine, sqnr, max_abs); repeatable")
     p.add_argument("--report", metavar="JSON", help="write the verification as JSON")
+    p.add_argument("--target", choices=list(TARGETS),
+                   help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
     return p
 
@@ -83,7 +86,7 @@ def _verify_command(argv: list[str]) -> int:
     args = build_verify_parser().parse_args(argv)
     base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
     verification = verify(args.float_model, args.quant_model, args.data,
-                          config=verify_config_from_args(base.verify, args))
+                          config=verify_config_from_args(base.verify, args), target=args.target or base.target)
     print("\n".join(format_verification(verification)))
     print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
     if args.report:

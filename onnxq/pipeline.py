@@ -108,7 +108,7 @@ def quantize(
         float_source = input_path or reference
         ref = Reference(float_source, batches)
         placement = quantized_nodes(work) if config.verify.check_kernels else None
-        verification = verify_models(ref, work, config.verify, label, placement)
+        verification = verify_models(ref, work, config.verify, label, placement, config.target)
         timings["verify"] = time.perf_counter() - start
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
@@ -124,7 +124,7 @@ def quantize(
         if wants_fallback:
             start = time.perf_counter()
             fallback, chosen = fall_back(reference, config, mode, ranges, sensitivity, verification,
-                                         lambda m: verify_models(ref, m, config.verify, label))
+                                         lambda m: verify_models(ref, m, config.verify, label, target=config.target))
             if chosen is not None:
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
                 verification = chosen.verification  # checked during the search; only its placement is new

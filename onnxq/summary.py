@@ -45,6 +45,32 @@ def format_verification(v: Verification) -> list[str]:
     for provider, checks in v.agreement.items():
         lines.append(f"agreement, quantized on CPU vs on {_short(provider)}:")
         lines += _table(checks)
+    if v.coverage is not None:
+        lines += _coverage(v.coverage)
+    return lines
+
+
+def _coverage(c) -> list[str]:
+    info = c.platform
+    lines = [f"checked on:  {info['cpu']} ({', '.join(info['isa_flags']) or 'no int8 ISA flags'}; "
+             f"kernels of {info['cpu_target']}), onnxruntime {info['onnxruntime']}; target {c.target}:"]
+    for t in c.targets:
+        verdict = "ok" if t.passed else "OUT OF TOLERANCE"
+        lines.append(f"  {t.target:<9} {verdict:<16} {t.how}")
+    gap = min((o.metrics.cosine_min for o in c.kernel_gap), default=1.0)
+    lines.append(f"  this CPU's kernels vs the exact quantization: min cosine {gap:.5f}"
+                 + ("" if all(o.passed for o in c.kernel_gap) else "  ! the kernels, not the quantization, move "
+                    "the outputs"))
+    risky = [n for n in c.saturation if n.can_saturate]
+    saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
+    if not risky:
+        lines.append(f"  AVX2 U8S8 saturation: impossible in all {len(c.saturation)} integer products "
+                     "(K pairs within ±128)")
+    else:
+        lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(c.saturation)} integer products saturate"
+                     + "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
+                               for n in saturating[:5]))
+    lines += [f"  ! {line}" for line in c.failures()]
     return lines
 
 

@@ -22,9 +22,10 @@ ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model
 
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
            config: VerifyConfig | None = None, providers: tuple[str, ...] | None = None,
-           batch_size: int = 8) -> Verification:
+           batch_size: int = 8, target: str = "portable") -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
-    every output against its tolerance, the providers against each other, and report where each node ran."""
+    every output against its tolerance, the providers against each other, and report where each node ran.
+    target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one."""
     config = config or VerifyConfig()
     if providers is not None:
         config = dataclasses.replace(config, providers=tuple(providers))
@@ -39,4 +40,4 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     float_source = float_model if isinstance(float_model, (str, os.PathLike)) else float_ir
     quant_source = quant_model if isinstance(quant_model, (str, os.PathLike)) else quant_ir
     return verify_models(Reference(float_source, batches), quant_source, config, "the given data",
-                         quantized_nodes(quant_ir))
+                         quantized_nodes(quant_ir), target)

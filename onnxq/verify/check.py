@@ -7,11 +7,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.calibration.data import Batch, samples_in
-from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
-from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
+from onnxq.config import PROVIDER_ALIASES, VerifyConfig
+from onnxq.io import load_model
+from onnxq.verify.coverage import Coverage, CoverageRun
+from onnxq.verify.metrics import MetricsAccumulator
+from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.sessions import ModelSource, make_session
 
@@ -21,20 +25,6 @@ __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_
 # Float reference outputs are kept in memory up to this size, so that repeated checks (fallback) run the float
 # model once; above it they are recomputed per check.
 _REFERENCE_CACHE_BYTES = 1 << 30
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputCheck:
-    name: str
-    metrics: OutputMetrics
-    failures: tuple[str, ...]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-    def to_dict(self) -> dict:
-        return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +51,13 @@ class Verification:
     # Quantized on CPU vs quantized on each other provider (ORT issues #11532, #10636: silent disagreement).
     agreement: dict[str, tuple[OutputCheck, ...]]
     unavailable: tuple[str, ...]  # requested providers this onnxruntime lacks, with why
+    # Where the check holds: this CPU, each target (run / exact / emulated), the kernels' gap to the exact model.
+    coverage: Coverage | None = None
 
     @property
     def passed(self) -> bool:
-        return all(p.passed for p in self.providers) and all(o.passed for c in self.agreement.values() for o in c)
+        return (all(p.passed for p in self.providers) and all(o.passed for c in self.agreement.values() for o in c)
+                and (self.coverage is None or self.coverage.passed))
 
     @property
     def cpu(self) -> ProviderCheck:
@@ -82,18 +75,8 @@ class Verification:
         return {"data": self.data, "samples": self.samples, "passed": self.passed,
                 "providers": {p.provider: p.to_dict() for p in self.providers},
                 "agreement": {k: {o.name: o.to_dict() for o in v} for k, v in self.agreement.items()},
-                "unavailable": list(self.unavailable)}
-
-
-def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
-    found = []
-    if tolerance.min_cosine is not None and not metrics.cosine_mean >= tolerance.min_cosine:
-        found.append(f"cosine {metrics.cosine_mean:.4f} < {tolerance.min_cosine}")
-    if tolerance.min_sqnr_db is not None and not metrics.sqnr_db >= tolerance.min_sqnr_db:
-        found.append(f"SQNR {metrics.sqnr_db:.1f} dB < {tolerance.min_sqnr_db} dB")
-    if tolerance.max_abs_error is not None and not metrics.max_abs_error <= tolerance.max_abs_error:
-        found.append(f"max abs error {metrics.max_abs_error:.4g} > {tolerance.max_abs_error}")
-    return tuple(found)
+                "unavailable": list(self.unavailable),
+                "coverage": None if self.coverage is None else self.coverage.to_dict()}
 
 
 def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -145,14 +128,20 @@ class Reference:
 
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
-                  quantized_nodes: Mapping[str, str] | None = None) -> Verification:
-    """With quantized_nodes (name → op type), also profile one batch per provider to report placement."""
+                  quantized_nodes: Mapping[str, str] | None = None, target: str = "portable") -> Verification:
+    """With quantized_nodes (name → op type), also profile one batch per provider to report placement.
+
+    target: the CPUs the model is meant for; each is checked by running, by the exact quantization or by
+    emulation (verify.coverage), and gates like the providers do."""
     providers, unavailable = resolve_providers(config.providers)
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
     accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
     agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
+    coverage = CoverageRun(quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model),
+                           reference.names, config, target)
     for batch, expected in reference:
         got = {p: s.run(reference.names, batch) for p, s in sessions.items()}
+        coverage.add(batch, expected, got["CPUExecutionProvider"])
         for p in providers:
             for name, e, g in zip(reference.names, expected, got[p]):
                 accumulators[p][name].add(e, g)
@@ -164,7 +153,8 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
                    for p in providers)
     agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
                        for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
-    verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable))
+    verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable),
+                                coverage.result(checks[0].outputs))
     if quantized_nodes is None or not reference.batches:
         return verification
     return with_placement(verification, quant_model, reference.batches[0], quantized_nodes)

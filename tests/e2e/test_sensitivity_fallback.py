@@ -41,11 +41,13 @@ def test_sensitivity_predicts_the_real_one_node_quantization(samples_dir):
 
 def test_fallback_meets_a_tighter_tolerance_with_the_fewest_nodes(samples_dir, tmp_path, capsys):
     model, data = str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")
-    plain = onnxq.quantize(model, data).report.verification.outputs[0].metrics.sqnr_db  # measured 35.6 dB
-    assert plain < 40
+    # Default (portable) target, measured on AVX2 and as exact quantization: 33.9 dB with every node int8,
+    # 34.9 / 35.1 / 36.5 dB with one node float; 36 dB needs exactly one node float (fc2).
+    plain = onnxq.quantize(model, data).report.verification.outputs[0].metrics.sqnr_db
+    assert plain < 36
     runs = []
     for i in range(2):
-        code = main([model, "--calib", data, "--tolerance", "sqnr=40", "-o", str(tmp_path / f"q{i}.onnx"),
+        code = main([model, "--calib", data, "--tolerance", "sqnr=36", "-o", str(tmp_path / f"q{i}.onnx"),
                      "--report", str(tmp_path / f"r{i}.json")])
         assert code == 0
         runs.append(json.loads((tmp_path / f"r{i}.json").read_text()))
@@ -53,7 +55,7 @@ def test_fallback_meets_a_tighter_tolerance_with_the_fewest_nodes(samples_dir, t
     kept = [n["name"] for n in first["fallback"]["kept_float"]]
     assert first["fallback"]["met"] and 1 <= len(kept) < 3
     assert kept == [n["name"] for n in second["fallback"]["kept_float"]]  # deterministic
-    assert first["fallback"]["before"]["logits"]["sqnr_db"] < 40 <= first["fallback"]["after"]["logits"]["sqnr_db"]
+    assert first["fallback"]["before"]["logits"]["sqnr_db"] < 36 <= first["fallback"]["after"]["logits"]["sqnr_db"]
     assert {e["name"] for e in first["left_float"]} == set(kept)
     assert all("kept float by fallback" in e["detail"] for e in first["left_float"])
     assert first["verification"]["passed"] and first["passed"]

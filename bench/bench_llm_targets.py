@@ -1,0 +1,84 @@
+"""Targets on SmolLM2-135M: perplexity on dev_windows.npz as deployed (ORT_ENABLE_ALL) and exact (ORT_DISABLE_ALL),
+onnxq per target and mode next to onnxruntime's quantize_dynamic, same text and machine, one run.
+
+    bash ../shared/models/smollm2/build.sh      # once, ~3 minutes
+    python bench/bench_llm_targets.py [--model ~/.cache/onnxq-models/smollm2/smollm2_135m.onnx] [--windows 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, machine, session  # noqa: E402
+
+import onnxq  # noqa: E402
+from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
+
+DATA = SHARED / "smollm2"
+DEFAULT_MODEL = Path.home() / ".cache" / "onnxq-models" / "smollm2" / "smollm2_135m.onnx"
+
+
+def perplexity(path: Path, windows: dict[str, np.ndarray], optimize: bool) -> float:
+    s = session(path, optimize=optimize)
+    nll, count = 0.0, 0
+    for i in range(len(windows["input_ids"])):
+        feed = {k: windows[k][i:i + 1] for k in windows}
+        logits = s.run(["logits"], feed)[0][0, :-1].astype(np.float64)
+        targets = windows["input_ids"][i, 1:]
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        nll -= float(log_probs[np.arange(len(targets)), targets].sum())
+        count += len(targets)
+    return float(np.exp(nll / count))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--windows", type=int, default=16, help="dev windows scored (of 48)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    args = parser.parse_args()
+    model = Path(args.model)
+    if not model.is_file():
+        sys.exit(f"needs {model}: bash ../shared/models/smollm2/build.sh")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = np.load(DATA / "dev_windows.npz")
+    windows = {k: dev[k][:args.windows] for k in dev.files}
+    calib = np.load(DATA / "calib_windows.npz")
+    calib = {k: calib[k][:32] for k in calib.files}
+    paths = {}
+    for target in ("portable", "x86-vnni"):
+        for mode in ("static", "dynamic"):
+            config = onnxq.QuantConfig(target=target, mode=mode, verify=onnxq.VerifyConfig(enabled=False),
+                                       calibration=onnxq.CalibrationConfig(method="minmax"))
+            path = out / f"smollm2.{target}.{mode}.onnx"
+            onnxq.quantize(model, calib if mode == "static" else None, output=path, config=config)
+            paths[f"onnxq {mode} target={target}"] = path
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.disable(logging.WARNING)
+    paths["ORT quantize_dynamic"] = out / "smollm2.ort.dynamic.onnx"
+    quantize_dynamic(model, paths["ORT quantize_dynamic"], weight_type=QuantType.QInt8, use_external_data_format=True)
+    results = {"float": perplexity(model, windows, optimize=False)}
+    for name, path in paths.items():
+        results[name] = {"deployed": perplexity(path, windows, True), "exact": perplexity(path, windows, False)}
+    (out / "bench_llm_targets.json").write_text(json.dumps(results, indent=2))
+    print(f"SmolLM2-135M, perplexity on the first {args.windows} dev windows, {machine()}, {cpu_model()}, "
+          f"flags: {', '.join(sorted(cpu_flags()))}\n")
+    print(f"float: {results['float']:.2f}\n")
+    print("| model | deployed (ORT_ENABLE_ALL) | exact (ORT_DISABLE_ALL) |")
+    print("|---|---|---|")
+    for name in paths:
+        print(f"| {name} | {results[name]['deployed']:.2f} | {results[name]['exact']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

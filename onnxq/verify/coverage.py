@@ -1,0 +1,146 @@
+"""Where a verification holds: the CPU it ran on, and every CPU target the model is meant for.
+
+A target is checked by running (this machine's own), by the exact quantization (ORT_DISABLE_ALL: DequantizeLinear
+and float products, which is what VNNI and ARM kernels compute, every product added exactly in int32), or by
+emulation (AVX2's U8S8 int16 pair saturation in numpy, onnxq.verify.emulate). The gap between this machine's
+deployed kernels and the exact quantization is reported too: a gap is a kernel problem, not a quantization one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnxq.config import Tolerance, VerifyConfig
+from onnxq.targets import cpu_flags, cpu_model, detect_target, resolve_target
+from onnxq.verify.emulate import NodeSaturation, SaturationEmulator
+from onnxq.verify.metrics import MetricsAccumulator
+from onnxq.verify.outcome import OutputCheck, failures_for
+from onnxq.verify.sessions import make_session
+
+__all__ = ["TargetCheck", "Coverage", "CoverageRun", "covered_targets", "platform_info"]
+
+_HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
+_HOW_EXACT = "exact quantization (ORT_DISABLE_ALL): these kernels add every product exactly in int32"
+_HOW_EMULATED = "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"
+# Deployed vs exact on this CPU: beyond this the kernels, not the quantization, move the outputs.
+KERNEL_AGREEMENT = Tolerance(min_cosine=0.999)
+
+
+def covered_targets(target: str) -> tuple[str, ...]:
+    concrete = resolve_target(target)
+    return ("x86-vnni", "x86-avx2", "arm64") if concrete == "portable" else (concrete,)
+
+
+
+def platform_info() -> dict:
+    flags = cpu_flags()
+    return {"cpu": cpu_model(), "machine": platform.machine(), "isa_flags": sorted(flags),
+            "cpu_target": detect_target(flags), "onnxruntime": ort.__version__,
+            "providers_available": ort.get_available_providers()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetCheck:
+    target: str
+    how: str
+    outputs: tuple[OutputCheck, ...]
+    saturating_nodes: tuple[NodeSaturation, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "how": self.how, "passed": self.passed,
+                "outputs": {o.name: o.to_dict() for o in self.outputs},
+                "saturating_nodes": [n.to_dict() for n in self.saturating_nodes]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Coverage:
+    platform: dict
+    target: str
+    exact: tuple[OutputCheck, ...]  # the exact quantization vs float
+    kernel_gap: tuple[OutputCheck, ...]  # deployed on this CPU vs the exact quantization
+    targets: tuple[TargetCheck, ...]
+    saturation: tuple[NodeSaturation, ...]  # per integer product, AVX2 emulation
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.targets)
+
+    def failures(self) -> list[str]:
+        lines = []
+        for t in self.targets:
+            for o in t.outputs:
+                if o.failures:
+                    nodes = ", ".join(n.name for n in sorted(t.saturating_nodes, key=lambda n: -n.saturated)[:5])
+                    culprit = f" — saturating nodes: {nodes}" if nodes else ""
+                    lines.append(f"on {t.target} ({t.how.split(':')[0]}): {o.name} {'; '.join(o.failures)}{culprit}")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"platform": self.platform, "target": self.target,
+                "exact": {o.name: o.to_dict() for o in self.exact},
+                "kernel_gap": {o.name: o.to_dict() for o in self.kernel_gap},
+                "targets": [t.to_dict() for t in self.targets],
+                "saturation": [n.to_dict() for n in self.saturation]}
+
+
+class CoverageRun:
+    """Fed batch by batch with the float outputs and this CPU's deployed outputs; runs the exact quantization and,
+    when a covered target is AVX2 and this CPU is not, the emulation."""
+
+    def __init__(self, quant_model: ir.Model, names: Sequence[str], config: VerifyConfig, target: str) -> None:
+        self.names = list(names)
+        self.config = config
+        self.target = target
+        self.here = detect_target(cpu_flags())
+        self.targets = covered_targets(target)
+        self._exact_session = make_session(quant_model, optimize=False)
+        self._emulator = SaturationEmulator(quant_model, self.names)
+        self._emulate = "x86-avx2" in self.targets and self.here != "x86-avx2"
+        self._exact = self._accumulators()
+        self._gap = self._accumulators()
+        self._emulated = self._accumulators()
+
+    def _accumulators(self) -> dict[str, MetricsAccumulator]:
+        return {n: MetricsAccumulator() for n in self.names}
+
+    def add(self, batch, expected: Sequence[np.ndarray], deployed: Sequence[np.ndarray]) -> None:
+        exact = self._exact_session.run(self.names, batch)
+        # On an AVX2 CPU the deployed run is AVX2's; the emulator still counts the saturated pair sums.
+        emulated = self._emulator.run(batch) if self._emulator.risky else None
+        for name, e, x, d in zip(self.names, expected, exact, deployed):
+            self._exact[name].add(e, x)
+            self._gap[name].add(x, d)
+        if self._emulate:
+            for name, e, m in zip(self.names, expected, emulated or exact):
+                self._emulated[name].add(e, m)
+
+    def result(self, deployed_checks: tuple) -> Coverage:
+        exact = _checks(self._exact, self.config.tolerance_for)
+        gap = _checks(self._gap, lambda _: KERNEL_AGREEMENT)
+        checks = []
+        saturating = tuple(n for n in self._emulator.nodes if n.saturated)
+        for t in self.targets:
+            if t == self.here:
+                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, saturating if t == "x86-avx2" else ()))
+            elif t == "x86-avx2":
+                checks.append(TargetCheck(t, _HOW_EMULATED, _checks(self._emulated, self.config.tolerance_for),
+                                          saturating))
+            else:
+                checks.append(TargetCheck(t, _HOW_EXACT, exact))
+        return Coverage(platform_info(), resolve_target(self.target), exact, gap, tuple(checks),
+                        self._emulator.nodes)
+
+
+def _checks(accumulators: dict[str, MetricsAccumulator], tolerance_for) -> tuple[OutputCheck, ...]:
+    return tuple(OutputCheck(n, m, failures_for(m, tolerance_for(n)))
+                 for n, m in ((n, a.result()) for n, a in accumulators.items()))

@@ -1,0 +1,203 @@
+"""AVX2's U8S8 integer GEMM in numpy, so that any machine can check a model for a CPU it is not running on.
+
+MLAS's U8S8 kernel on x86 without VNNI (vpmaddubsw) adds the products of K indices 2i and 2i+1 in int16 with
+saturation, then everything else in int32 (onnxq.targets; proven against ORT in tests/verify/test_emulate.py).
+For each product ORT runs with that kernel (uint8 activation × int8 constant weight), this module finds the pair
+sums that saturate on the real activations and the int32 error they cause; `emulated_outputs` then runs the
+model with those errors added where the kernel makes them (first order: the errors are computed on the exact
+quantization's activations), which is what an AVX2 machine would output. Caveat: on an AVX2 machine a dynamic
+model's MatMulInteger saturates even under ORT_DISABLE_ALL, so there the exact run is already AVX2's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.calibration.data import Batch
+from onnxq.numerics.pairs import pair_sum_violations
+from onnxq.verify.sessions import make_session
+
+__all__ = ["IntegerProduct", "NodeSaturation", "SaturationEmulator", "saturation_error", "integer_products",
+           "can_saturate"]
+
+_INT16_MIN, _INT16_MAX = -32768, 32767
+
+
+def saturation_error(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    """(int32 error [M, N] of AVX2's U8S8 product a·b against the exact one, number of saturated pair sums).
+
+    a: uint8 [M, K]; b: int8 [K, N]. Only pairs whose weights could saturate for some a (same-sign parts adding
+    beyond ±128) are computed, so a pair-limited weight costs nothing here."""
+    a = np.asarray(a, dtype=np.int32)
+    b = np.asarray(b, dtype=np.int32)
+    half = b.shape[0] // 2
+    even, odd = b[0:2 * half:2], b[1:2 * half:2]
+    positive = np.maximum(even, 0) + np.maximum(odd, 0)
+    negative = np.minimum(even, 0) + np.minimum(odd, 0)
+    candidates = (255 * positive > _INT16_MAX) | (255 * negative < _INT16_MIN)
+    error = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    saturated = 0
+    for i in np.flatnonzero(candidates.any(axis=1)):
+        cols = np.flatnonzero(candidates[i])
+        sums = a[:, 2 * i, None] * even[i, cols] + a[:, 2 * i + 1, None] * odd[i, cols]
+        delta = np.clip(sums, _INT16_MIN, _INT16_MAX) - sums
+        error[:, cols] += delta
+        saturated += int(np.count_nonzero(delta))
+    return error, saturated
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegerProduct:
+    """A uint8 activation × int8 constant weight product that ORT's CPU runs with an integer GEMM."""
+
+    name: str  # the quantized node, as the report names it
+    activation: str  # the uint8 value (QuantizeLinear or DynamicQuantizeLinear output)
+    weight: np.ndarray  # int8 [K, N]
+    # The value the kernel's int32 error reaches, and the factors turning that error into its units: a float
+    # output (QDQ) takes scale_a · scale_w[n]; MatMulInteger's int32 output takes it as it is (both None).
+    output: str
+    weight_scale: np.ndarray | None
+    activation_scale: float | None
+
+
+def _const(value: ir.Value | None) -> np.ndarray | None:
+    tensor = None if value is None else ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()
+
+
+def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    node = None if value is None else value.producer()
+    return node if node is not None and node.op_type == op_type else None
+
+
+def integer_products(model: ir.Model) -> list[IntegerProduct]:
+    """The U8S8 products of a QDQ (DequantizeLinear → MatMul/Gemm) or dynamic (MatMulInteger) model."""
+    found = []
+    for node in model.graph:
+        if node.op_type in ("MatMul", "Gemm"):
+            x_dq, w_dq = _producer(node.inputs[0], "DequantizeLinear"), _producer(node.inputs[1], "DequantizeLinear")
+            q = _producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
+            weight = _const(w_dq.inputs[0]) if w_dq is not None else None
+            if q is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+                continue
+            if _const(x_dq.inputs[2]) is None or _const(x_dq.inputs[2]).dtype != np.uint8:
+                continue
+            attrs = node.attributes
+            if node.op_type == "Gemm" and attrs.get("transB") is not None and attrs["transB"].value:
+                weight = weight.T
+            alpha = attrs["alpha"].value if node.op_type == "Gemm" and attrs.get("alpha") is not None else 1.0
+            found.append(IntegerProduct(node.name or "", q.outputs[0].name, weight, node.outputs[0].name,
+                                        _const(w_dq.inputs[1]).astype(np.float64) * alpha,
+                                        float(_const(x_dq.inputs[1]))))
+        elif node.op_type == "MatMulInteger":
+            weight = _const(node.inputs[1])
+            dq = _producer(node.inputs[0], "DynamicQuantizeLinear")
+            if dq is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+                continue
+            name = (node.name or "").removesuffix("_MatMulInteger")
+            found.append(IntegerProduct(name, dq.outputs[0].name, weight, node.outputs[0].name, None, None))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSaturation:
+    name: str
+    # False: no uint8 activation can saturate its weights (pair-limited): nothing to run, nothing counted.
+    can_saturate: bool
+    pair_sums: int  # pair sums computed by the kernel over the verification inputs (when it can saturate)
+    saturated: int
+    max_abs_error: float  # on the node's output (its own units: float, or int32 for MatMulInteger)
+
+    @property
+    def fraction(self) -> float:
+        return self.saturated / self.pair_sums if self.pair_sums else 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "can_saturate": self.can_saturate, "pair_sums": self.pair_sums, "saturated": self.saturated,
+                "fraction": self.fraction, "max_abs_error": self.max_abs_error}
+
+
+def can_saturate(weight: np.ndarray) -> bool:
+    """Whether some uint8 activation makes one of the weight's K pair sums leave int16."""
+    return bool(np.any(pair_sum_violations(weight, 0, limit=_INT16_MAX // 255)))
+
+
+class SaturationEmulator:
+    """Streams batches: per batch, the model's outputs as an AVX2 machine computes them (None when no pair sum
+    saturated: then they are the exact quantization's), and per node the saturated pair sums so far."""
+
+    def __init__(self, model: ir.Model, output_names: Sequence[str]) -> None:
+        self.output_names = list(output_names)
+        self.products = integer_products(model)
+        self.stats = {p.name: [0, 0, 0.0] for p in self.products}
+        self.risky = [p for p in self.products if can_saturate(p.weight)]
+        self._exposed = self._injected = None
+        if self.risky:
+            self._exposed = make_session(_exposing(model, [p.activation for p in self.risky]), optimize=False)
+            self._injected = make_session(_injecting(model, self.risky), optimize=False)
+
+    def run(self, batch: Batch) -> list[np.ndarray] | None:
+        if not self.risky:
+            return None
+        names = list(dict.fromkeys(p.activation for p in self.risky))
+        activations = dict(zip(names, self._exposed.run(names, batch)))
+        feed, any_saturated = dict(batch), False
+        for p in self.risky:
+            a = activations[p.activation]
+            error, saturated = saturation_error(a.reshape(-1, a.shape[-1]), p.weight)
+            self.stats[p.name][0] += a.size // a.shape[-1] * (p.weight.shape[0] // 2) * p.weight.shape[1]
+            self.stats[p.name][1] += saturated
+            shape = (*a.shape[:-1], p.weight.shape[1])
+            if p.weight_scale is None or p.activation_scale is None:
+                delta = error.astype(np.int32).reshape(shape)
+            else:
+                delta = (error * p.activation_scale * p.weight_scale).astype(np.float32).reshape(shape)
+            if saturated:
+                any_saturated = True
+                self.stats[p.name][2] = max(self.stats[p.name][2], float(np.abs(delta).max()))
+            feed[_error_input(p.output)] = delta
+        return self._injected.run(self.output_names, feed) if any_saturated else None
+
+    @property
+    def nodes(self) -> tuple[NodeSaturation, ...]:
+        risky = {p.name for p in self.risky}
+        return tuple(NodeSaturation(name, name in risky, total, sat, err)
+                     for name, (total, sat, err) in self.stats.items())
+
+
+def _error_input(output: str) -> str:
+    return f"{output}_avx2_error"
+
+
+def _exposing(model: ir.Model, names: Sequence[str]) -> ir.Model:
+    exposed = model.clone()
+    values = {v.name: v for n in exposed.graph for v in n.outputs}
+    for name in dict.fromkeys(names):
+        if not values[name].is_graph_output():
+            exposed.graph.outputs.append(values[name])
+    return exposed
+
+
+def _injecting(model: ir.Model, products: Sequence[IntegerProduct]) -> ir.Model:
+    """A copy with an Add after each product's output, fed by a graph input carrying the kernel's error."""
+    injected = model.clone()
+    graph = injected.graph
+    values = {v.name: v for n in graph for v in n.outputs}
+    for p in products:
+        value = values[p.output]
+        dtype = ir.DataType.INT32 if p.weight_scale is None else ir.DataType.FLOAT
+        delta = ir.Value(name=_error_input(p.output), type=ir.TensorType(dtype))
+        users = list(value.uses())
+        add = ir.node("Add", [value, delta], name=f"{p.output}_avx2_error_Add")
+        graph.insert_after(value.producer(), add)
+        graph.inputs.append(delta)
+        for user, index in users:
+            user.replace_input_with(index, add.outputs[0])
+        if value.is_graph_output():
+            graph.outputs[graph.outputs.index(value)] = add.outputs[0]
+            add.outputs[0].name, value.name = p.output, f"{p.output}_before_avx2_error"
+    return injected

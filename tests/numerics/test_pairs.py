@@ -1,0 +1,64 @@
+"""Pair-limited int8 weights: no K pair can saturate AVX2's U8S8 kernel, at the least weight error."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxq.numerics import choose_qparams, quantize
+from onnxq.numerics.pairs import limit_pair_sums, pair_sum_violations, quantize_pair_limited
+
+
+def _matmul_integer(b: np.ndarray) -> ort.InferenceSession:
+    k, n = b.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["M", k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["M", n])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0, np.uint8), "azp"),
+         numpy_helper.from_array(np.array(0, np.int8), "bzp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_limit_moves_only_violating_pairs_onto_the_limit(rng):
+    real = np.clip(rng.normal(0, 60, (9, 40)), -127, 127)  # K = 9: the last row has no partner
+    q = np.rint(real).astype(np.int8)
+    limited = limit_pair_sums(q, real, k_axis=0)
+    bad = pair_sum_violations(q, 0)
+    assert bad.sum() > 10 and not pair_sum_violations(limited, 0).any()
+    even, odd = limited[0:8:2].astype(int), limited[1:8:2].astype(int)
+    np.testing.assert_array_equal(np.abs(even + odd)[bad], 128)  # on the line, not below it
+    changed = np.zeros_like(q, dtype=bool)
+    changed[0:8:2], changed[1:8:2] = bad, bad
+    np.testing.assert_array_equal(limited[~changed], q[~changed])
+    np.testing.assert_array_equal(limited[8], q[8])
+    # Same result along the other axis.
+    np.testing.assert_array_equal(limit_pair_sums(q.T.copy(), real.T, k_axis=1).T, limited)
+
+
+def test_quantize_pair_limited_beats_both_reduce_range_and_plain_limiting(rng):
+    w = rng.normal(0, 1, (64, 32)).astype(np.float32)
+    qp = choose_qparams(w.min(0), w.max(0), np.int8, symmetric=True, axis=1)
+    q, chosen = quantize_pair_limited(w, qp, k_axis=0)
+    assert not pair_sum_violations(q, 0).any()
+    assert np.all(chosen.scale >= qp.scale) and np.all(chosen.scale <= 2 * qp.scale * (1 + 1e-6))
+    err = ((q * chosen.scale - w) ** 2).sum(0)
+    seven_bit = quantize(w, type(qp)(qp.scale * 2, qp.zero_point, 1))
+    plain = limit_pair_sums(quantize(w, qp), w / qp.scale, 0)
+    assert np.all(err <= ((seven_bit * qp.scale * 2 - w) ** 2).sum(0) * (1 + 1e-6))
+    assert np.all(err <= ((plain * qp.scale - w) ** 2).sum(0) * (1 + 1e-6))
+
+
+def test_pair_limited_weights_are_exact_in_ort_on_adversarial_activations(rng):
+    """The proof on ORT's real kernel: activations at 0/255 against the largest same-sign pairs. On AVX2 the
+    unlimited weights saturate (checked in tests/verify/test_emulate.py); the limited ones are exact on any CPU."""
+    w = rng.normal(0, 1, (1001, 64)).astype(np.float32)
+    qp = choose_qparams(w.min(0), w.max(0), np.int8, symmetric=True, axis=1)
+    q, _ = quantize_pair_limited(w, qp, k_axis=0)
+    a = np.where(q[:, :1].T >= 0, 255, 0).astype(np.uint8).repeat(8, axis=0)  # pushes column 0 to its maximum
+    a[4:] = rng.choice([0, 255], size=(4, 1001)).astype(np.uint8)
+    for rows in (a[:1], a):  # M = 1 takes MLAS's GEMV path
+        got = _matmul_integer(q).run(None, {"a": rows})[0]
+        np.testing.assert_array_equal(got, rows.astype(np.int64) @ q.astype(np.int64))

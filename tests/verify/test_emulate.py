@@ -1,0 +1,117 @@
+"""AVX2 U8S8 emulation: known counts, ORT's real kernel (where this CPU saturates), and whole models."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxq
+from onnxq.verify import make_session
+from onnxq.verify.emulate import SaturationEmulator, integer_products, saturation_error
+
+
+def _matmul_integer(b: np.ndarray) -> ort.InferenceSession:
+    k, n = b.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["M", k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["M", n])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0, np.uint8), "azp"),
+         numpy_helper.from_array(np.array(0, np.int8), "bzp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _this_cpu_saturates() -> bool:
+    b = np.full((2, 1), 127, np.int8)
+    return int(_matmul_integer(b).run(None, {"a": np.full((1, 2), 255, np.uint8)})[0][0, 0]) != 2 * 255 * 127
+
+
+def test_known_counts():
+    a = np.array([[255, 255, 255, 255, 10, 10]], np.uint8)
+    b = np.zeros((6, 3), np.int8)
+    b[0:2, 0] = 127  # 64770: saturates to 32767
+    b[2:4, 1] = -128  # -65280: saturates to -32768
+    b[1:3, 2] = 127  # indices 1 and 2 lie in different pairs: never summed together
+    b[4:6, :] = 127  # 2540: far inside int16
+    error, saturated = saturation_error(a, b)
+    assert saturated == 2
+    np.testing.assert_array_equal(error, [[32767 - 64770, -32768 + 65280, 0]])
+
+
+@pytest.mark.parametrize("k", [7, 256, 1001])
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_emulation_equals_ort_kernel(rng, m, k):
+    """ORT's U8S8 output = exact product + emulated error, bit for bit (M = 1 is MLAS's GEMV path). On a CPU
+    whose kernel does not saturate (VNNI, ARM) ORT equals the exact product and the emulation still counts."""
+    a = rng.choice([0, 128, 200, 255], size=(m, k)).astype(np.uint8)
+    b = rng.choice([-128, -100, 0, 90, 127], size=(k, 48)).astype(np.int8)
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    error, saturated = saturation_error(a, b)
+    assert saturated > 0
+    got = _matmul_integer(b).run(None, {"a": a})[0]
+    if _this_cpu_saturates():
+        np.testing.assert_array_equal(got, exact + error)
+    else:
+        np.testing.assert_array_equal(got, exact)
+
+
+def _mlp(samples_dir, target, mode):
+    data = np.load(samples_dir / "mlp_calib.npz")
+    config = onnxq.QuantConfig(target=target, mode=mode, verify=onnxq.VerifyConfig(enabled=False))
+    model = onnxq.quantize(samples_dir / "mlp.onnx", dict(data) if mode == "static" else None, config=config).model
+    batches = [{k: data[k][i:i + 8] for k in data.files} for i in range(0, 64, 8)]
+    return model, batches
+
+
+def test_full_range_static_model_emulated_like_the_avx2_kernel(samples_dir):
+    model, batches = _mlp(samples_dir, "x86-vnni", "static")
+    assert len(integer_products(model)) == 3
+    names = [o.name for o in model.graph.outputs]
+    emulator = SaturationEmulator(model, names)
+    emulated = [emulator.run(b) for b in batches]
+    assert sum(n.saturated for n in emulator.nodes) > 0 and emulator.nodes[0].name == "/fc0/Gemm"
+    if not _this_cpu_saturates():
+        pytest.skip("this CPU's U8S8 kernel does not saturate: the counts above are all it can check")
+    deployed = make_session(model, optimize=True)
+    exact = make_session(model, optimize=False)
+    for batch, outputs in zip(batches, emulated):
+        got = deployed.run(names, batch)[0]
+        if outputs is None:
+            np.testing.assert_allclose(got, exact.run(names, batch)[0], atol=1e-5)
+        else:
+            np.testing.assert_allclose(got, outputs[0], atol=1e-5)  # measured: 1e-6
+            assert np.abs(got - exact.run(names, batch)[0]).max() > 0.05  # saturation moved it
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_portable_models_cannot_saturate(samples_dir, mode):
+    model, batches = _mlp(samples_dir, "portable", mode)
+    emulator = SaturationEmulator(model, [o.name for o in model.graph.outputs])
+    assert len(emulator.products) == 3 and not emulator.risky
+    assert all(emulator.run(b) is None for b in batches)
+    deployed, exact = make_session(model, optimize=True), make_session(model, optimize=False)
+    for batch in batches:  # the deployed kernels equal the exact quantization on every CPU
+        np.testing.assert_allclose(deployed.run(None, batch)[0], exact.run(None, batch)[0], atol=1e-4)
+
+
+def test_report_says_where_it_ran_and_the_gate_names_saturating_nodes(samples_dir):
+    data = samples_dir / "mlp_calib.npz"
+    report = onnxq.quantize(samples_dir / "mlp.onnx", data).report.to_dict()
+    coverage = report["verification"]["coverage"]
+    assert coverage["target"] == "portable" and coverage["platform"]["onnxruntime"] == ort.__version__
+    assert {t["target"] for t in coverage["targets"]} == {"x86-vnni", "x86-avx2", "arm64"}
+    assert all(t["passed"] for t in coverage["targets"])
+    assert not any(n["can_saturate"] for n in coverage["saturation"])
+    # A full-range model checked for AVX2 with a tight bar: the AVX2 target fails and names the culprit.
+    tight = onnxq.VerifyConfig(tolerance=onnxq.Tolerance(min_sqnr_db=30.0), sensitivity_samples=0)
+    result = onnxq.quantize(samples_dir / "mlp.onnx", data,
+                            config=onnxq.QuantConfig(target="x86-avx2", verify=tight))
+    assert result.report.verification.passed  # limited weights: 33.9 dB measured
+    vnni_model = onnxq.quantize(samples_dir / "mlp.onnx", data, config=onnxq.QuantConfig(
+        target="x86-vnni", verify=onnxq.VerifyConfig(enabled=False))).model
+    checked = onnxq.verify(samples_dir / "mlp.onnx", vnni_model, data, config=tight, target="x86-avx2")
+    assert not checked.passed
+    assert any("/fc0/Gemm" in line and "x86-avx2" in line for line in checked.coverage.failures())
