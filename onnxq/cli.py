@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=list(TARGETS),
                    help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
                         "(this machine), x86-vnni, x86-avx2, arm64")
+    p.add_argument("--format", choices=["qdq", "qoperator"],
+                   help="qdq (default): Q/DQ around float ops; qoperator: MatMulIntegerToFloat / QGemm operators")
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")

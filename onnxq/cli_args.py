@@ -67,6 +67,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     top = {k: v for k, v in {
         "mode": args.mode,
         "target": args.target,
+        "format": args.format,
         "per_channel": False if args.per_tensor else None,
         "quantize_activation_matmul": args.quantize_attention,
         "gemm_bias": args.gemm_bias,

@@ -110,6 +110,9 @@ class QuantConfig:
     """
 
     mode: Mode = "auto"
+    # qdq: QuantizeLinear/DequantizeLinear around float ops (any runtime; ORT fuses them on CPU). qoperator: the
+    # integer operators themselves (MatMulIntegerToFloat, QGemm), lowered from QDQ (passes/lower_qoperator.py).
+    format: Literal["qdq", "qoperator"] = "qdq"
     # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
     # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
     # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.

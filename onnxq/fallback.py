@@ -66,7 +66,7 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
             rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
             skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
                                   f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s for s in skips]
-            bias = apply_plans(model, plans, ranges, probe_config, mode)
+            bias = apply_plans(model, plans, ranges, probe_config, mode).bias_fallbacks
             attempts[k] = Attempt(excluded, model, plans, skips, bias, check(model))
             logger.info("fallback: %d node(s) float -> %s", k, "pass" if attempts[k].verification.passed
                         else "fail")

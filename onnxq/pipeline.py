@@ -26,6 +26,7 @@ from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
 from onnxq.report import NodeEntry, QuantReport
 from onnxq.sensitivity import layer_sensitivity
+from onnxq.targets import integer_types_reason
 from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models, with_placement
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
@@ -98,7 +99,10 @@ def quantize(
                                                          verify_data, calibration_cache, holdout, progress, notes)
         timings["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
-    bias_fallbacks = apply_plans(work, plans, ranges, config, mode)
+    rewritten = apply_plans(work, plans, ranges, config, mode)
+    bias_fallbacks = rewritten.bias_fallbacks
+    for name, reason in rewritten.kept_qdq.items():
+        notes.append(f"format qoperator: {name} kept in QDQ form ({reason})")
     timings["rewrite"] = time.perf_counter() - start
 
     verification = sensitivity = fallback = None
@@ -275,6 +279,8 @@ def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[
     if plan.activations:
         kind = "dynamic" if mode == "dynamic" else "static"
         parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
+        if plan.weights:  # an integer kernel reads this node: its types on the target, and why
+            parts.append(integer_types_reason(config.target, config.activations.dtype))
     if plan.bias_index is not None:
         parts.append(bias_fallbacks.get(node.name or "", "bias int32"))
     elif plan.bias_note:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # imported for annotations only: report must not pull in the 
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: verification.coverage (targets, CPU, saturation); passed includes it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,12 +21,12 @@ from onnxq.targets import cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator
 from onnxq.verify.metrics import MetricsAccumulator
 from onnxq.verify.outcome import OutputCheck, failures_for
-from onnxq.verify.sessions import make_session
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "covered_targets", "platform_info"]
 
 _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
-_HOW_EXACT = "exact quantization (ORT_DISABLE_ALL): these kernels add every product exactly in int32"
+_HOW_EXACT = ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
+              "product exactly in int32")
 _HOW_EMULATED = "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"
 # Deployed vs exact on this CPU: beyond this the kernels, not the quantization, move the outputs.
 KERNEL_AGREEMENT = Tolerance(min_cosine=0.999)
@@ -103,8 +103,7 @@ class CoverageRun:
         self.target = target
         self.here = detect_target(cpu_flags())
         self.targets = covered_targets(target)
-        self._exact_session = make_session(quant_model, optimize=False)
-        self._emulator = SaturationEmulator(quant_model, self.names)
+        self._emulator = SaturationEmulator(quant_model, self.names, base_saturates=self.here == "x86-avx2")
         self._emulate = "x86-avx2" in self.targets and self.here != "x86-avx2"
         self._exact = self._accumulators()
         self._gap = self._accumulators()
@@ -114,14 +113,13 @@ class CoverageRun:
         return {n: MetricsAccumulator() for n in self.names}
 
     def add(self, batch, expected: Sequence[np.ndarray], deployed: Sequence[np.ndarray]) -> None:
-        exact = self._exact_session.run(self.names, batch)
-        # On an AVX2 CPU the deployed run is AVX2's; the emulator still counts the saturated pair sums.
-        emulated = self._emulator.run(batch) if self._emulator.risky else None
+        base, emulated, exact = self._emulator.run(batch)
+        exact = exact or base
         for name, e, x, d in zip(self.names, expected, exact, deployed):
             self._exact[name].add(e, x)
             self._gap[name].add(x, d)
         if self._emulate:
-            for name, e, m in zip(self.names, expected, emulated or exact):
+            for name, e, m in zip(self.names, expected, emulated or base):
                 self._emulated[name].add(e, m)
 
     def result(self, deployed_checks: tuple) -> Coverage:

@@ -4,9 +4,9 @@ MLAS's U8S8 kernel on x86 without VNNI (vpmaddubsw) adds the products of K indic
 saturation, then everything else in int32 (onnxq.targets; proven against ORT in tests/verify/test_emulate.py).
 For each product ORT runs with that kernel (uint8 activation × int8 constant weight), this module finds the pair
 sums that saturate on the real activations and the int32 error they cause; `emulated_outputs` then runs the
-model with those errors added where the kernel makes them (first order: the errors are computed on the exact
-quantization's activations), which is what an AVX2 machine would output. Caveat: on an AVX2 machine a dynamic
-model's MatMulInteger saturates even under ORT_DISABLE_ALL, so there the exact run is already AVX2's.
+model with those errors added where the kernel makes them (first order: the errors are computed on the
+activations of an ORT_DISABLE_ALL run), which is what an AVX2 machine would output — or, on an AVX2 machine, with
+them taken away from integer operators, which is what the exact quantization (and a VNNI or ARM CPU) outputs.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ class IntegerProduct:
     output: str
     weight_scale: np.ndarray | None
     activation_scale: float | None
+    # Run by an integer kernel even under ORT_DISABLE_ALL (MatMulInteger, MatMulIntegerToFloat, QGemm); a QDQ
+    # product then runs as DequantizeLinear + float MatMul, exactly.
+    integer_op: bool = True
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
@@ -75,7 +78,8 @@ def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
 
 
 def integer_products(model: ir.Model) -> list[IntegerProduct]:
-    """The U8S8 products of a QDQ (DequantizeLinear → MatMul/Gemm) or dynamic (MatMulInteger) model."""
+    """The U8S8 products of a QDQ (DequantizeLinear → MatMul/Gemm), QOperator (MatMulIntegerToFloat, QGemm) or
+    dynamic (MatMulInteger) model."""
     found = []
     for node in model.graph:
         if node.op_type in ("MatMul", "Gemm"):
@@ -92,7 +96,20 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             alpha = attrs["alpha"].value if node.op_type == "Gemm" and attrs.get("alpha") is not None else 1.0
             found.append(IntegerProduct(node.name or "", q.outputs[0].name, weight, node.outputs[0].name,
                                         _const(w_dq.inputs[1]).astype(np.float64) * alpha,
-                                        float(_const(x_dq.inputs[1]))))
+                                        float(_const(x_dq.inputs[1])), integer_op=False))
+        elif node.op_type in ("MatMulIntegerToFloat", "QGemm") and node.domain == "com.microsoft":
+            a, b, a_scale, b_scale, a_zp = (
+                (node.inputs[i] for i in (0, 1, 2, 3, 4)) if node.op_type == "MatMulIntegerToFloat"
+                else (node.inputs[i] for i in (0, 3, 1, 4, 2)))
+            weight, zp = _const(b), _const(a_zp)
+            if weight is None or weight.dtype != np.int8 or weight.ndim != 2 or zp is None or zp.dtype != np.uint8:
+                continue
+            attrs = node.attributes
+            if node.op_type == "QGemm" and attrs.get("transB") is not None and attrs["transB"].value:
+                weight = weight.T
+            alpha = attrs["alpha"].value if node.op_type == "QGemm" and attrs.get("alpha") is not None else 1.0
+            found.append(IntegerProduct(node.name or "", a.name, weight, node.outputs[0].name,
+                                        _const(b_scale).astype(np.float64) * alpha, float(_const(a_scale))))
         elif node.op_type == "MatMulInteger":
             weight = _const(node.inputs[1])
             dq = _producer(node.inputs[0], "DynamicQuantizeLinear")
@@ -127,25 +144,35 @@ def can_saturate(weight: np.ndarray) -> bool:
 
 
 class SaturationEmulator:
-    """Streams batches: per batch, the model's outputs as an AVX2 machine computes them (None when no pair sum
-    saturated: then they are the exact quantization's), and per node the saturated pair sums so far."""
+    """Streams batches through the model under ORT_DISABLE_ALL (the base run) and corrects it per batch into
+    (AVX2's outputs, the exact outputs); either is None when equal to the base run's.
 
-    def __init__(self, model: ir.Model, output_names: Sequence[str]) -> None:
+    In the base run a QDQ product is exact (float MatMul); an integer operator is exact too, except on a CPU
+    whose U8S8 kernel saturates (`base_saturates`), where it already computes AVX2's result. So AVX2's outputs
+    add the emulated error where the base run is exact, and the exact outputs subtract it where the base run
+    saturated. Per node, the saturated pair sums are counted on the way."""
+
+    def __init__(self, model: ir.Model, output_names: Sequence[str], base_saturates: bool) -> None:
         self.output_names = list(output_names)
+        self.base_saturates = base_saturates
         self.products = integer_products(model)
         self.stats = {p.name: [0, 0, 0.0] for p in self.products}
         self.risky = [p for p in self.products if can_saturate(p.weight)]
+        self._base = make_session(model, optimize=False)
         self._exposed = self._injected = None
         if self.risky:
             self._exposed = make_session(_exposing(model, [p.activation for p in self.risky]), optimize=False)
             self._injected = make_session(_injecting(model, self.risky), optimize=False)
 
-    def run(self, batch: Batch) -> list[np.ndarray] | None:
+    def run(self, batch: Batch) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[np.ndarray] | None]:
+        """(base outputs, AVX2's outputs or None, exact outputs or None)."""
+        base = self._base.run(self.output_names, batch)
         if not self.risky:
-            return None
+            return base, None, None
         names = list(dict.fromkeys(p.activation for p in self.risky))
         activations = dict(zip(names, self._exposed.run(names, batch)))
-        feed, any_saturated = dict(batch), False
+        to_avx2, to_exact = dict(batch), dict(batch)
+        avx2_differs = exact_differs = False
         for p in self.risky:
             a = activations[p.activation]
             error, saturated = saturation_error(a.reshape(-1, a.shape[-1]), p.weight)
@@ -157,10 +184,15 @@ class SaturationEmulator:
             else:
                 delta = (error * p.activation_scale * p.weight_scale).astype(np.float32).reshape(shape)
             if saturated:
-                any_saturated = True
                 self.stats[p.name][2] = max(self.stats[p.name][2], float(np.abs(delta).max()))
-            feed[_error_input(p.output)] = delta
-        return self._injected.run(self.output_names, feed) if any_saturated else None
+            saturated_in_base = p.integer_op and self.base_saturates
+            to_avx2[_error_input(p.output)] = np.zeros_like(delta) if saturated_in_base else delta
+            to_exact[_error_input(p.output)] = -delta if saturated_in_base else np.zeros_like(delta)
+            avx2_differs |= bool(saturated) and not saturated_in_base
+            exact_differs |= bool(saturated) and saturated_in_base
+        avx2 = self._injected.run(self.output_names, to_avx2) if avx2_differs else None
+        exact = self._injected.run(self.output_names, to_exact) if exact_differs else None
+        return base, avx2, exact
 
     @property
     def nodes(self) -> tuple[NodeSaturation, ...]:

@@ -94,8 +94,8 @@ class Placement:
 
 
 def quantized_nodes(model: ModelSource) -> dict[str, str]:
-    """Nodes of a quantized model that do int8 work: consumers of a DequantizeLinear output (QDQ), MatMulInteger
-    (dynamic), and DynamicQuantizeLinear's consumers. Name → op type. Weights are not loaded."""
+    """Nodes of a quantized model that do int8 work: consumers of a DequantizeLinear output (QDQ), integer
+    operators (MatMulInteger, QOperator's MatMulIntegerToFloat / QGemm). Name → op type. Weights are not loaded."""
     graph = (model if isinstance(model, ir.Model) else ir.from_proto(onnx.load(str(model),
                                                                                  load_external_data=False))).graph
     found = {}
@@ -103,7 +103,7 @@ def quantized_nodes(model: ModelSource) -> dict[str, str]:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
             continue
         producers = {v.producer().op_type for v in node.inputs if v is not None and v.producer() is not None}
-        if node.op_type == "MatMulInteger" or (producers & {"DequantizeLinear"} and node.op_type in _FLOAT_PRODUCTS):
+        if node.op_type in INTEGER_KERNELS or (producers & {"DequantizeLinear"} and node.op_type in _FLOAT_PRODUCTS):
             found[node.name or ""] = node.op_type
     return found
 

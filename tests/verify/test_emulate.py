@@ -70,8 +70,8 @@ def test_full_range_static_model_emulated_like_the_avx2_kernel(samples_dir):
     model, batches = _mlp(samples_dir, "x86-vnni", "static")
     assert len(integer_products(model)) == 3
     names = [o.name for o in model.graph.outputs]
-    emulator = SaturationEmulator(model, names)
-    emulated = [emulator.run(b) for b in batches]
+    emulator = SaturationEmulator(model, names, base_saturates=False)  # QDQ: the base run is exact anywhere
+    emulated = [emulator.run(b)[1] for b in batches]
     assert sum(n.saturated for n in emulator.nodes) > 0 and emulator.nodes[0].name == "/fc0/Gemm"
     if not _this_cpu_saturates():
         pytest.skip("this CPU's U8S8 kernel does not saturate: the counts above are all it can check")
@@ -89,9 +89,9 @@ def test_full_range_static_model_emulated_like_the_avx2_kernel(samples_dir):
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_portable_models_cannot_saturate(samples_dir, mode):
     model, batches = _mlp(samples_dir, "portable", mode)
-    emulator = SaturationEmulator(model, [o.name for o in model.graph.outputs])
+    emulator = SaturationEmulator(model, [o.name for o in model.graph.outputs], base_saturates=True)
     assert len(emulator.products) == 3 and not emulator.risky
-    assert all(emulator.run(b) is None for b in batches)
+    assert all(emulator.run(b)[1:] == (None, None) for b in batches)
     deployed, exact = make_session(model, optimize=True), make_session(model, optimize=False)
     for batch in batches:  # the deployed kernels equal the exact quantization on every CPU
         np.testing.assert_allclose(deployed.run(None, batch)[0], exact.run(None, batch)[0], atol=1e-4)
@@ -115,3 +115,33 @@ def test_report_says_where_it_ran_and_the_gate_names_saturating_nodes(samples_di
     checked = onnxq.verify(samples_dir / "mlp.onnx", vnni_model, data, config=tight, target="x86-avx2")
     assert not checked.passed
     assert any("/fc0/Gemm" in line and "x86-avx2" in line for line in checked.coverage.failures())
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_integer_operators_corrected_to_exact_and_to_avx2(samples_dir, mode):
+    """QOperator and dynamic models run integer kernels even under ORT_DISABLE_ALL: on a saturating CPU the
+    emulator takes the saturation out (exact = the QDQ file's float arithmetic), elsewhere it adds it in (AVX2 =
+    ORT's kernel here). Both directions are checked against a real run where this CPU allows."""
+    data = np.load(samples_dir / "mlp_calib.npz")
+    batches = [{k: data[k][i:i + 8] for k in data.files} for i in range(0, 64, 8)]
+    config = onnxq.QuantConfig(target="x86-vnni", mode=mode, format="qoperator",
+                               verify=onnxq.VerifyConfig(enabled=False))
+    model = onnxq.quantize(samples_dir / "mlp.onnx", dict(data) if mode == "static" else None, config=config).model
+    ops = {n.op_type for n in model.graph}
+    assert ops >= ({"QGemm"} if mode == "static" else {"MatMulInteger"}) and "DequantizeLinear" not in ops
+    names = [o.name for o in model.graph.outputs]
+    here_saturates = _this_cpu_saturates()
+    emulator = SaturationEmulator(model, names, base_saturates=here_saturates)
+    runs = [emulator.run(b) for b in batches]
+    assert sum(n.saturated for n in emulator.nodes) > 0
+    if mode == "static":
+        qdq = onnxq.quantize(samples_dir / "mlp.onnx", dict(data), config=config.replace(format="qdq")).model
+        exact_reference = make_session(qdq, optimize=False)
+        for batch, (base, avx2, exact) in zip(batches, runs):
+            truth = exact_reference.run(names, batch)[0]
+            got = (exact or base)[0]
+            np.testing.assert_allclose(got, truth, atol=2e-4)  # first order: errors on saturated activations
+            if here_saturates:
+                assert np.abs(base[0] - truth).max() > 0.05
+            else:
+                assert avx2 is None or np.abs(avx2[0] - truth).max() > 0

@@ -1,0 +1,106 @@
+"""QDQ → QOperator: a local lowering after the QDQ rewrite (`--format qoperator`).
+
+Each DequantizeLinear(QuantizeLinear(x)) × DequantizeLinear(int8 weight) product becomes one operator that takes
+the integers directly:
+- MatMul → com.microsoft MatMulIntegerToFloat(x_q, w_q, x_scale, w_scale, x_zp, w_zp): float output, per-column
+  weight scales. onnxq keeps MatMul outputs float (no accuracy is spent requantizing them), and ONNX's
+  QLinearMatMul can only produce a quantized output, so it cannot express these products.
+- Gemm → com.microsoft QGemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias_int32): float output, alpha and transB
+  kept, the int32 bias as is.
+These are the kernels ORT's CPU optimizer fuses the QDQ groups into, so the two formats compute the same numbers;
+a QOperator file states them explicitly (no optimizer needed) and runs on ORT's CPU provider. A product that does
+not fit is left in QDQ form, with the reason recorded in `declined`.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+__all__ = ["LowerToQOperatorPass"]
+
+_MS = "com.microsoft"
+
+
+def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    node = None if value is None else value.producer()
+    return node if node is not None and node.op_type == op_type else None
+
+
+def _int_attr(node: ir.Node, name: str, default: int = 0) -> int:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _quantized_input(value: ir.Value) -> tuple[ir.Node | None, str | None]:
+    """The DequantizeLinear feeding a product and its per-tensor activation, or why it is not one."""
+    dq = _producer(value, "DequantizeLinear")
+    if dq is None:
+        return None, "input is not dequantized (not quantized by onnxq)"
+    if _producer(dq.inputs[0], "QuantizeLinear") is None and ir.convenience.get_const_tensor(dq.inputs[0]) is None:
+        return None, "dequantized input is neither a QuantizeLinear output nor a constant"
+    return dq, None
+
+
+class LowerToQOperatorPass(ir.passes.InPlacePass):
+    def __init__(self) -> None:
+        super().__init__()
+        self.declined: dict[str, str] = {}
+        self.lowered: dict[str, str] = {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        for node in list(model.graph):
+            if node.op_type not in ("MatMul", "Gemm"):
+                continue
+            reason = self._lower(model.graph, node)
+            if reason is not None:
+                self.declined[node.name or ""] = reason
+        if self.lowered:
+            model.opset_imports.setdefault(_MS, 1)
+            RemoveUnusedNodesPass()(model)
+        return ir.passes.PassResult(model, modified=bool(self.lowered))
+
+    def _lower(self, graph: ir.Graph, node: ir.Node) -> str | None:
+        x_dq, reason = _quantized_input(node.inputs[0])
+        if reason:
+            return f"A: {reason}"
+        w_dq, reason = _quantized_input(node.inputs[1])
+        if reason:
+            return f"B: {reason}"
+        x_q, x_scale, x_zp = (x_dq.inputs[i] for i in range(3))
+        w_q, w_scale, w_zp = (w_dq.inputs[i] for i in range(3))
+        if x_zp is None or w_zp is None:
+            return "a zero point is missing"
+        if x_scale.shape is not None and x_scale.shape.rank() not in (0, None):
+            return "activation scale is not per tensor"
+        w_axis = _int_attr(w_dq, "axis", 1)
+        w_per_axis = w_scale.shape is not None and w_scale.shape.rank() == 1
+        if node.op_type == "MatMul":
+            if w_per_axis and (w_q.shape is None or w_axis not in (1, -1) or w_q.shape.rank() != 2):
+                return "weight scales are not per column of a 2-D B"
+            lowered = ir.node("MatMulIntegerToFloat", [x_q, w_q, x_scale, w_scale, x_zp, w_zp], domain=_MS,
+                              name=node.name)
+        else:
+            if _int_attr(node, "transA"):
+                return "Gemm with transA = 1 (QGemm lowering keeps A as [M, K])"
+            trans_b = _int_attr(node, "transB")
+            if w_per_axis and w_axis != (0 if trans_b else 1):
+                return "weight scales are not per output feature"
+            bias = node.inputs[2] if len(node.inputs) > 2 else None
+            bias_q = None
+            if bias is not None:
+                bias_dq = _producer(bias, "DequantizeLinear")
+                if bias_dq is None or bias_dq.inputs[0].dtype != ir.DataType.INT32:
+                    return "bias is float (QGemm takes an int32 bias with scale s_x·s_w)"
+                bias_q = bias_dq.inputs[0]
+            attrs = {"transB": trans_b, "alpha": node.attributes["alpha"].value if "alpha" in node.attributes else 1.0}
+            lowered = ir.node("QGemm", [x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias_q], attrs, domain=_MS,
+                              name=node.name)
+        graph.insert_before(node, lowered)
+        out, old = lowered.outputs[0], node.outputs[0]
+        out.type, out.shape = old.type, old.shape
+        old.replace_all_uses_with(out, replace_graph_outputs=True)
+        out.name, old.name = old.name, None
+        graph.remove(node, safe=True)
+        self.lowered[node.name or ""] = lowered.op_type
+        return None
