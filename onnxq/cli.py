@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fallback", action="store_true", help="with --tolerance: only gate, do not fall back")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")
     p.add_argument("--html", metavar="HTML", help="write a human report with a per-layer error chart")
+    p.add_argument("--check-speed", action="store_true", default=None,
+                   help="time float vs quantized on each provider; warn when the quantized model is not faster")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
     p.add_argument("-v", "--verbose", action="store_true", help="log what each step does")

@@ -96,6 +96,9 @@ class VerifyConfig:
     sensitivity_max_nodes: int = 64
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
     fallback: bool = False
+    # Time float vs quantized on each provider (one verification batch, interleaved rounds); warn when the
+    # quantized model is not faster. Off by default: it costs a few seconds and is noisy on shared machines.
+    check_speed: bool = False
 
     def tolerance_for(self, output: str) -> Tolerance:
         return self.output_tolerances.get(output, self.tolerance)

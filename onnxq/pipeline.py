@@ -27,7 +27,9 @@ from onnxq.passes.apply import apply_plans
 from onnxq.report import NodeEntry, QuantReport
 from onnxq.sensitivity import layer_sensitivity
 from onnxq.targets import integer_types_reason
-from onnxq.verify import Reference, quantized_nodes, synthetic_batches, verify_models, with_placement
+from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
+                          with_placement)
+from onnxq.verify.speed import check_speed
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 
@@ -140,6 +142,16 @@ def quantize(
                 notes.append("fallback: the tolerance cannot be met even with all but one node float")
             timings["fallback"] = time.perf_counter() - start
 
+    speed = ()
+    if config.verify.enabled and config.verify.check_speed:
+        start = time.perf_counter()
+        speed = check_speed(input_path or reference, work, batches[0], resolve_providers(config.verify.providers)[0])
+        for check in speed:
+            if not check.faster:
+                notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
+                             f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms) — see README, Targets")
+        timings["check_speed"] = time.perf_counter() - start
+
     saved, written = None, []
     if output is not None:
         start = time.perf_counter()
@@ -163,6 +175,7 @@ def quantize(
         sensitivity=sensitivity,
         fallback=fallback,
         notes=tuple(notes),
+        speed=speed,
     )
     return QuantResult(model=work, output=saved, report=report)
 

@@ -6,6 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from onnxq.verify.check import Verification
+from onnxq.verify.speed import SpeedCheck
 
 if TYPE_CHECKING:  # imported for annotations only: report must not pull in the passes
     from onnxq.fallback import FallbackResult
@@ -40,6 +41,7 @@ class QuantReport:
     sensitivity: Sensitivity | None = None
     fallback: FallbackResult | None = None
     notes: tuple[str, ...] = ()
+    speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
 
     @property
     def passed(self) -> bool | None:
@@ -64,4 +66,5 @@ class QuantReport:
             "fallback": None if self.fallback is None else self.fallback.to_dict(),
             "passed": self.passed,
             "notes": list(self.notes),
+            "speed": [c.to_dict() for c in self.speed],
         }

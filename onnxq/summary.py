@@ -75,7 +75,9 @@ def _coverage(c) -> list[str]:
 
 
 def format_summary(report: QuantReport) -> str:
-    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{report.mode} int8]"]
+    fmt = report.config.get("format", "qdq")
+    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{report.mode} int8, "
+             f"{fmt if report.mode == 'static' else 'integer operators'}, target {report.config.get('target')}]"]
     by_op = collections.Counter(e.op_type for e in report.quantized)
     lines.append("quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())))
     if report.left_float:
@@ -99,6 +101,10 @@ def format_summary(report: QuantReport) -> str:
         lines.append("verification: skipped")
         return "\n".join(lines)
     lines += format_verification(v)
+    for check in report.speed:
+        verdict = "faster" if check.faster else "NOT FASTER than float"
+        lines.append(f"speed on {_short(check.provider)}: float {check.float_ms:.2f} ms, quantized "
+                     f"{check.quantized_ms:.2f} ms ({check.speedup:.2f}x, {verdict}; median of {check.rounds})")
     if report.sensitivity is not None:
         s = report.sensitivity
         if s.nodes:

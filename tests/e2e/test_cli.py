@@ -139,3 +139,18 @@ def test_progress_bar_counts_samples_against_the_npz_total(samples_dir, capsys):
     progress.close()
     err = capsys.readouterr().err
     assert "[###############...............] 64/128 samples" in err and "samples/s" in err
+
+
+def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--check-speed",
+                 "--no-sensitivity", "--report", str(work / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    report = json.loads((work / "r.json").read_text())
+    (speed,) = report["speed"]
+    assert speed["provider"] == "CPUExecutionProvider" and speed["rounds"] == 10
+    assert speed["float_ms"] > 0 and speed["quantized_ms"] > 0
+    assert abs(speed["speedup"] - speed["float_ms"] / speed["quantized_ms"]) < 1e-9
+    warned = any("not faster than float" in n for n in report["notes"])
+    assert warned == (speed["speedup"] <= 1.0)
+    assert "speed on CPU:" in out
