@@ -28,16 +28,31 @@ MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
 CALIB = MINILM / "calib_docs.npz"
 
 
-def onnxq_variants(out: Path) -> dict[str, Path]:
-    cache = out / "minilm.calib.json"
+def transformers_optimized(out: Path) -> Path:
+    """The float model through onnxruntime.transformers' fusions (SkipLayerNormalization, BiasGelu; opt_level 0:
+    the python fusions only, as its ORT pass needs torch)."""
+    from onnxruntime.transformers import optimizer
+
+    path = out / "minilm.fused.onnx"
+    optimizer.optimize_model(str(MODEL), model_type="bert", num_heads=12, hidden_size=384,
+                             opt_level=0).save_model_to_file(str(path))
+    return path
+
+
+def onnxq_variants(out: Path, fused: Path) -> dict[str, Path]:
+    off = onnxq.VerifyConfig(enabled=False)
+    variants = {f"onnxq {mode}{' ' + fmt if fmt != 'qdq' else ''} target={target}":
+                (MODEL, onnxq.QuantConfig(target=target, mode=mode, format=fmt, verify=off))
+                for target in ("portable", "x86-vnni") for mode, fmt in
+                (("static", "qdq"), ("static", "qoperator"), ("dynamic", "qdq"))}
+    variants["onnxq static target=portable, fused float model"] = (fused, onnxq.QuantConfig(verify=off))
     paths = {}
-    for target in ("portable", "x86-vnni"):
-        for mode in ("static", "dynamic"):
-            config = onnxq.QuantConfig(target=target, mode=mode, verify=onnxq.VerifyConfig(enabled=False))
-            path = out / f"minilm.{target}.{mode}.onnx"
-            onnxq.quantize(MODEL, CALIB if mode == "static" else None, output=path, config=config,
-                           calibration_cache=cache if mode == "static" else None)
-            paths[f"onnxq {mode} target={target}"] = path
+    for i, (name, (source, config)) in enumerate(variants.items()):
+        path = out / f"minilm.variant{i}.onnx"
+        static = config.mode == "static"
+        cache = out / f"{source.stem}.calib.json" if static else None
+        onnxq.quantize(source, CALIB if static else None, output=path, config=config, calibration_cache=cache)
+        paths[name] = path
     return paths
 
 
@@ -77,7 +92,8 @@ def main() -> None:
         sys.exit(f"needs {MODEL} (the onnxq workplace's shared models)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {**onnxq_variants(out), **ort_variants(out)}
+    fused = transformers_optimized(out)
+    paths = {**onnxq_variants(out, fused), **ort_variants(out)}
     evaluation = np.load(MINILM / "eval_sentences.npz")
     feed = {k: evaluation[k] for k in evaluation.files}
     reference = session(MODEL, optimize=False).run(["sentence_embedding"], feed)[0]
@@ -89,7 +105,8 @@ def main() -> None:
         docs = np.load(CALIB)
         for batch, rounds in ((1, args.rounds_b1), (32, args.rounds_b32)):
             batch_feed = {k: np.ascontiguousarray(docs[k][:batch]) for k in docs.files}
-            latency[batch] = interleaved_latency_ms({"float": MODEL, **paths}, batch_feed, rounds)
+            latency[batch] = interleaved_latency_ms({"float": MODEL, "float, fused": fused, **paths}, batch_feed,
+                                                    rounds)
     results = {"machine": machine(), "cpu": cpu_model(), "flags": sorted(cpu_flags()), "cosine": cosine,
                "latency_ms": latency}
     (out / "bench_targets.json").write_text(json.dumps(results, indent=2, default=str))
@@ -102,7 +119,9 @@ def main() -> None:
             cells.append(f"{latency[b][k]:.1f} ({latency[b]['float'] / latency[b][k]:.2f}×)" if latency else "")
         print(f"| {k} | " + " | ".join(cells) + " |")
     if latency:
-        print(f"| float | 1 | 1 | {latency[1]['float']:.1f} | {latency[32]['float']:.0f} |")
+        for name in ("float", "float, fused"):
+            print(f"| {name} | 1 | 1 | {latency[1][name]:.1f} ({latency[1]['float'] / latency[1][name]:.2f}×) "
+                  f"| {latency[32][name]:.0f} ({latency[32]['float'] / latency[32][name]:.2f}×) |")
 
 
 if __name__ == "__main__":

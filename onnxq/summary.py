@@ -57,10 +57,12 @@ def _coverage(c) -> list[str]:
     for t in c.targets:
         verdict = "ok" if t.passed else "OUT OF TOLERANCE"
         lines.append(f"  {t.target:<9} {verdict:<16} {t.how}")
-    gap = min((o.metrics.cosine_min for o in c.kernel_gap), default=1.0)
-    lines.append(f"  this CPU's kernels vs the exact quantization: min cosine {gap:.5f}"
-                 + ("" if all(o.passed for o in c.kernel_gap) else "  ! the kernels, not the quantization, move "
-                    "the outputs"))
+    worst = max(c.kernel_loss.items(), key=lambda kv: kv[1], default=None)
+    if worst is not None:
+        exact = next(o.metrics.cosine_mean for o in c.exact if o.name == worst[0])
+        lines.append(f"  this CPU's kernels vs the exact quantization: {worst[0]} cosine to float "
+                     f"{exact - worst[1]:.4f} deployed, {exact:.4f} exact"
+                     + ("  ! the kernels, not the quantization, cost accuracy" if c.kernels_cost_accuracy else ""))
     risky = [n for n in c.saturation if n.can_saturate]
     saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
     if not risky:

@@ -28,8 +28,10 @@ _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
 _HOW_EXACT = ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
               "product exactly in int32")
 _HOW_EMULATED = "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"
-# Deployed vs exact on this CPU: beyond this the kernels, not the quantization, move the outputs.
-KERNEL_AGREEMENT = Tolerance(min_cosine=0.999)
+# This CPU's kernels may lose this much mean cosine to float against the exact quantization before the summary
+# says the kernels, not the quantization, cost accuracy. Rounding differences between ORT's fused and unfused
+# float ops flip single quantization steps, which alone moves MiniLM's outputs by ~5e-4 (measured) both ways.
+KERNEL_LOSS_LIMIT = 0.001
 
 
 def covered_targets(target: str) -> tuple[str, ...]:
@@ -67,9 +69,15 @@ class Coverage:
     platform: dict
     target: str
     exact: tuple[OutputCheck, ...]  # the exact quantization vs float
-    kernel_gap: tuple[OutputCheck, ...]  # deployed on this CPU vs the exact quantization
+    kernel_gap: tuple[OutputCheck, ...]  # deployed on this CPU vs the exact quantization (metrics only)
+    # Per output: mean cosine to float of the exact quantization minus that of this CPU's deployed kernels.
+    kernel_loss: dict[str, float]
     targets: tuple[TargetCheck, ...]
     saturation: tuple[NodeSaturation, ...]  # per integer product, AVX2 emulation
+
+    @property
+    def kernels_cost_accuracy(self) -> bool:
+        return any(loss > KERNEL_LOSS_LIMIT for loss in self.kernel_loss.values())
 
     @property
     def passed(self) -> bool:
@@ -89,6 +97,7 @@ class Coverage:
         return {"platform": self.platform, "target": self.target,
                 "exact": {o.name: o.to_dict() for o in self.exact},
                 "kernel_gap": {o.name: o.to_dict() for o in self.kernel_gap},
+                "kernel_loss": self.kernel_loss,
                 "targets": [t.to_dict() for t in self.targets],
                 "saturation": [n.to_dict() for n in self.saturation]}
 
@@ -124,7 +133,9 @@ class CoverageRun:
 
     def result(self, deployed_checks: tuple) -> Coverage:
         exact = _checks(self._exact, self.config.tolerance_for)
-        gap = _checks(self._gap, lambda _: KERNEL_AGREEMENT)
+        gap = _checks(self._gap, lambda _: Tolerance(min_cosine=None))
+        deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
+        loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
         checks = []
         saturating = tuple(n for n in self._emulator.nodes if n.saturated)
         for t in self.targets:
@@ -135,7 +146,7 @@ class CoverageRun:
                                           saturating))
             else:
                 checks.append(TargetCheck(t, _HOW_EXACT, exact))
-        return Coverage(platform_info(), resolve_target(self.target), exact, gap, tuple(checks),
+        return Coverage(platform_info(), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)
 
 

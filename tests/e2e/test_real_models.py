@@ -22,8 +22,14 @@ def test_minilm_static(shared_models, tmp_path):
     assert report.verification.kernels["MatMulIntegerToFloat"] == 36
     embedding = next(o for o in report.verification.outputs if o.name == "sentence_embedding")
     assert embedding.metrics.samples == 500
-    # Acceptance: >= 0.99 (ORT's own QDQ: 0.922, dynamic: 0.958). Measured 0.9933 (percentile, the default).
-    assert embedding.metrics.cosine_mean >= 0.99
+    # Acceptance: >= 0.993 on the deployed kernels of either CPU (ORT's own QDQ: 0.922, dynamic: 0.958).
+    # Measured 0.9932 on AVX2 (portable, the default target), 0.9933 for full-range weights.
+    assert embedding.metrics.cosine_mean >= 0.993
+    # The portable model computes on this CPU's kernels what the exact quantization does (no saturation).
+    coverage = report.verification.coverage
+    exact = next(o for o in coverage.exact if o.name == "sentence_embedding").metrics.cosine_mean
+    assert abs(embedding.metrics.cosine_mean - exact) <= 0.001  # measured 0.0000 on AVX2
+    assert all(t.passed for t in coverage.targets) and not any(n.can_saturate for n in coverage.saturation)
     assert report.quant_bytes <= 0.3 * report.float_bytes  # measured 0.25
 
 
