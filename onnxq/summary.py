@@ -56,7 +56,7 @@ def _coverage(c) -> list[str]:
              f"kernels of {info['cpu_target']}), onnxruntime {info['onnxruntime']}; target {c.target}:"]
     for t in c.targets:
         verdict = "ok" if t.passed else "OUT OF TOLERANCE"
-        lines.append(f"  {t.target:<9} {verdict:<16} {t.how}")
+        lines.append(f"  {t.target:<9} {verdict:<16} {t.how.split(':')[0]}")
     worst = max(c.kernel_loss.items(), key=lambda kv: kv[1], default=None)
     if worst is not None:
         exact = next(o.metrics.cosine_mean for o in c.exact if o.name == worst[0])
