@@ -46,6 +46,23 @@ def node_named(model: ir.Model, name: str) -> ir.Node:
     return next(n for n in model.graph if n.name == name)
 
 
+def matmul_integer_session(b: np.ndarray):
+    """An ORT session of one MatMulInteger: uint8 activations a [M, K] (zero point 0) × the constant int8 b."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = b.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["M", k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["M", n])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0, np.uint8), "azp"),
+         numpy_helper.from_array(np.array(0, np.int8), "bzp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked cuda need onnxruntime's CUDAExecutionProvider; without it they skip with the reason."""
     import onnxruntime as ort

@@ -1,25 +1,10 @@
 """Pair-limited int8 weights: no K pair can saturate AVX2's U8S8 kernel, at the least weight error."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+from conftest import matmul_integer_session
 
 from onnxq.numerics import choose_qparams, quantize
 from onnxq.numerics.pairs import limit_pair_sums, pair_sum_violations, quantize_pair_limited
-
-
-def _matmul_integer(b: np.ndarray) -> ort.InferenceSession:
-    k, n = b.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], "g",
-        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["M", k])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, ["M", n])],
-        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0, np.uint8), "azp"),
-         numpy_helper.from_array(np.array(0, np.int8), "bzp")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 def test_limit_moves_only_violating_pairs_onto_the_limit(rng):
@@ -60,5 +45,5 @@ def test_pair_limited_weights_are_exact_in_ort_on_adversarial_activations(rng):
     a = np.where(q[:, :1].T >= 0, 255, 0).astype(np.uint8).repeat(8, axis=0)  # pushes column 0 to its maximum
     a[4:] = rng.choice([0, 255], size=(4, 1001)).astype(np.uint8)
     for rows in (a[:1], a):  # M = 1 takes MLAS's GEMV path
-        got = _matmul_integer(q).run(None, {"a": rows})[0]
+        got = matmul_integer_session(q).run(None, {"a": rows})[0]
         np.testing.assert_array_equal(got, rows.astype(np.int64) @ q.astype(np.int64))

@@ -1,32 +1,18 @@
 """AVX2 U8S8 emulation: known counts, ORT's real kernel (where this CPU saturates), and whole models."""
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conftest import matmul_integer_session
 
 import onnxq
 from onnxq.verify import make_session
 from onnxq.verify.emulate import SaturationEmulator, integer_products, saturation_error
 
 
-def _matmul_integer(b: np.ndarray) -> ort.InferenceSession:
-    k, n = b.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], "g",
-        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["M", k])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, ["M", n])],
-        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(0, np.uint8), "azp"),
-         numpy_helper.from_array(np.array(0, np.int8), "bzp")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-
-
 def _this_cpu_saturates() -> bool:
     b = np.full((2, 1), 127, np.int8)
-    return int(_matmul_integer(b).run(None, {"a": np.full((1, 2), 255, np.uint8)})[0][0, 0]) != 2 * 255 * 127
+    return int(matmul_integer_session(b).run(None, {"a": np.full((1, 2), 255, np.uint8)})[0][0, 0]) != 2 * 255 * 127
 
 
 def test_known_counts():
@@ -51,7 +37,7 @@ def test_emulation_equals_ort_kernel(rng, m, k):
     exact = a.astype(np.int64) @ b.astype(np.int64)
     error, saturated = saturation_error(a, b)
     assert saturated > 0
-    got = _matmul_integer(b).run(None, {"a": a})[0]
+    got = matmul_integer_session(b).run(None, {"a": a})[0]
     if _this_cpu_saturates():
         np.testing.assert_array_equal(got, exact + error)
     else:
