@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.targets import cpu_flags, cpu_model, detect_target, resolve_target
-from onnxq.verify.emulate import NodeSaturation, SaturationEmulator
+from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator
 from onnxq.verify.outcome import OutputCheck, failures_for
 
@@ -40,10 +40,10 @@ def covered_targets(target: str) -> tuple[str, ...]:
 
 
 
-def platform_info() -> dict:
-    flags = cpu_flags()
-    return {"cpu": cpu_model(), "machine": platform.machine(), "isa_flags": sorted(flags),
-            "cpu_target": detect_target(flags), "onnxruntime": ort.__version__,
+def platform_info(here: str) -> dict:
+    """here: this machine's target, as its kernels behave (see _here)."""
+    return {"cpu": cpu_model(), "machine": platform.machine(), "isa_flags": sorted(cpu_flags()),
+            "cpu_target": here, "onnxruntime": ort.__version__,
             "providers_available": ort.get_available_providers()}
 
 
@@ -110,9 +110,10 @@ class CoverageRun:
         self.names = list(names)
         self.config = config
         self.target = target
-        self.here = detect_target(cpu_flags())
+        saturates = this_cpu_saturates()
+        self.here = _here(saturates)
         self.targets = covered_targets(target)
-        self._emulator = SaturationEmulator(quant_model, self.names, base_saturates=self.here == "x86-avx2")
+        self._emulator = SaturationEmulator(quant_model, self.names, base_saturates=saturates)
         self._emulate = "x86-avx2" in self.targets and self.here != "x86-avx2"
         self._exact = self._accumulators()
         self._gap = self._accumulators()
@@ -146,8 +147,16 @@ class CoverageRun:
                                           saturating))
             else:
                 checks.append(TargetCheck(t, _HOW_EXACT, exact))
-        return Coverage(platform_info(), resolve_target(self.target), exact, gap, loss, tuple(checks),
+        return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)
+
+
+def _here(saturates: bool) -> str:
+    """This machine's target: the kernel's own answer decides AVX2; the flags tell VNNI from ARM."""
+    if saturates:
+        return "x86-avx2"
+    flagged = detect_target(cpu_flags())
+    return "x86-vnni" if flagged == "x86-avx2" else flagged
 
 
 def _checks(accumulators: dict[str, MetricsAccumulator], tolerance_for) -> tuple[OutputCheck, ...]:

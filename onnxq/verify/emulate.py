@@ -12,6 +12,7 @@ them taken away from integer operators, which is what the exact quantization (an
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ from onnxq.numerics.pairs import pair_sum_violations
 from onnxq.verify.sessions import make_session
 
 __all__ = ["IntegerProduct", "NodeSaturation", "SaturationEmulator", "saturation_error", "integer_products",
-           "can_saturate"]
+           "can_saturate", "this_cpu_saturates"]
 
 _INT16_MIN, _INT16_MAX = -32768, 32767
 
@@ -134,8 +135,25 @@ class NodeSaturation:
         return self.saturated / self.pair_sums if self.pair_sums else 0.0
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "can_saturate": self.can_saturate, "pair_sums": self.pair_sums, "saturated": self.saturated,
-                "fraction": self.fraction, "max_abs_error": self.max_abs_error}
+        return {"name": self.name, "can_saturate": self.can_saturate, "pair_sums": self.pair_sums,
+                "saturated": self.saturated, "fraction": self.fraction, "max_abs_error": self.max_abs_error}
+
+
+@functools.lru_cache(maxsize=1)
+def this_cpu_saturates() -> bool:
+    """Whether ORT's U8S8 kernel saturates on this CPU: asked of the kernel itself (255·127 + 255·127 in one
+    pair), so it holds where /proc/cpuinfo is absent or its flags mislead."""
+    graph = ir.Graph([ir.Value(name="a", type=ir.TensorType(ir.DataType.UINT8), shape=ir.Shape([1, 2]))], [],
+                     nodes=[], opset_imports={"": 13})
+    b = ir.Value(name="b", const_value=ir.tensor(np.full((2, 1), 127, np.int8), name="b"))
+    graph.register_initializer(b)
+    node = ir.node("MatMulInteger", [graph.inputs[0], b], name="probe")
+    graph.append(node)
+    graph.outputs.append(node.outputs[0])
+    node.outputs[0].name = "y"
+    node.outputs[0].type = ir.TensorType(ir.DataType.INT32)
+    session = make_session(ir.Model(graph, ir_version=8), optimize=False)
+    return int(session.run(None, {"a": np.full((1, 2), 255, np.uint8)})[0][0, 0]) != 2 * 255 * 127
 
 
 def can_saturate(weight: np.ndarray) -> bool:
@@ -158,19 +176,18 @@ class SaturationEmulator:
         self.products = integer_products(model)
         self.stats = {p.name: [0, 0, 0.0] for p in self.products}
         self.risky = [p for p in self.products if can_saturate(p.weight)]
-        self._base = make_session(model, optimize=False)
-        self._exposed = self._injected = None
-        if self.risky:
-            self._exposed = make_session(_exposing(model, [p.activation for p in self.risky]), optimize=False)
-            self._injected = make_session(_injecting(model, self.risky), optimize=False)
+        self._activations = list(dict.fromkeys(p.activation for p in self.risky))
+        # One base run yields the outputs and the risky products' activations.
+        self._base = make_session(_exposing(model, self._activations), optimize=False)
+        self._injected = make_session(_injecting(model, self.risky), optimize=False) if self.risky else None
 
     def run(self, batch: Batch) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[np.ndarray] | None]:
         """(base outputs, AVX2's outputs or None, exact outputs or None)."""
-        base = self._base.run(self.output_names, batch)
+        fetched = self._base.run(self.output_names + self._activations, batch)
+        base = fetched[:len(self.output_names)]
         if not self.risky:
             return base, None, None
-        names = list(dict.fromkeys(p.activation for p in self.risky))
-        activations = dict(zip(names, self._exposed.run(names, batch)))
+        activations = dict(zip(self._activations, fetched[len(self.output_names):]))
         to_avx2, to_exact = dict(batch), dict(batch)
         avx2_differs = exact_differs = False
         for p in self.risky:
@@ -206,6 +223,8 @@ def _error_input(output: str) -> str:
 
 
 def _exposing(model: ir.Model, names: Sequence[str]) -> ir.Model:
+    if not names:
+        return model
     exposed = model.clone()
     values = {v.name: v for n in exposed.graph for v in n.outputs}
     for name in dict.fromkeys(names):
