@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxq.numerics.affine import broadcast_along, quantize
+from onnxq.numerics.affine import broadcast_along
 from onnxq.numerics.qparams import QParams
 
 __all__ = ["PAIR_LIMIT", "limit_pair_sums", "pair_sum_violations", "quantize_pair_limited"]
@@ -33,7 +33,7 @@ def _pairs(q: np.ndarray, k_axis: int) -> tuple[np.ndarray, np.ndarray]:
 
 def pair_sum_violations(q: np.ndarray, k_axis: int, limit: int = PAIR_LIMIT) -> np.ndarray:
     """Boolean [K // 2, ...]: the pairs whose same-sign sum exceeds the limit (those that can saturate)."""
-    even, odd = _pairs(q.astype(np.int32), k_axis)
+    even, odd = _pairs(q.astype(np.int16), k_axis)  # |sums| ≤ 256: int16 holds them
     positive = np.maximum(even, 0) + np.maximum(odd, 0)
     negative = np.minimum(even, 0) + np.minimum(odd, 0)
     return (positive > limit) | (negative < -limit)
@@ -70,24 +70,21 @@ def quantize_pair_limited(x: np.ndarray, qparams: QParams, k_axis: int) -> tuple
     if np.any(qparams.zero_point != 0):
         raise ValueError("pair-limited weights must be symmetric (zero point 0)")
     x = np.asarray(x, dtype=np.float32)
-    channel_axes = tuple(i for i in range(x.ndim) if i != qparams.axis) if qparams.axis is not None else None
-    best_q, best_scale, best_err = None, None, None
+    axis = qparams.axis
+    other_axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
+    best_q = best_scale = best_err = None
     for widening in _WIDENINGS:
         scale = (qparams.scale.astype(np.float64) * widening).astype(np.float32)
-        trial = QParams(scale, qparams.zero_point, qparams.axis)
-        real = x / broadcast_along(scale, x.ndim, qparams.axis)
-        q = limit_pair_sums(quantize(x, trial), real, k_axis)
-        err = np.square(q.astype(np.float32) * broadcast_along(scale, x.ndim, qparams.axis) - x)
-        err = err.sum(axis=channel_axes) if channel_axes is not None else err.sum()
+        real = x / broadcast_along(scale, x.ndim, axis)  # as quantize() computes it (zero point 0)
+        q = np.clip(np.rint(real), -128, 127).astype(np.int8)
+        q = limit_pair_sums(q, real, k_axis)
+        real -= q  # the rounding error in units of the scale; its square times scale² is the weight error
+        err = np.square(real, out=real).sum(axis=other_axes) * np.square(scale.astype(np.float64))
         if best_err is None:
             best_q, best_scale, best_err = q, scale, err
             continue
         better = err < best_err
-        if qparams.axis is None:
-            if better:
-                best_q, best_scale, best_err = q, scale, err
-            continue
-        best_q = np.where(broadcast_along(better, x.ndim, qparams.axis), q, best_q)
+        best_q = np.where(broadcast_along(better, x.ndim, axis), q, best_q)
         best_scale = np.where(better, scale, best_scale)
         best_err = np.where(better, err, best_err)
-    return best_q, QParams(np.asarray(best_scale, dtype=np.float32), qparams.zero_point, qparams.axis)
+    return best_q, QParams(np.asarray(best_scale, dtype=np.float32), qparams.zero_point, axis)
