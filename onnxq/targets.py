@@ -4,7 +4,8 @@ ORT's CPU integer GEMM (MLAS) multiplies uint8 activations by int8 weights (U8S8
 and AVX-512 without VNNI) the kernel multiplies byte pairs with vpmaddubsw, which adds the two products of
 K indices 2i and 2i+1 in int16 *with saturation*, before widening to int32. With VNNI (vpdpbusd), on ARM
 (sdot/udot or widening multiplies) and in U8U8 / S8S8, every product reaches int32 exactly. Measured on ORT 1.31
-(tests/targets/test_saturation.py): only U8S8 on a non-VNNI x86 saturates, for M = 1 (GEMV) and M > 1 alike.
+(tests/verify/test_emulate.py, tests/numerics/test_pairs.py): only U8S8 on a non-VNNI x86 saturates, for M = 1
+(GEMV) and M > 1 alike.
 
 Pure functions of the CPU flags: handlers and passes ask here; nothing else reads /proc/cpuinfo.
 """

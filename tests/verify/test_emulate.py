@@ -44,6 +44,28 @@ def test_emulation_equals_ort_kernel(rng, m, k):
         np.testing.assert_array_equal(got, exact)
 
 
+@pytest.mark.parametrize("op", ["MatMulIntegerToFloat", "QGemm"])
+def test_s8s8_kernels_are_exact(rng, op):
+    """int8 activations × int8 weights never saturate (why S8S8 needs no pair limit), on adversarial data."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    a = rng.choice([-128, -100, 0, 100, 127], size=(8, 64)).astype(np.int8)
+    b = rng.choice([-127, -100, 0, 90, 127], size=(64, 16)).astype(np.int8)
+    inputs = (["a", "b", "s", "s", "zp", "zp"] if op == "MatMulIntegerToFloat" else ["a", "s", "zp", "b", "s", "zp"])
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], domain="com.microsoft")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.INT8, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(1.0, np.float32), "s"),
+         numpy_helper.from_array(np.array(0, np.int8), "zp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    assert saturation_error((a.astype(np.int32) + 128), b)[1] > 0  # as U8S8 these values would saturate
+
+
 def _mlp(samples_dir, target, mode):
     data = np.load(samples_dir / "mlp_calib.npz")
     config = onnxq.QuantConfig(target=target, mode=mode, verify=onnxq.VerifyConfig(enabled=False))
