@@ -6,13 +6,9 @@ import onnx_ir as ir
 
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float
 from onnxq.handlers.registry import register
+from onnxq.irquery import attribute
 
 __all__ = ["plan_gemm"]
-
-
-def _attr(node: ir.Node, name: str, default: float | int) -> float | int:
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
 
 
 @register("Gemm")
@@ -26,8 +22,8 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, "B is not a constant float32 weight")
     if b_const.shape is None or len(b_const.shape) != 2:
         return Skip(node, "B is not 2-D")
-    trans_a, trans_b = _attr(node, "transA", 0), _attr(node, "transB", 0)
-    alpha, beta = _attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)
+    trans_a, trans_b = attribute(node, "transA"), attribute(node, "transB")
+    alpha, beta = attribute(node, "alpha", 1.0), attribute(node, "beta", 1.0)
     if ctx.mode == "dynamic" and (trans_a or alpha != 1.0 or beta != 1.0):
         return Skip(node, "dynamic mode supports Gemm with transA=0, alpha=beta=1 only")
     n_out = b_const.shape[0] if trans_b else b_const.shape[1]

@@ -13,6 +13,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.gather_rewrite import rewrite_gather
 
@@ -40,7 +41,7 @@ class InsertDynamicPass(ir.passes.InPlacePass):
                                                  node, num_outputs=3)
             x_q, x_scale, x_zero_point = dynamic_inputs[x].outputs
             spec = plan.weights[0]
-            transposed = node.op_type == "Gemm" and _attr(node, "transB") == 1
+            transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
             # MatMulInteger takes B as [K, N] with a zero point per column N (K pairs along axis 0).
             axis = None if spec.axis is None else 1
             weight = builder.quantized_weight(node.inputs[1], axis, transpose=transposed,
@@ -62,8 +63,3 @@ class InsertDynamicPass(ir.passes.InPlacePass):
             graph.remove(node, safe=True)
         RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified=bool(self.plans))
-
-
-def _attr(node: ir.Node, name: str) -> int:
-    attr = node.attributes.get(name)
-    return 0 if attr is None else attr.value

@@ -17,27 +17,19 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxq.irquery import attribute, producer
+
 __all__ = ["LowerToQOperatorPass"]
 
 _MS = "com.microsoft"
 
 
-def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
-    node = None if value is None else value.producer()
-    return node if node is not None and node.op_type == op_type else None
-
-
-def _int_attr(node: ir.Node, name: str, default: int = 0) -> int:
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
-
-
 def _quantized_input(value: ir.Value) -> tuple[ir.Node | None, str | None]:
     """The DequantizeLinear feeding a product and its per-tensor activation, or why it is not one."""
-    dq = _producer(value, "DequantizeLinear")
+    dq = producer(value, "DequantizeLinear")
     if dq is None:
         return None, "input is not dequantized (not quantized by onnxq)"
-    if _producer(dq.inputs[0], "QuantizeLinear") is None and ir.convenience.get_const_tensor(dq.inputs[0]) is None:
+    if producer(dq.inputs[0], "QuantizeLinear") is None and ir.convenience.get_const_tensor(dq.inputs[0]) is None:
         return None, "dequantized input is neither a QuantizeLinear output nor a constant"
     return dq, None
 
@@ -73,7 +65,7 @@ class LowerToQOperatorPass(ir.passes.InPlacePass):
             return "a zero point is missing"
         if x_scale.shape is not None and x_scale.shape.rank() not in (0, None):
             return "activation scale is not per tensor"
-        w_axis = _int_attr(w_dq, "axis", 1)
+        w_axis = attribute(w_dq, "axis", 1)
         w_per_axis = w_scale.shape is not None and w_scale.shape.rank() == 1
         if node.op_type == "MatMul":
             if w_per_axis and (w_q.shape is None or w_axis not in (1, -1) or w_q.shape.rank() != 2):
@@ -81,19 +73,19 @@ class LowerToQOperatorPass(ir.passes.InPlacePass):
             lowered = ir.node("MatMulIntegerToFloat", [x_q, w_q, x_scale, w_scale, x_zp, w_zp], domain=_MS,
                               name=node.name)
         else:
-            if _int_attr(node, "transA"):
+            if attribute(node, "transA"):
                 return "Gemm with transA = 1 (QGemm lowering keeps A as [M, K])"
-            trans_b = _int_attr(node, "transB")
+            trans_b = attribute(node, "transB")
             if w_per_axis and w_axis != (0 if trans_b else 1):
                 return "weight scales are not per output feature"
             bias = node.inputs[2] if len(node.inputs) > 2 else None
             bias_q = None
             if bias is not None:
-                bias_dq = _producer(bias, "DequantizeLinear")
+                bias_dq = producer(bias, "DequantizeLinear")
                 if bias_dq is None or bias_dq.inputs[0].dtype != ir.DataType.INT32:
                     return "bias is float (QGemm takes an int32 bias with scale s_x·s_w)"
                 bias_q = bias_dq.inputs[0]
-            attrs = {"transB": trans_b, "alpha": node.attributes["alpha"].value if "alpha" in node.attributes else 1.0}
+            attrs = {"transB": trans_b, "alpha": attribute(node, "alpha", 1.0)}
             lowered = ir.node("QGemm", [x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias_q], attrs, domain=_MS,
                               name=node.name)
         graph.insert_before(node, lowered)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.data import Batch
+from onnxq.irquery import attribute, producer
 from onnxq.numerics.pairs import pair_sum_violations
 from onnxq.verify.sessions import make_session
 
@@ -73,28 +74,23 @@ def _const(value: ir.Value | None) -> np.ndarray | None:
     return None if tensor is None else tensor.numpy()
 
 
-def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
-    node = None if value is None else value.producer()
-    return node if node is not None and node.op_type == op_type else None
-
-
 def integer_products(model: ir.Model) -> list[IntegerProduct]:
     """The U8S8 products of a QDQ (DequantizeLinear → MatMul/Gemm), QOperator (MatMulIntegerToFloat, QGemm) or
     dynamic (MatMulInteger) model."""
     found = []
     for node in model.graph:
         if node.op_type in ("MatMul", "Gemm"):
-            x_dq, w_dq = _producer(node.inputs[0], "DequantizeLinear"), _producer(node.inputs[1], "DequantizeLinear")
-            q = _producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
+            x_dq, w_dq = producer(node.inputs[0], "DequantizeLinear"), producer(node.inputs[1], "DequantizeLinear")
+            q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
             weight = _const(w_dq.inputs[0]) if w_dq is not None else None
             if q is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
                 continue
-            if _const(x_dq.inputs[2]) is None or _const(x_dq.inputs[2]).dtype != np.uint8:
+            x_zero_point = _const(x_dq.inputs[2])
+            if x_zero_point is None or x_zero_point.dtype != np.uint8:
                 continue
-            attrs = node.attributes
-            if node.op_type == "Gemm" and attrs.get("transB") is not None and attrs["transB"].value:
-                weight = weight.T
-            alpha = attrs["alpha"].value if node.op_type == "Gemm" and attrs.get("alpha") is not None else 1.0
+            gemm = node.op_type == "Gemm"
+            weight = weight.T if gemm and attribute(node, "transB") else weight
+            alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
             found.append(IntegerProduct(node.name or "", q.outputs[0].name, weight, node.outputs[0].name,
                                         _const(w_dq.inputs[1]).astype(np.float64) * alpha,
                                         float(_const(x_dq.inputs[1])), integer_op=False))
@@ -105,15 +101,14 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             weight, zp = _const(b), _const(a_zp)
             if weight is None or weight.dtype != np.int8 or weight.ndim != 2 or zp is None or zp.dtype != np.uint8:
                 continue
-            attrs = node.attributes
-            if node.op_type == "QGemm" and attrs.get("transB") is not None and attrs["transB"].value:
-                weight = weight.T
-            alpha = attrs["alpha"].value if node.op_type == "QGemm" and attrs.get("alpha") is not None else 1.0
+            gemm = node.op_type == "QGemm"
+            weight = weight.T if gemm and attribute(node, "transB") else weight
+            alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
             found.append(IntegerProduct(node.name or "", a.name, weight, node.outputs[0].name,
                                         _const(b_scale).astype(np.float64) * alpha, float(_const(a_scale))))
         elif node.op_type == "MatMulInteger":
             weight = _const(node.inputs[1])
-            dq = _producer(node.inputs[0], "DynamicQuantizeLinear")
+            dq = producer(node.inputs[0], "DynamicQuantizeLinear")
             if dq is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
                 continue
             name = (node.name or "").removesuffix("_MatMulInteger")

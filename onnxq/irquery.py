@@ -1,0 +1,19 @@
+"""Small read-only questions about an onnx_ir graph, asked by handlers, passes and verification alike."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+__all__ = ["producer", "attribute"]
+
+
+def producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    """The node of this op type that produces the value, or None."""
+    node = None if value is None else value.producer()
+    return node if node is not None and node.op_type == op_type else None
+
+
+def attribute(node: ir.Node, name: str, default: float | int = 0) -> float | int:
+    """An attribute's value, or the default when the node does not set it."""
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
