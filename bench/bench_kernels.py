@@ -59,6 +59,30 @@ def build(out: Path, k: int, n: int, rng: np.random.Generator) -> dict[str, Path
         [helper.make_node("QuantizeLinear", ["x", "as", "azp"], ["xq"]),
          helper.make_node("MatMulIntegerToFloat", ["xq", "w", "as", "ws", "azp", "wzp"], ["y"], domain="com.microsoft")],
         [x], TensorProto.FLOAT, s8, out / "mmitf_s8s8.onnx")
+    # Per-token activations (one symmetric scale per row, at run time; onnxq's --activations per-token): the scale
+    # subgraph, QuantizeLinear with a per-row scale (axis 0) and zero point 128, then either ORT's
+    # MatMulIntegerToFloat (its activation scale must be a scalar: 1) and the row scales, or standard ops only.
+    row_scale = [
+        helper.make_node("Abs", ["x"], ["abs"]),
+        helper.make_node("ReduceMax", ["abs", "axes"], ["amax"], keepdims=1),
+        helper.make_node("Div", ["amax", "qmax"], ["scale0"]),
+        helper.make_node("Max", ["scale0", "tiny"], ["scale"]),
+        helper.make_node("Reshape", ["scale", "flat"], ["scale_flat"]),
+        helper.make_node("Expand", ["azp", "rows"], ["zps"]),
+        helper.make_node("Shape", ["scale_flat"], ["rows"]),
+        helper.make_node("QuantizeLinear", ["x", "scale_flat", "zps"], ["xq"], axis=0)]
+    per_token = {"w": w8, "ws": scale.astype(np.float32), "wzp": np.zeros(n, np.int8), "one": np.array(np.float32(1)),
+                 "azp": np.array(a_zp), "axes": np.array([1], np.int64), "qmax": np.array(np.float32(127)),
+                 "tiny": np.array(np.finfo(np.float32).tiny), "flat": np.array([-1], np.int64)}
+    forms["per-token: QuantizeLinear per row + MatMulIntegerToFloat + Mul"] = _model(
+        [*row_scale, helper.make_node("MatMulIntegerToFloat", ["xq", "w", "one", "ws", "azp", "wzp"], ["yw"],
+                                      domain="com.microsoft"),
+         helper.make_node("Mul", ["yw", "scale"], ["y"])], [x], TensorProto.FLOAT, per_token, out / "pt_mmitf.onnx")
+    forms["per-token: QuantizeLinear per row + MatMulInteger + Cast + Mul + Mul"] = _model(
+        [*row_scale, helper.make_node("MatMulInteger", ["xq", "w", "azp", "wzp"], ["acc"]),
+         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["accf", "scale"], ["yr"]), helper.make_node("Mul", ["yr", "ws"], ["y"])],
+        [x], TensorProto.FLOAT, per_token, out / "pt_mmi.onnx")
     # MatMulNBits with 8-bit weights: B [N, K/block, block] uint8 (zero point 128), accuracy_level 4 quantizes
     # the activations to int8 per block and runs an integer kernel.
     block = 32

@@ -47,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="qdq (default): Q/DQ around float ops; qoperator: MatMulIntegerToFloat / QGemm operators")
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
+    p.add_argument("--activations", choices=["per-tensor", "per-token"],
+                   help="activation scales: per-tensor (default) or per-token (one per row, at run time; language "
+                        "models)")
+    p.add_argument("--smooth", metavar="off|ALPHA|auto",
+                   help="SmoothQuant before quantizing (needs --calib): off (default), a number α in [0, 1], or "
+                        "auto (α searched per layer)")
+    p.add_argument("--recipe", choices=["manual", "auto"],
+                   help="auto: per layer group the cheapest of static per-tensor and per-token + smoothing that "
+                        "meets the tolerance (needs --calib); manual (default): the flags as given")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")

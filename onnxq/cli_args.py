@@ -74,6 +74,9 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "exclude_nodes": tuple(args.exclude) if args.exclude else None,
         "exclude_op_types": tuple(args.exclude_op) if args.exclude_op else None,
         "exclude_regex": args.exclude_regex,
+        "activation_granularity": args.activations,
+        "smooth": _smooth_value(args.smooth),
+        "recipe": args.recipe,
     }.items() if v is not None}
     if args.activation_dtype:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
@@ -83,6 +86,15 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     verify = _changed(verify, enabled=False if args.no_verify else None,
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed)
     return config.replace(**top, calibration=calibration, verify=verify)
+
+
+def _smooth_value(text: str | None) -> float | str | None:
+    if text is None or text in ("off", "auto"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--smooth {text!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)") from None
 
 
 def _changed(obj, **changes):

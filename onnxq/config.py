@@ -122,6 +122,18 @@ class QuantConfig:
     target: Target = "portable"
     # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
     activations: QScheme = QScheme("uint8", symmetric=False)
+    # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
+    # symmetric scale per row ([tokens, channels]), computed at run time (numerics.per_token), for every
+    # activation × weight product; language models need it (README, "Language models").
+    activation_granularity: Literal["per-tensor", "per-token"] = "per-tensor"
+    # Nodes whose activation is per token whatever activation_granularity says (what recipe auto chose).
+    per_token_nodes: tuple[str, ...] = ()
+    # SmoothQuant before quantizing (needs calibration data): "off"; a number α in [0, 1] for every smoothable
+    # activation; "auto": per activation the α of a grid (or none) with the least quantized output error.
+    smooth: float | Literal["off", "auto"] = "off"
+    # auto: per group of layers reading one activation, static per-tensor where the tolerance allows it, else
+    # per-token with smoothing (α searched), else float (onnxq.recipe); needs calibration data.
+    recipe: Literal["manual", "auto"] = "manual"
     weights: QScheme = QScheme("int8", symmetric=True)
     per_channel: bool = True
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather")
@@ -137,6 +149,9 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}; use one of {', '.join(TARGETS)}")
+        if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \
+                not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
+            raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")
         if self.weights.dtype != "int8":
             raise ConfigError("weights.dtype must be int8 (ORT's integer kernels take int8 weights)")
         if not 0.0 < self.calibration.percentile <= 100.0:
@@ -220,8 +235,15 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"config {key} = {value!r} is not one of {list(typing.get_args(hint))}")
         return value
     if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return None if value is None else _convert(args[0], value, key)
+        for arg in args[:-1]:  # the first member the value fits; the last one's error when none does
+            try:
+                return _convert(arg, value, key)
+            except ConfigError:
+                pass
+        return _convert(args[-1], value, key)
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"config {key} must be a table")

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import onnx
@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, model_fingerprint,
                                validated_batches)
 from onnxq.calibration.api import activations_to_observe, summarize
+from onnxq.calibration.channels import collect_channel_stats
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, activation_names, plan_model
@@ -25,7 +26,11 @@ from onnxq.numerics import qrange
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
 from onnxq.report import NodeEntry, QuantReport
+from onnxq.passes.smooth import SmoothPass
+from onnxq.report import SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
+from onnxq.recipe import RecipeGroup, choose_recipe
+from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
 from onnxq.targets import integer_types_reason
 from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
                           with_placement)
@@ -92,6 +97,16 @@ def quantize(
                                                         notes)
     timings["load_and_plan"] = time.perf_counter() - start
 
+    smoothing: tuple[SmoothedActivation, ...] = ()
+    quantized_from = reference  # the float graph the quantization starts from (smoothed, when asked)
+    if config.recipe == "auto":
+        _check_recipe(config, mode, calibration)
+    elif config.smooth != "off":
+        start = time.perf_counter()
+        smoothing = _smooth(work, plans, config, specs, calibration, verify_data)
+        quantized_from = work.clone()
+        timings["smooth"] = time.perf_counter() - start
+
     holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
@@ -107,7 +122,7 @@ def quantize(
         notes.append(f"format qoperator: {name} kept in QDQ form ({reason})")
     timings["rewrite"] = time.perf_counter() - start
 
-    verification = sensitivity = fallback = None
+    verification = sensitivity = fallback = recipe = None
     if config.verify.enabled:
         start = time.perf_counter()
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
@@ -116,6 +131,24 @@ def quantize(
         placement = quantized_nodes(work) if config.verify.check_kernels else None
         verification = verify_models(ref, work, config.verify, label, placement, config.target)
         timings["verify"] = time.perf_counter() - start
+        if config.recipe == "auto" and not verification.passed:
+            start = time.perf_counter()
+            groups = _recipe_groups(reference, config, mode, ranges, specs, calibration, verify_data)
+            recipe, chosen = choose_recipe(reference, config, mode, ranges, groups,
+                                           lambda m: verify_models(ref, m, config.verify, label, target=config.target))
+            if chosen is not None:
+                config, quantized_from = chosen.config, chosen.float_model
+                work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
+                verification = chosen.verification
+                if config.verify.check_kernels:
+                    verification = with_placement(verification, work, batches[0], quantized_nodes(work))
+                switched = set(recipe.per_token)
+                smoothing = tuple(SmoothedActivation(g.activation, g.alpha, None, {}) for g in groups
+                                  if g.activation in switched)
+            notes.append(f"recipe auto: {len(recipe.per_token)} of {recipe.candidates} activation group(s) per token "
+                         f"+ smoothing, the rest static per tensor ({recipe.probes} probes)"
+                         + ("" if recipe.met else "; the tolerance is not met even so"))
+            timings["recipe"] = time.perf_counter() - start
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
@@ -125,11 +158,11 @@ def quantize(
             if not per_node:
                 notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
                              f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
-            sensitivity = layer_sensitivity(reference, plans, ranges, config, mode, samples, per_node)
+            sensitivity = layer_sensitivity(quantized_from, plans, ranges, config, mode, samples, per_node)
             timings["sensitivity"] = time.perf_counter() - start
         if wants_fallback:
             start = time.perf_counter()
-            fallback, chosen = fall_back(reference, config, mode, ranges, sensitivity, verification,
+            fallback, chosen = fall_back(quantized_from, config, mode, ranges, sensitivity, verification,
                                          lambda m: verify_models(ref, m, config.verify, label, target=config.target))
             if chosen is not None:
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
@@ -176,6 +209,8 @@ def quantize(
         fallback=fallback,
         notes=tuple(notes),
         speed=speed,
+        smoothing=smoothing,
+        recipe=recipe,
     )
     return QuantResult(model=work, output=saved, report=report)
 
@@ -204,6 +239,64 @@ def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan
     ranges = summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
                             symmetric=scheme.symmetric, percentile=config.calibration.percentile)
     return ranges, summary.samples
+
+
+def _check_reusable(calibration, what: str) -> None:
+    if calibration is None:
+        raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
+                          "--calib DATA")
+    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
+            and iter(calibration) is calibration:
+        raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
+                          "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
+                          "batches")
+
+
+def _check_recipe(config: QuantConfig, mode: str, calibration) -> None:
+    _check_reusable(calibration, "recipe auto")
+    if mode != "static" or not config.verify.enabled:
+        raise ConfigError("recipe auto chooses by verifying against the tolerance from a static model: it needs "
+                          "--mode static or auto and verification on")
+
+
+def _channel_stats(model: ir.Model, candidates, config: QuantConfig, specs, calibration, verify_data):
+    """Per-channel statistics of the candidates' activations over the calibration data, less the samples held
+    back for verification (the same samples calibration proper sees)."""
+    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+    if verify_data is None and config.verify.enabled:
+        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
+    return collect_channel_stats(model, [c.activation.name for c in candidates], batches)
+
+
+def _alpha(config: QuantConfig) -> float | None:
+    return None if isinstance(config.smooth, str) else float(config.smooth)
+
+
+def _recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, specs, calibration,
+                   verify_data) -> list[RecipeGroup]:
+    """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
+    plans, _ = plan_model(reference.graph, config, mode)
+    candidates = smoothable_groups(plans)
+    stats = _channel_stats(reference, candidates, config, specs, calibration, verify_data)
+    groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
+    scales = {g.activation.name: g.scales for g in groups}
+    return [RecipeGroup(c.activation.name, tuple(p.node.name for p in c.plans), choice.alpha,
+                        scales.get(c.activation.name),
+                        static_error(c, stats, ranges[c.activation.name]) - min(choice.errors.values()))
+            for c, choice in zip(candidates, choices)]
+
+
+def _smooth(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration,
+            verify_data) -> tuple[SmoothedActivation, ...]:
+    """SmoothQuant on the float graph `work` (in place), from per-channel statistics of the calibration data."""
+    _check_reusable(calibration, "smoothing")
+    candidates = smoothable_groups(plans)
+    stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
+    groups, choices = choose_smoothing(candidates, stats, _alpha(config))
+    smooth = SmoothPass(groups)
+    smooth(work)
+    return tuple(SmoothedActivation(c.activation, c.alpha, smooth.absorbed.get(c.activation), c.errors)
+                 for c in choices)
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
@@ -290,8 +383,11 @@ def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[
         axis = "per tensor" if spec.axis is None else f"per channel (axis {spec.axis})"
         parts.append(f"{'table' if plan.weight_only else 'weight'} int8 {axis}")
     if plan.activations:
-        kind = "dynamic" if mode == "dynamic" else "static"
-        parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
+        if plan.per_token:
+            parts.append("activation per token (dynamic, symmetric, uint8 + 128)")
+        else:
+            kind = "dynamic" if mode == "dynamic" else "static"
+            parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
         if plan.weights:  # an integer kernel reads this node: its types on the target, and why
             parts.append(integer_types_reason(config.target, config.activations.dtype))
     if plan.bias_index is not None:

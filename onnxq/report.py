@@ -10,11 +10,12 @@ from onnxq.verify.speed import SpeedCheck
 
 if TYPE_CHECKING:  # imported for annotations only: report must not pull in the passes
     from onnxq.fallback import FallbackResult
+    from onnxq.recipe import RecipeResult
     from onnxq.sensitivity import Sensitivity
 
-__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport"]
+__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation"]
 
-SCHEMA_VERSION = 3  # 3: verification.coverage (targets, CPU, saturation); passed includes it
+SCHEMA_VERSION = 4  # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,20 @@ class NodeEntry:
     name: str
     op_type: str
     detail: str  # how it was quantized, or why it stayed float
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothedActivation:
+    """SmoothQuant's decision for one activation read by linear layers."""
+
+    activation: str
+    alpha: float | None  # None: not smoothed
+    absorbed_by: str | None  # what took the division by s (a norm's scale, a MatMul's columns, an inserted Mul)
+    errors: dict[float | None, float]  # smooth = auto: relative output error of the quantized layers per α tried
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"activation": self.activation, "alpha": self.alpha, "absorbed_by": self.absorbed_by,
+                "errors": {("none" if a is None else str(a)): e for a, e in self.errors.items()}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +57,8 @@ class QuantReport:
     fallback: FallbackResult | None = None
     notes: tuple[str, ...] = ()
     speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
+    smoothing: tuple[SmoothedActivation, ...] = ()  # --smooth: one entry per smoothable activation
+    recipe: RecipeResult | None = None  # --recipe auto, when the all-static model missed the tolerance
 
     @property
     def passed(self) -> bool | None:
@@ -67,4 +84,6 @@ class QuantReport:
             "passed": self.passed,
             "notes": list(self.notes),
             "speed": [c.to_dict() for c in self.speed],
+            "smoothing": [a.to_dict() for a in self.smoothing],
+            "recipe": None if self.recipe is None else self.recipe.to_dict(),
         }

@@ -22,7 +22,7 @@ from onnxq.calibration.data import Batch, samples_in
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
-from onnxq.passes import InsertDynamicPass, InsertQdqPass
+from onnxq.passes.apply import insert_quantization
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
@@ -167,8 +167,7 @@ def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, conf
         model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
         own_plans.append(dataclasses.replace(plan, node=node))
         twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
-    rewrite = InsertQdqPass(own_plans, ranges, config) if mode == "static" else InsertDynamicPass(own_plans, config)
-    rewrite(model)
+    insert_quantization(model, own_plans, ranges, config, mode)
     values = {v.name: v for node in model.graph for v in node.outputs}
     result = []
     for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):

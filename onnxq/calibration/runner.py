@@ -36,7 +36,7 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     observers = {n: TensorObserver(histogram_bins) for n in names}
     reduce_in_graph = histogram_bins is None
     # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
-    session, output_names = _session_exposing(model, fetched, reduce_in_graph) if fetched else (None, [])
+    session, output_names = session_exposing(model, fetched, reduce_in_graph) if fetched else (None, [])
     name = ""
     for batch in batches:
         try:
@@ -65,7 +65,7 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     return observers
 
 
-def _session_exposing(model: ir.Model, names: list[str],
+def session_exposing(model: ir.Model, names: list[str],
                       reduce_in_graph: bool) -> tuple[ort.InferenceSession, list[str]]:
     """A session whose outputs are the named values (or their min, max and size); the model's own outputs and
     whatever only they need are dropped."""

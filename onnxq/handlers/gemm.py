@@ -30,14 +30,17 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     # B is [K, N], or [N, K] with transB: the output features lie on axis 1, or 0.
     axis = (0 if trans_b else 1) if ctx.per_channel else None
     k_axis = 1 if trans_b else 0
-    plan = NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, k_axis if ctx.limit_pairs else None),))
+    # Per token runs as MatMulInteger, which has no transA, alpha or beta: such a Gemm stays per tensor.
+    per_token = ctx.per_token and not trans_a and alpha == 1.0 and beta == 1.0
+    plan = NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, k_axis if ctx.limit_pairs else None),),
+                    per_token=per_token)
     if c is None:
         return plan
     c_const = constant_float(c)
     if ctx.gemm_bias == "float":
         note = "float bias requested (gemm_bias = float)"
-    elif ctx.mode == "dynamic":
-        note = "dynamic mode adds the bias in float"
+    elif ctx.mode == "dynamic" or per_token:
+        note = "dynamic activations: the bias is added in float"
     elif c_const is None:
         note = "C is not a constant float32"
     elif alpha != 1.0 or beta != 1.0:
@@ -47,4 +50,4 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     else:
         note = None
     return NodePlan(node, activations=plan.activations, weights=plan.weights,
-                    bias_index=None if note else 2, bias_note=note)
+                    bias_index=None if note else 2, bias_note=note, per_token=per_token)

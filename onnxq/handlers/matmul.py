@@ -28,7 +28,7 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return Skip(node, f"activation dtype {a.dtype} is not float32")
         # B is [K, N]: K pairs lie along axis 0.
         spec = WeightSpec(1, 1 if ctx.per_channel else None, 0 if ctx.limit_pairs else None)
-        return NodePlan(node, activations=(0,), weights=(spec,))
+        return NodePlan(node, activations=(0,), weights=(spec,), per_token=ctx.per_token)
     if b.is_graph_input() and b.const_value is not None:
         return Skip(node, "B is an initializer that is also a graph input, so it may change at run time")
     if ir.convenience.get_const_tensor(b) is not None:

@@ -31,6 +31,8 @@ class NodePlan:
     bias_index: int | None = None
     # Why C stays float when it does (shown in the report).
     bias_note: str | None = None
+    # Activation quantized per token (one scale per row, at run time) instead of per tensor.
+    per_token: bool = False
 
     @property
     def weight_only(self) -> bool:
@@ -54,11 +56,13 @@ class PlanContext:
     gemm_bias: str
     # Whether integer weights must keep K pairs within the AVX2 U8S8 limit (targets.needs_pair_limit).
     limit_pairs: bool = False
+    # Activation × weight products take per-token activations (numerics.per_token).
+    per_token: bool = False
 
 
 def activation_names(plans: list[NodePlan]) -> list[str]:
     """The values whose ranges static quantization needs, each once, in plan order."""
-    return list(dict.fromkeys(p.node.inputs[i].name for p in plans for i in p.activations))
+    return list(dict.fromkeys(p.node.inputs[i].name for p in plans if not p.per_token for i in p.activations))
 
 
 def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 
 from onnxq.config import QuantConfig
@@ -23,9 +25,12 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         quantize_activation_matmul=config.quantize_activation_matmul,
         gemm_bias=config.gemm_bias,
         limit_pairs=needs_pair_limit(config.target, config.activations.dtype, config.weights.dtype),
+        per_token=config.activation_granularity == "per-token",
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []
+    per_token_ctx = dataclasses.replace(ctx, per_token=True)
+    per_token_nodes = set(config.per_token_nodes)
     for node in graph:
         if node.op_type not in config.op_types:
             continue
@@ -33,7 +38,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         if handler is None:
             continue
         reason = config.exclusion_reason(node.name or "", node.op_type)
-        result = handler(node, ctx)
+        result = handler(node, per_token_ctx if node.name in per_token_nodes else ctx)
         if result is None:
             continue
         if reason is not None:

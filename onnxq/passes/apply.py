@@ -14,7 +14,7 @@ from onnxq.passes.insert_dynamic import InsertDynamicPass
 from onnxq.passes.insert_qdq import InsertQdqPass
 from onnxq.passes.lower_qoperator import LowerToQOperatorPass
 
-__all__ = ["apply_plans", "Rewritten"]
+__all__ = ["apply_plans", "insert_quantization", "Rewritten"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +26,9 @@ class Rewritten:
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                 config: QuantConfig, mode: str) -> Rewritten:
     """Rewrite the model in place. Dynamic models are operator form already (MatMulInteger): nothing to lower."""
-    if mode != "static":
-        InsertDynamicPass(plans, config)(model)
+    rewrite = insert_quantization(model, plans, ranges, config, mode)
+    if rewrite is None:
         return Rewritten({}, {})
-    rewrite = InsertQdqPass(plans, ranges, config)
-    rewrite(model)
     kept: dict[str, str] = {}
     if config.format == "qoperator":
         lowering = LowerToQOperatorPass()
@@ -38,3 +36,17 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
         planned = {p.node.name for p in plans if not p.weight_only}
         kept = {name: reason for name, reason in lowering.declined.items() if name in planned}
     return Rewritten(rewrite.bias_fallbacks, kept)
+
+
+def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
+                        config: QuantConfig, mode: str) -> InsertQdqPass | None:
+    """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
+    a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes)."""
+    dynamic = list(plans) if mode != "static" else [p for p in plans if p.per_token]
+    if dynamic:
+        InsertDynamicPass(dynamic, config)(model)
+    if mode != "static":
+        return None
+    rewrite = InsertQdqPass([p for p in plans if not p.per_token], ranges, config)
+    rewrite(model)
+    return rewrite

@@ -107,12 +107,13 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             found.append(IntegerProduct(node.name or "", a.name, weight, node.outputs[0].name,
                                         _const(b_scale).astype(np.float64) * alpha, float(_const(a_scale))))
         elif node.op_type == "MatMulInteger":
+            # Per tensor (DynamicQuantizeLinear) or per token (a uint8 Cast): the kernel sees the uint8 values.
             weight = _const(node.inputs[1])
-            dq = producer(node.inputs[0], "DynamicQuantizeLinear")
-            if dq is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+            if node.inputs[0].dtype != ir.DataType.UINT8 or weight is None or weight.dtype != np.int8 \
+                    or weight.ndim != 2:
                 continue
             name = (node.name or "").removesuffix("_MatMulInteger")
-            found.append(IntegerProduct(name, dq.outputs[0].name, weight, node.outputs[0].name, None, None))
+            found.append(IntegerProduct(name, node.inputs[0].name, weight, node.outputs[0].name, None, None))
     return found
 
 

@@ -33,7 +33,7 @@ def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
     assert (work / "mlp.int8.onnx").is_file()
     assert "3 Gemm" in out and "3 QGemm" in out and "result: within tolerance" in out
     report = json.loads((work / "r.json").read_text())
-    assert report["schema_version"] == 3 and report["passed"] is True
+    assert report["schema_version"] == 4 and report["passed"] is True
     cpu = report["verification"]["providers"]["CPUExecutionProvider"]
     assert cpu["outputs"]["logits"]["cosine_mean"] >= 0.999
 
@@ -96,6 +96,13 @@ BAD_INPUTS = {
                         "verification input 'x' has shape (4, 31)"),
     "not a calibration summary": (lambda w: ["--calib-cache", str(_write(w / "s.json", "{}"))],
                                   "not an onnxq calibration summary"),
+    "smoothing without data": (lambda w: ["--smooth", "auto"], "smoothing needs calibration data"),
+    "smooth not a number": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--smooth", "strong"],
+                            "--smooth 'strong': use off, auto or a number"),
+    "smooth out of range": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--smooth", "1.5"],
+                            "smooth = 1.5: use off, auto or a number α in [0, 1]"),
+    "recipe auto, dynamic": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--recipe", "auto", "--mode",
+                                        "dynamic"], "recipe auto chooses by verifying"),
 }
 
 

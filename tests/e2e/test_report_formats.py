@@ -26,6 +26,9 @@ def test_reports_of_every_kind_validate(samples_dir, tmp_path):
         "fallback": [model, "--calib", data, "--tolerance", "sqnr=40"],
         "dynamic, no data": [transformer],
         "no verification": [model, "--calib", data, "--no-verify"],
+        "per token, smoothed": [transformer, "--calib", str(samples_dir / "tiny_transformer_calib.npz"),
+                                "--activations", "per-token", "--smooth", "auto"],
+        "recipe auto": [model, "--calib", data, "--recipe", "auto", "--min-cosine", "0.99999"],
     }
     for name, args in runs.items():
         path = tmp_path / f"{name}.json"

@@ -1,0 +1,111 @@
+"""The W8A8 ladder on SmolLM2-135M: perplexity on dev_windows.npz (ORT's deployed kernels) and latency (batch 1 ×
+128 tokens, 2 threads), onnxq's recipes next to onnxruntime's quantize_dynamic and quantize_static, same text,
+same calibration windows, same machine, one run.
+
+    bash ../shared/models/smollm2/build.sh      # once, ~3 minutes
+    python bench/bench_llm_recipes.py [--windows 48] [--calib 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_llm_targets import DATA, DEFAULT_MODEL, perplexity  # noqa: E402
+from common import file_mb, interleaved_latency_ms, machine  # noqa: E402
+
+import onnxq  # noqa: E402
+from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
+
+# name → (QuantConfig changes, uses calibration data)
+LADDER = {
+    "naive W8A8 (static per-tensor)": ({}, True),
+    "dynamic per-tensor": ({"mode": "dynamic"}, False),
+    "+ per-token": ({"activation_granularity": "per-token"}, False),
+    "+ SmoothQuant α=0.5": ({"activation_granularity": "per-token", "smooth": 0.5}, True),
+    "+ α search (smooth auto)": ({"activation_granularity": "per-token", "smooth": "auto"}, True),
+    "recipe auto (logits cosine ≥ 0.995)": ({"recipe": "auto", "verify": onnxq.VerifyConfig(
+        tolerance=onnxq.Tolerance(min_cosine=0.995), sensitivity_samples=0, check_kernels=False)}, True),
+    "per-token + α search, lm_head float": ({"activation_granularity": "per-token", "smooth": "auto",
+                                             "exclude_regex": "lm_head"}, True),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--windows", type=int, default=48, help="dev windows scored (of 48)")
+    parser.add_argument("--calib", type=int, default=32, help="calibration windows (of 64)")
+    parser.add_argument("--rounds", type=int, default=10, help="latency rounds")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    args = parser.parse_args()
+    model = Path(args.model)
+    if not model.is_file():
+        sys.exit(f"needs {model}: bash ../shared/models/smollm2/build.sh")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = np.load(DATA / "dev_windows.npz")
+    windows = {k: dev[k][:args.windows] for k in dev.files}
+    calib_file = np.load(DATA / "calib_windows.npz")
+    calib = {k: calib_file[k][:args.calib] for k in calib_file.files}
+    paths, seconds = {"float": model}, {}
+    for i, (name, (changes, uses_data)) in enumerate(LADDER.items()):
+        verify = changes.pop("verify", onnxq.VerifyConfig(enabled=False))
+        config = onnxq.QuantConfig(verify=verify, **changes)
+        path = out / f"smollm2.ladder{i}.onnx"
+        start = time.perf_counter()
+        onnxq.quantize(model, calib if uses_data else None, output=path, config=config)
+        seconds[name] = time.perf_counter() - start
+        paths[f"onnxq {name}"] = path
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, \
+        quantize_static
+
+    logging.disable(logging.WARNING)
+    path = out / "smollm2.ort.dynamic.onnx"
+    start = time.perf_counter()
+    quantize_dynamic(model, path, weight_type=QuantType.QInt8, use_external_data_format=True)
+    seconds["ORT quantize_dynamic"] = time.perf_counter() - start
+    paths["ORT quantize_dynamic"] = path
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.rows = iter(range(0, args.calib, 8))
+
+        def get_next(self):
+            i = next(self.rows, None)
+            return None if i is None else {k: v[i:i + 8] for k, v in calib.items()}
+
+    path = out / "smollm2.ort.static.onnx"
+    start = time.perf_counter()
+    quantize_static(model, path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    op_types_to_quantize=["MatMul"], activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    use_external_data_format=True)
+    seconds["ORT quantize_static (QDQ, MatMul, per channel)"] = time.perf_counter() - start
+    paths["ORT quantize_static (QDQ, MatMul, per channel)"] = path
+
+    results = {name: {"perplexity": perplexity(p, windows, optimize=True), "mb": file_mb(p)}
+               for name, p in paths.items()}
+    feed = {k: v[:1] for k, v in windows.items()}
+    latency = interleaved_latency_ms(paths, feed, args.rounds)
+    for name in results:
+        results[name]["ms"] = latency[name]
+    (out / "bench_llm_recipes.json").write_text(json.dumps({"results": results, "seconds": seconds}, indent=2))
+    base = results["float"]
+    print(f"SmolLM2-135M, perplexity on {args.windows} dev windows ({args.windows * 127} tokens), ORT_ENABLE_ALL; "
+          f"calibration {args.calib} windows; {machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
+    print("| model | perplexity | vs float | latency b1×128 | speed-up | MB |")
+    print("|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['perplexity']:.2f} | {r['perplexity'] / base['perplexity'] - 1:+.1%} | "
+              f"{r['ms']:.1f} ms | {base['ms'] / r['ms']:.2f}× | {r['mb']:.0f} |".replace("+0.0%", "—"))
+
+
+if __name__ == "__main__":
+    main()

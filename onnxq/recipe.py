@@ -1,0 +1,106 @@
+"""recipe = "auto": per group of linear layers reading one activation, the cheapest scheme that meets the tolerance.
+
+Static per-tensor activations are the fastest (ORT fuses them into one U8S8 kernel); per-token activations with
+SmoothQuant are the most accurate and cost run-time scale computation (README, "Language models"). Starting from
+the all-static model that failed the tolerance, the groups are ranked by what per token + smoothing gains on their
+own output (calibration rows, numerics only); the number k of groups switched, most gain first, is found by
+bisection, each probe re-quantized from the same ranges and verified for real. Deterministic: the same data gives
+the same ranking, k and model. A tolerance still missed with every group per token is left to the fallback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.config import QuantConfig
+from onnxq.handlers import NodePlan, Skip, plan_model
+from onnxq.passes.apply import apply_plans
+from onnxq.passes.smooth import SmoothGroup, SmoothPass
+from onnxq.verify.check import Verification
+
+__all__ = ["RecipeGroup", "RecipeResult", "RecipeAttempt", "choose_recipe"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeGroup:
+    """A smoothable activation and its readers, by name, with what per token (+ smoothing) would do for it."""
+
+    activation: str
+    nodes: tuple[str, ...]
+    alpha: float | None  # the α chosen for it per token (None: unsmoothed)
+    scales: np.ndarray | None
+    gain: float  # static error − per-token error of its layers' outputs (relative squared error)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeResult:
+    met: bool
+    per_token: tuple[str, ...]  # activations switched to per token (+ smoothing), most gain first
+    candidates: int
+    probes: int
+
+    def to_dict(self) -> dict:
+        return {"met": self.met, "per_token": list(self.per_token), "candidates": self.candidates,
+                "probes": self.probes}
+
+
+@dataclasses.dataclass
+class RecipeAttempt:
+    config: QuantConfig  # with per_token_nodes set
+    float_model: ir.Model  # the (smoothed) float graph quantized
+    model: ir.Model
+    plans: list[NodePlan]
+    skips: list[Skip]
+    bias_fallbacks: dict[str, str]
+    verification: Verification
+
+
+def choose_recipe(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
+                  groups: Sequence[RecipeGroup],
+                  check: Callable[[ir.Model], Verification]) -> tuple[RecipeResult, RecipeAttempt | None]:
+    ranked = sorted(groups, key=lambda g: (-g.gain, g.activation))
+    attempts: dict[int, RecipeAttempt] = {}
+
+    def attempt(k: int) -> RecipeAttempt:
+        if k not in attempts:
+            attempts[k] = _quantize_with(reference, config, mode, ranges, ranked[:k], check)
+            logger.info("recipe: %d group(s) per token -> %s", k,
+                        "pass" if attempts[k].verification.passed else "fail")
+        return attempts[k]
+
+    if not ranked:
+        return RecipeResult(False, (), 0, 0), None
+    if not attempt(len(ranked)).verification.passed:
+        chosen = attempt(len(ranked))  # the most accurate this recipe has; the fallback may go on from it
+        return RecipeResult(False, tuple(g.activation for g in ranked), len(ranked), len(attempts)), chosen
+    low, high = 0, len(ranked)  # low fails (the all-static model did), high passes
+    while high - low > 1:
+        middle = (low + high) // 2
+        if attempt(middle).verification.passed:
+            high = middle
+        else:
+            low = middle
+    return (RecipeResult(True, tuple(g.activation for g in ranked[:high]), len(ranked), len(attempts)),
+            attempt(high))
+
+
+def _quantize_with(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
+                   per_token: Sequence[RecipeGroup], check: Callable[[ir.Model], Verification]) -> RecipeAttempt:
+    model = reference.clone()
+    values = {v.name: v for node in model.graph for v in node.outputs} | {v.name: v for v in model.graph.inputs}
+    nodes = {node.name: node for node in model.graph}
+    SmoothPass([SmoothGroup(values[g.activation], tuple(nodes[n] for n in g.nodes), g.scales)
+                for g in per_token if g.scales is not None])(model)
+    float_model = model.clone()
+    probe_config = config.replace(per_token_nodes=config.per_token_nodes + tuple(n for g in per_token
+                                                                                  for n in g.nodes))
+    plans, skips = plan_model(model.graph, probe_config, mode)
+    bias = apply_plans(model, plans, ranges, probe_config, mode).bias_fallbacks
+    return RecipeAttempt(probe_config, float_model, model, plans, skips, bias, check(model))

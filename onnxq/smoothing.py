@@ -1,0 +1,110 @@
+"""Which activations to smooth and with which α: groups of planned linear layers sharing an activation, and the
+per-group α that minimises those layers' quantized output error on calibration rows (smooth = "auto")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.calibration.channels import ChannelStats
+from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import attribute
+from onnxq.numerics import choose_qparams, dequantize, quantize
+from onnxq.numerics.per_token import per_token_quantize
+from onnxq.numerics.smoothing import ALPHA_GRID, smoothing_scales
+from onnxq.passes.smooth import SmoothGroup, weight_rows
+
+__all__ = ["Candidate", "smoothable_groups", "choose_smoothing", "SmoothChoice", "static_error"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Candidate:
+    """Linear layers reading one activation, each planned as activation × constant weight."""
+
+    activation: ir.Value
+    plans: tuple[NodePlan, ...]
+
+    @property
+    def per_token(self) -> bool:
+        return all(p.per_token for p in self.plans)
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothChoice:
+    activation: str
+    alpha: float | None  # None: left unsmoothed (nothing in the grid beat it)
+    # Relative squared output error of the quantized layers, per α tried (None = unsmoothed).
+    errors: dict[float | None, float]
+
+
+def smoothable_groups(plans: Sequence[NodePlan]) -> list[Candidate]:
+    """Planned MatMul / Gemm (transA = 0) with a constant weight, grouped by the activation they read, in graph
+    order. An activation read by any other planned kind of node is left alone."""
+    groups: dict[ir.Value, list[NodePlan]] = {}
+    blocked: set[ir.Value] = set()
+    for plan in plans:
+        node = plan.node
+        eligible = (plan.activations == (0,) and len(plan.weights) == 1 and plan.weights[0].input_index == 1
+                    and node.op_type in ("MatMul", "Gemm") and not attribute(node, "transA"))
+        if eligible:
+            groups.setdefault(node.inputs[0], []).append(plan)
+        else:
+            blocked.update(node.inputs[i] for i in plan.activations)
+    return [Candidate(value, tuple(ps)) for value, ps in groups.items() if value not in blocked]
+
+
+def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, ChannelStats], alpha: float | None,
+                     per_token: bool | None = None) -> tuple[list[SmoothGroup], list[SmoothChoice]]:
+    """Fixed α (a number): every group smoothed with it. None ("auto"): per group the α of ALPHA_GRID, or no
+    smoothing, with the least relative output error of its quantized layers on the sampled rows (ties: the first
+    tried, so the choice is deterministic). per_token: how the activations will be quantized (None: as planned)."""
+    groups, choices = [], []
+    for candidate in candidates:
+        stat = stats[candidate.activation.name]
+        weights = [weight_rows(p.node).astype(np.float32) for p in candidate.plans]
+        weight_absmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
+        tried = (alpha,) if alpha is not None else (None, *ALPHA_GRID)
+        errors = {}
+        for a in tried:
+            scales = None if a is None else smoothing_scales(stat.absmax, weight_absmax, a)
+            per_row = candidate.per_token if per_token is None else per_token
+            errors[a] = _output_error(stat.rows, weights, scales, per_row)
+        best = min(tried, key=lambda a: errors[a])
+        choices.append(SmoothChoice(candidate.activation.name, best, errors))
+        if best is not None:
+            groups.append(SmoothGroup(candidate.activation, tuple(p.node for p in candidate.plans),
+                                      smoothing_scales(stat.absmax, weight_absmax, best)))
+    return groups, choices
+
+
+def static_error(candidate: Candidate, stats: Mapping[str, ChannelStats], value_range: tuple[float, float]) -> float:
+    """The group's output error (as in choose_smoothing) quantized per tensor with its calibrated range, unsmoothed."""
+    weights = [weight_rows(p.node).astype(np.float32) for p in candidate.plans]
+    return _output_error(stats[candidate.activation.name].rows, weights, None, False, value_range)
+
+
+def _output_error(rows: np.ndarray, weights: list[np.ndarray], scales: np.ndarray | None, per_token: bool,
+                  value_range: tuple[float, float] | None = None) -> float:
+    """Σ over the layers of |Q(X/s)·Q(s·W) − X·W|² / |X·W|², with the activation quantized as it will be (per
+    token, or per tensor uint8 over value_range, by default the rows' range) and the weights per channel,
+    symmetric int8."""
+    x = rows if scales is None else rows / scales
+    if per_token:
+        q, row_scale = per_token_quantize(x)
+        x_q = q.astype(np.float32) * row_scale
+    else:
+        lo, hi = value_range or (float(x.min()), float(x.max()))
+        qparams = choose_qparams(lo, hi, np.dtype(np.uint8), False)
+        x_q = dequantize(quantize(x, qparams), qparams)
+    total = 0.0
+    for w in weights:
+        w_s = w if scales is None else w * scales[:, None]
+        w_absmax = np.abs(w_s).max(axis=0)
+        qparams = choose_qparams(-w_absmax, w_absmax, np.dtype(np.int8), True, axis=1)
+        w_q = dequantize(quantize(w_s, qparams), qparams)
+        reference = rows @ w
+        total += float(np.sum((x_q @ w_q - reference) ** 2) / max(np.sum(reference ** 2), 1e-30))
+    return total

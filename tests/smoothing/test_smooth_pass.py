@@ -1,0 +1,141 @@
+"""SmoothQuant on the float graph: the smoothed model computes what the original does (max abs difference at most
+1e-5 of the output's magnitude: float32 rounding of s · W and x / s), whatever absorbs 1 / s; the scales and the α
+search are deterministic."""
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from conftest import node_named, to_model, weight
+
+from onnxq import QuantConfig
+from onnxq.calibration.channels import collect_channel_stats
+from onnxq.handlers import plan_model
+from onnxq.numerics.smoothing import smoothing_scales
+from onnxq.passes.smooth import SmoothPass
+from onnxq.smoothing import choose_smoothing, smoothable_groups
+from onnxq.verify import make_session
+
+K = 16
+
+
+def _input(rng, shape=(2, 6, K)):
+    x = rng.normal(0, 1, shape).astype(np.float32)
+    x[..., 3] *= 25.0  # an outlier channel, the reason to smooth
+    return x
+
+
+def _smooth(model, x, alpha=0.5):
+    plans, _ = plan_model(model.graph, QuantConfig(), "static")
+    candidates = smoothable_groups(plans)
+    stats = collect_channel_stats(model, [c.activation.name for c in candidates], [{"x": x}])
+    groups, choices = choose_smoothing(candidates, stats, alpha)
+    smooth = SmoothPass(groups)
+    smooth(model)
+    return smooth.absorbed, choices
+
+
+def _assert_equivalent(original, smoothed, x):
+    expected = make_session(original, optimize=False).run(None, {"x": x})
+    got = make_session(smoothed, optimize=False).run(None, {"x": x})
+    for e, g in zip(expected, got):
+        assert np.abs(e - g).max() <= 1e-5 * np.abs(e).max()
+
+
+def _layer_norm_qkv(rng, residual=False):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["b", "t", K])
+    gamma, beta = weight(tape, rng, "gamma", (K,)), weight(tape, rng, "beta", (K,))
+    normed = tape.op("LayerNormalization", [x, gamma, beta], {"axis": -1}, name="ln")
+    outs = [tape.op("MatMul", [normed, weight(tape, rng, f"w_{n}", (K, 8))], name=n) for n in "qkv"]
+    if residual:  # the normalized value also feeds a residual Add: the norm cannot take 1 / s
+        outs.append(tape.op("Add", [normed, x], name="residual"))
+    return to_model(tape, [x], outs)
+
+
+def test_layer_norm_takes_the_scales_shared_by_q_k_v(rng):
+    model, x = _layer_norm_qkv(rng), _input(rng)
+    original = model.clone()
+    absorbed, choices = _smooth(model, x)
+    assert list(absorbed.values()) == ["LayerNormalization ln scale"]
+    assert [c.alpha for c in choices] == [0.5]
+    q, k = node_named(model, "q"), node_named(model, "k")
+    assert q.inputs[0] is k.inputs[0] and q.inputs[0].producer().op_type == "LayerNormalization"
+    assert "Mul" not in [n.op_type for n in model.graph]
+    _assert_equivalent(original, model, x)
+
+
+def test_inserted_mul_when_the_norm_output_has_other_readers(rng):
+    model, x = _layer_norm_qkv(rng, residual=True), _input(rng)
+    original = model.clone()
+    absorbed, _ = _smooth(model, x)
+    assert list(absorbed.values()) == ["inserted Mul"]
+    mul = node_named(model, "q").inputs[0].producer()
+    assert mul.op_type == "Mul" and node_named(model, "residual").inputs[0].producer().op_type == "LayerNormalization"
+    _assert_equivalent(original, model, x)
+
+
+def _decomposed_rmsnorm_swiglu(rng):
+    """Pow → ReduceMean → Add → Sqrt → Div → Mul → Mul by γ (as exporters emit RMSNorm), then gate/up, SiLU(gate)·up
+    and down: the LLaMA MLP."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["b", "t", K])
+
+    def const(name, value):
+        return tape.initializer(ir.tensor(np.array(value, np.float32), name=name))
+
+    mean = tape.op("ReduceMean", [tape.op("Pow", [x, const("two", 2.0)])], {"axes": [-1], "keepdims": 1})
+    inverse = tape.op("Div", [const("one", 1.0), tape.op("Sqrt", [tape.op("Add", [mean, const("eps", 1e-6)])])])
+    normed = tape.op("Mul", [weight(tape, rng, "gamma", (K,)), tape.op("Mul", [x, inverse])], name="gamma_mul")
+    gate = tape.op("MatMul", [normed, weight(tape, rng, "w_gate", (K, 32))], name="gate")
+    up = tape.op("MatMul", [normed, weight(tape, rng, "w_up", (K, 32))], name="up")
+    act = tape.op("Mul", [gate, tape.op("Sigmoid", [gate])], name="silu")
+    down = tape.op("MatMul", [tape.op("Mul", [act, up], name="glu"), weight(tape, rng, "w_down", (32, K))],
+                   name="down")
+    return to_model(tape, [x], [down])
+
+
+def test_decomposed_rmsnorm_gamma_and_up_projection_columns_take_the_scales(rng):
+    model, x = _decomposed_rmsnorm_swiglu(rng), _input(rng)
+    original = model.clone()
+    absorbed, choices = _smooth(model, x)
+    assert sorted(absorbed.values()) == ["MatMul up output columns", "Mul gamma_mul constant"]
+    assert len(choices) == 2  # {gate, up} share one s; down has its own
+    assert not any(n.op_type == "Mul" and n.name.endswith("_smooth_Mul") for n in model.graph)
+    _assert_equivalent(original, model, x)
+
+
+def test_matmul_with_bias_takes_the_scales_of_the_next_matmul(rng):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["b", "t", K])
+    hidden = tape.op("Add", [tape.op("MatMul", [x, weight(tape, rng, "w1", (K, 24))], name="first"),
+                             weight(tape, rng, "b1", (24,))], name="bias")
+    y = tape.op("MatMul", [hidden, weight(tape, rng, "w2", (24, 8))], name="second")
+    model, x_data = to_model(tape, [x], [y]), _input(rng)
+    x_data = x_data @ rng.normal(0, 1, (K, K)).astype(np.float32)
+    original = model.clone()
+    absorbed, _ = _smooth(model, x_data)
+    # `first` reads the graph input x: nothing can take its scales but an inserted Mul.
+    assert "MatMul first output columns and Add bias bias" in absorbed.values()
+    assert "inserted Mul" in absorbed.values()
+    _assert_equivalent(original, model, x_data)
+
+
+def test_smoothing_scales_formula_and_guards():
+    s = smoothing_scales(np.array([4.0, 9.0, 0.0, 1.0]), np.array([1.0, 4.0, 2.0, 0.0]), 0.5)
+    np.testing.assert_allclose(s, [2.0, 1.5, 1.0, 1.0], rtol=1e-7)  # √4/√1, √9/√4; zero channels keep 1
+    assert smoothing_scales(np.array([1e12]), np.array([1e-12]), 0.9)[0] == pytest.approx(1e4)  # clipped
+    with pytest.raises(ValueError):
+        smoothing_scales(np.ones(2), np.ones(2), 1.5)
+
+
+def test_alpha_search_is_deterministic_and_prefers_smoothing_for_outlier_channels(rng):
+    x = _input(rng, (4, 32, K))
+    x[..., 7] *= 40.0
+    first = _decomposed_rmsnorm_swiglu(rng)
+    second = first.clone()
+    _, choices_a = _smooth(first, x, alpha=None)
+    _, choices_b = _smooth(second, x, alpha=None)
+    assert [(c.alpha, c.errors) for c in choices_a] == [(c.alpha, c.errors) for c in choices_b]
+    gate_up = choices_a[0]
+    # With two outlier channels (×25, ×40) per-tensor activations lose most rows: some α must beat no smoothing.
+    assert gate_up.alpha is not None and gate_up.errors[gate_up.alpha] < 0.5 * gate_up.errors[None]
