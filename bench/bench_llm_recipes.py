@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--windows", type=int, default=48, help="dev windows scored (of 48)")
     parser.add_argument("--calib", type=int, default=32, help="calibration windows (of 64)")
-    parser.add_argument("--rounds", type=int, default=10, help="latency rounds")
+    parser.add_argument("--rounds", type=int, default=25, help="latency rounds")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args()
     model = Path(args.model)

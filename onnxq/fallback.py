@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.passes.apply import apply_plans
+from onnxq.probing import smallest_passing
 from onnxq.sensitivity import Sensitivity
 from onnxq.verify.check import Verification
 
@@ -75,13 +76,8 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
     most = len(ranking) - 1
     if most < 1 or not attempt(most).verification.passed:
         return FallbackResult(False, (), before, None, len(attempts)), None
-    low, high = 0, most  # low fails (the full model did), high passes
-    while high - low > 1:
-        middle = (low + high) // 2
-        if attempt(middle).verification.passed:
-            high = middle
-        else:
-            low = middle
+    # 0 fails (the full model did), most passes.
+    high = smallest_passing(0, most, lambda k: attempt(k).verification.passed)
     chosen = attempt(high)
     result = FallbackResult(True, tuple(ranking[:high]), before, chosen.verification, len(attempts))
     return result, chosen

@@ -112,7 +112,8 @@ def quantize(
     calibration_samples = 0
     if mode == "static":
         start = time.perf_counter()
-        ranges, calibration_samples = _calibrated_ranges(reference, work, plans, config, specs, calibration,
+        # A smoothed model's cache is tied to the smoothed graph: other --smooth settings cannot reuse its ranges.
+        ranges, calibration_samples = _calibrated_ranges(quantized_from, work, plans, config, specs, calibration,
                                                          verify_data, calibration_cache, holdout, progress, notes)
         timings["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -143,8 +144,8 @@ def quantize(
                 if config.verify.check_kernels:
                     verification = with_placement(verification, work, batches[0], quantized_nodes(work))
                 switched = set(recipe.per_token)
-                smoothing = tuple(SmoothedActivation(g.activation, g.alpha, None, {}) for g in groups
-                                  if g.activation in switched)
+                smoothing = tuple(SmoothedActivation(g.activation, g.alpha, chosen.absorbed.get(g.activation), {})
+                                  for g in groups if g.activation in switched)
             notes.append(f"recipe auto: {len(recipe.per_token)} of {recipe.candidates} activation group(s) per token "
                          f"+ smoothing, the rest static per tensor ({recipe.probes} probes)"
                          + ("" if recipe.met else "; the tolerance is not met even so"))

@@ -21,6 +21,7 @@ from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.passes.apply import apply_plans
 from onnxq.passes.smooth import SmoothGroup, SmoothPass
+from onnxq.probing import smallest_passing
 from onnxq.verify.check import Verification
 
 __all__ = ["RecipeGroup", "RecipeResult", "RecipeAttempt", "choose_recipe"]
@@ -60,6 +61,7 @@ class RecipeAttempt:
     skips: list[Skip]
     bias_fallbacks: dict[str, str]
     verification: Verification
+    absorbed: dict[str, str]  # smoothed activation → what took 1 / s
 
 
 def choose_recipe(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
@@ -80,13 +82,8 @@ def choose_recipe(reference: ir.Model, config: QuantConfig, mode: str, ranges: M
     if not attempt(len(ranked)).verification.passed:
         chosen = attempt(len(ranked))  # the most accurate this recipe has; the fallback may go on from it
         return RecipeResult(False, tuple(g.activation for g in ranked), len(ranked), len(attempts)), chosen
-    low, high = 0, len(ranked)  # low fails (the all-static model did), high passes
-    while high - low > 1:
-        middle = (low + high) // 2
-        if attempt(middle).verification.passed:
-            high = middle
-        else:
-            low = middle
+    # 0 fails (the all-static model did), all groups pass.
+    high = smallest_passing(0, len(ranked), lambda k: attempt(k).verification.passed)
     return (RecipeResult(True, tuple(g.activation for g in ranked[:high]), len(ranked), len(attempts)),
             attempt(high))
 
@@ -96,11 +93,12 @@ def _quantize_with(reference: ir.Model, config: QuantConfig, mode: str, ranges: 
     model = reference.clone()
     values = {v.name: v for node in model.graph for v in node.outputs} | {v.name: v for v in model.graph.inputs}
     nodes = {node.name: node for node in model.graph}
-    SmoothPass([SmoothGroup(values[g.activation], tuple(nodes[n] for n in g.nodes), g.scales)
-                for g in per_token if g.scales is not None])(model)
+    smooth = SmoothPass([SmoothGroup(values[g.activation], tuple(nodes[n] for n in g.nodes), g.scales)
+                         for g in per_token if g.scales is not None])
+    smooth(model)
     float_model = model.clone()
     probe_config = config.replace(per_token_nodes=config.per_token_nodes + tuple(n for g in per_token
                                                                                   for n in g.nodes))
     plans, skips = plan_model(model.graph, probe_config, mode)
     bias = apply_plans(model, plans, ranges, probe_config, mode).bias_fallbacks
-    return RecipeAttempt(probe_config, float_model, model, plans, skips, bias, check(model))
+    return RecipeAttempt(probe_config, float_model, model, plans, skips, bias, check(model), smooth.absorbed)

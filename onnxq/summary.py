@@ -78,8 +78,12 @@ def _coverage(c) -> list[str]:
 
 def format_summary(report: QuantReport) -> str:
     fmt = report.config.get("format", "qdq")
-    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{report.mode} int8, "
-             f"{fmt if report.mode == 'static' else 'integer operators'}, target {report.config.get('target')}]"]
+    kind = "per-token" if report.config.get("activation_granularity") == "per-token" else report.mode
+    if report.config.get("per_token_nodes") and kind != "per-token":
+        kind += " + per-token"
+    form = fmt if report.mode == "static" and kind != "per-token" else "integer operators"
+    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{kind} int8, {form}, "
+             f"target {report.config.get('target')}]"]
     by_op = collections.Counter(e.op_type for e in report.quantized)
     lines.append("quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())))
     if report.left_float:
@@ -97,6 +101,13 @@ def format_summary(report: QuantReport) -> str:
                      f"{report.seconds.get('calibrate', 0.0):.1f} s")
     ratio = report.quant_bytes / max(report.float_bytes, 1)
     lines.append(f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)")
+    smoothed = [a for a in report.smoothing if a.alpha is not None]
+    if report.smoothing:
+        inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
+        alphas = sorted({a.alpha for a in smoothed})
+        lines.append(f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
+                     + (f" (α {alphas[0]:g}–{alphas[-1]:g}; {inserted} by an inserted Mul, the rest folded into "
+                        "what produces them)" if smoothed else ""))
     for note in report.notes:
         lines.append(f"note:        {note}")
     if v is None:

@@ -72,8 +72,8 @@ class CalibrationSummary:
     def check_model(self, fingerprint: str, where: str) -> None:
         if fingerprint != self.model_fingerprint:
             raise CalibrationDataError(
-                f"calibration cache {where} was made for another model (fingerprint {self.model_fingerprint[:20]}… "
-                f"≠ {fingerprint[:20]}…) — delete it or pass this model's cache")
+                f"calibration cache {where} was made for another model or other --smooth settings (fingerprint "
+                f"{self.model_fingerprint[:20]}… ≠ {fingerprint[:20]}…) — delete it or pass this model's cache")
 
     def merge(self, other: CalibrationSummary) -> None:
         if other.model_fingerprint != self.model_fingerprint:

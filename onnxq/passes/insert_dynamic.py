@@ -1,10 +1,11 @@
 """Dynamic quantization: activations quantized at run time, int8 weights.
 
 Per tensor: DynamicQuantizeLinear → MatMulInteger → Cast → Mul, the pattern ORT's CPU optimizer fuses into
-DynamicQuantizeMatMul. Per token (numerics.per_token): one symmetric scale per row, max|x| / 127, computed in the
-graph (Abs → ReduceMax → Div → Max; Div → Round → Clip → Add 128 → Cast uint8), then MatMulInteger with zero point
-128 (ORT's U8S8 kernel), Cast, and the row and weight scales. Weight-only plans (Gather) get the same
-DequantizeLinear as in static mode.
+DynamicQuantizeMatMul. Per token (numerics.per_token): rows flattened to [rows, K], one symmetric scale per row
+(Abs → ReduceMax → Div 127 → Max), one QuantizeLinear with that run-time per-row scale and zero point 128, then
+com.microsoft MatMulIntegerToFloat (ORT's U8S8 kernel, weight scales in its epilogue) and a Mul by the row scales
+(README, "Language models": the forms measured). Weight-only plans (Gather) get the same DequantizeLinear as in
+static mode.
 """
 
 from __future__ import annotations

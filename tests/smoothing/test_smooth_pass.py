@@ -139,3 +139,19 @@ def test_alpha_search_is_deterministic_and_prefers_smoothing_for_outlier_channel
     gate_up = choices_a[0]
     # With two outlier channels (×25, ×40) per-tensor activations lose most rows: some α must beat no smoothing.
     assert gate_up.alpha is not None and gate_up.errors[gate_up.alpha] < 0.5 * gate_up.errors[None]
+
+
+def test_a_smoothed_calibration_cache_serves_only_the_same_smoothing(samples_dir, tmp_path):
+    import onnxq
+    from onnxq.errors import CalibrationDataError
+
+    model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
+    cache = tmp_path / "cache.json"
+    off = onnxq.VerifyConfig(enabled=False)
+    smoothed = onnxq.QuantConfig(smooth=0.5, verify=off)
+    first = onnxq.quantize(model, data, config=smoothed, calibration_cache=cache).report
+    again = onnxq.quantize(model, data, config=smoothed, calibration_cache=cache).report
+    assert cache.is_file() and first.ranges == again.ranges
+    assert any("calibration cache" in note for note in again.notes)
+    with pytest.raises(CalibrationDataError, match="other --smooth settings"):
+        onnxq.quantize(model, data, config=onnxq.QuantConfig(verify=off), calibration_cache=cache)
