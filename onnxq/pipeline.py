@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -16,7 +16,6 @@ import onnx_ir as ir
 from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, model_fingerprint,
                                validated_batches)
 from onnxq.calibration.api import activations_to_observe, summarize
-from onnxq.calibration.channels import collect_channel_stats
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, activation_names, plan_model
@@ -25,12 +24,10 @@ from onnxq.io import check_output_path, external_data_files, load_model, model_s
 from onnxq.numerics import qrange
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
-from onnxq.report import NodeEntry, QuantReport
-from onnxq.passes.smooth import SmoothPass
-from onnxq.report import SmoothedActivation
+from onnxq.recipe import choose_recipe
+from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
-from onnxq.recipe import RecipeGroup, choose_recipe
-from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
+from onnxq.smoothing_steps import check_recipe, recipe_groups, smooth_model
 from onnxq.targets import integer_types_reason
 from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
                           with_placement)
@@ -100,10 +97,10 @@ def quantize(
     smoothing: tuple[SmoothedActivation, ...] = ()
     quantized_from = reference  # the float graph the quantization starts from (smoothed, when asked)
     if config.recipe == "auto":
-        _check_recipe(config, mode, calibration)
+        check_recipe(config, mode, calibration)
     elif config.smooth != "off":
         start = time.perf_counter()
-        smoothing = _smooth(work, plans, config, specs, calibration, verify_data)
+        smoothing = smooth_model(work, plans, config, specs, calibration, verify_data)
         quantized_from = work.clone()
         timings["smooth"] = time.perf_counter() - start
 
@@ -134,10 +131,10 @@ def quantize(
         timings["verify"] = time.perf_counter() - start
         if config.recipe == "auto" and not verification.passed:
             start = time.perf_counter()
-            groups = _recipe_groups(reference, config, mode, ranges, specs, calibration, verify_data)
+            groups = recipe_groups(reference, config, mode, ranges, specs, calibration, verify_data)
             recipe, chosen = choose_recipe(reference, config, mode, ranges, groups,
                                            lambda m: verify_models(ref, m, config.verify, label, target=config.target))
-            if chosen is not None:
+            if chosen is not None:  # None: no activation group can go per token
                 config, quantized_from = chosen.config, chosen.float_model
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
                 verification = chosen.verification
@@ -150,6 +147,8 @@ def quantize(
                          f"+ smoothing, the rest static per tensor ({recipe.probes} probes)"
                          + ("" if recipe.met else "; the tolerance is not met even so"))
             timings["recipe"] = time.perf_counter() - start
+        elif config.recipe == "auto":
+            notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
@@ -240,64 +239,6 @@ def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan
     ranges = summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
                             symmetric=scheme.symmetric, percentile=config.calibration.percentile)
     return ranges, summary.samples
-
-
-def _check_reusable(calibration, what: str) -> None:
-    if calibration is None:
-        raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
-                          "--calib DATA")
-    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
-            and iter(calibration) is calibration:
-        raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
-                          "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
-                          "batches")
-
-
-def _check_recipe(config: QuantConfig, mode: str, calibration) -> None:
-    _check_reusable(calibration, "recipe auto")
-    if mode != "static" or not config.verify.enabled:
-        raise ConfigError("recipe auto chooses by verifying against the tolerance from a static model: it needs "
-                          "--mode static or auto and verification on")
-
-
-def _channel_stats(model: ir.Model, candidates, config: QuantConfig, specs, calibration, verify_data):
-    """Per-channel statistics of the candidates' activations over the calibration data, less the samples held
-    back for verification (the same samples calibration proper sees)."""
-    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-    if verify_data is None and config.verify.enabled:
-        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
-    return collect_channel_stats(model, [c.activation.name for c in candidates], batches)
-
-
-def _alpha(config: QuantConfig) -> float | None:
-    return None if isinstance(config.smooth, str) else float(config.smooth)
-
-
-def _recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, specs, calibration,
-                   verify_data) -> list[RecipeGroup]:
-    """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
-    plans, _ = plan_model(reference.graph, config, mode)
-    candidates = smoothable_groups(plans)
-    stats = _channel_stats(reference, candidates, config, specs, calibration, verify_data)
-    groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
-    scales = {g.activation.name: g.scales for g in groups}
-    return [RecipeGroup(c.activation.name, tuple(p.node.name for p in c.plans), choice.alpha,
-                        scales.get(c.activation.name),
-                        static_error(c, stats, ranges[c.activation.name]) - min(choice.errors.values()))
-            for c, choice in zip(candidates, choices)]
-
-
-def _smooth(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration,
-            verify_data) -> tuple[SmoothedActivation, ...]:
-    """SmoothQuant on the float graph `work` (in place), from per-channel statistics of the calibration data."""
-    _check_reusable(calibration, "smoothing")
-    candidates = smoothable_groups(plans)
-    stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
-    groups, choices = choose_smoothing(candidates, stats, _alpha(config))
-    smooth = SmoothPass(groups)
-    smooth(work)
-    return tuple(SmoothedActivation(c.activation, c.alpha, smooth.absorbed.get(c.activation), c.errors)
-                 for c in choices)
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:

@@ -1,0 +1,79 @@
+"""The steps of quantize() that need calibration data twice: SmoothQuant on the float graph (statistics, then
+ranges) and the candidates of recipe auto."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import onnx_ir as ir
+
+from onnxq.calibration import Holdout, validated_batches
+from onnxq.calibration.channels import collect_channel_stats
+from onnxq.config import QuantConfig
+from onnxq.errors import ConfigError
+from onnxq.handlers import NodePlan, plan_model
+from onnxq.passes.smooth import SmoothPass
+from onnxq.recipe import RecipeGroup
+from onnxq.report import SmoothedActivation
+from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
+
+__all__ = ["check_reusable", "check_recipe", "recipe_groups", "smooth_model"]
+
+
+def check_reusable(calibration, what: str) -> None:
+    if calibration is None:
+        raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
+                          "--calib DATA")
+    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
+            and iter(calibration) is calibration:
+        raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
+                          "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
+                          "batches")
+
+
+def check_recipe(config: QuantConfig, mode: str, calibration) -> None:
+    check_reusable(calibration, "recipe auto")
+    if mode != "static" or not config.verify.enabled:
+        raise ConfigError("recipe auto chooses by verifying against the tolerance from a static model: it needs "
+                          "--mode static or auto and verification on")
+
+
+def _channel_stats(model: ir.Model, candidates, config: QuantConfig, specs, calibration, verify_data):
+    """Per-channel statistics of the candidates' activations over the calibration data, less the samples held
+    back for verification (the same samples calibration proper sees)."""
+    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+    if verify_data is None and config.verify.enabled:
+        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
+    return collect_channel_stats(model, [c.activation.name for c in candidates], batches)
+
+
+def _alpha(config: QuantConfig) -> float | None:
+    return None if isinstance(config.smooth, str) else float(config.smooth)
+
+
+def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, specs, calibration,
+                   verify_data) -> list[RecipeGroup]:
+    """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
+    plans, _ = plan_model(reference.graph, config, mode)
+    candidates = smoothable_groups(plans)
+    stats = _channel_stats(reference, candidates, config, specs, calibration, verify_data)
+    groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
+    scales = {g.activation.name: g.scales for g in groups}
+    return [RecipeGroup(c.activation.name, tuple(p.node.name for p in c.plans), choice.alpha,
+                        scales.get(c.activation.name),
+                        static_error(c, stats, ranges[c.activation.name]) - min(choice.errors.values()))
+            for c, choice in zip(candidates, choices)]
+
+
+def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration,
+            verify_data) -> tuple[SmoothedActivation, ...]:
+    """SmoothQuant on the float graph `work` (in place), from per-channel statistics of the calibration data."""
+    check_reusable(calibration, "smoothing")
+    candidates = smoothable_groups(plans)
+    stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
+    groups, choices = choose_smoothing(candidates, stats, _alpha(config))
+    smooth = SmoothPass(groups)
+    smooth(work)
+    return tuple(SmoothedActivation(c.activation, c.alpha, smooth.absorbed.get(c.activation), c.errors)
+                 for c in choices)
