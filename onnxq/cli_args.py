@@ -61,9 +61,11 @@ def add_calibration_flags(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> QuantConfig:
     config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
-    if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings apply
+    if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings (and smooth) apply
+        smooth = _smooth_value(args.smooth)
         return config.replace(calibration=_changed(config.calibration, batch_size=args.calib_batch_size,
-                                                   max_samples=args.calib_samples))
+                                                   max_samples=args.calib_samples),
+                              smooth=config.smooth if smooth is None else smooth)
     top = {k: v for k, v in {
         "mode": args.mode,
         "target": args.target,

@@ -48,6 +48,8 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib", metavar="DATA", required=True, help=".npz, or a folder of .npz / <input>.npy")
     p.add_argument("-o", "--output", metavar="JSON", required=True, help="summary file to write")
     p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [calibration] table applies)")
+    p.add_argument("--smooth", metavar="off|ALPHA|auto",
+                   help="also keep the per-channel statistics SmoothQuant needs (any value but off)")
     add_calibration_flags(p)
     return p
 

@@ -13,20 +13,18 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, model_fingerprint,
-                               validated_batches)
-from onnxq.calibration.api import activations_to_observe, summarize
+from onnxq.calibration import CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, validated_batches
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
-from onnxq.handlers import NodePlan, Skip, activation_names, plan_model
+from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
 from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
-from onnxq.numerics import qrange
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
 from onnxq.recipe import choose_recipe
 from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
+from onnxq.ranges import calibrated_ranges, smoothed_ranges, smoothing_cache
 from onnxq.smoothing_steps import check_recipe, recipe_groups, smooth_model
 from onnxq.targets import integer_types_reason
 from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
@@ -94,24 +92,30 @@ def quantize(
                                                         notes)
     timings["load_and_plan"] = time.perf_counter() - start
 
+    holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
     smoothing: tuple[SmoothedActivation, ...] = ()
     quantized_from = reference  # the float graph the quantization starts from (smoothed, when asked)
+    smoothed = config.recipe == "manual" and config.smooth != "off"
     if config.recipe == "auto":
         check_recipe(config, mode, calibration)
-    elif config.smooth != "off":
+    elif smoothed:
         start = time.perf_counter()
-        smoothing = smooth_model(work, plans, config, specs, calibration, verify_data)
+        cached = smoothing_cache(reference, work, config, specs, calibration, verify_data, calibration_cache, notes)
+        smoothing = smooth_model(work, plans, config, specs, calibration, verify_data, cached)
         quantized_from = work.clone()
         timings["smooth"] = time.perf_counter() - start
 
-    holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
     if mode == "static":
         start = time.perf_counter()
-        # A smoothed model's cache is tied to the smoothed graph: other --smooth settings cannot reuse its ranges.
-        ranges, calibration_samples = _calibrated_ranges(quantized_from, work, plans, config, specs, calibration,
-                                                         verify_data, calibration_cache, holdout, progress, notes)
+        if smoothed:  # ranges of the smoothed graph; a cache holds the float model's
+            ranges, calibration_samples = smoothed_ranges(work, plans, config, specs, calibration, verify_data,
+                                                           holdout, progress)
+        else:
+            ranges, calibration_samples = calibrated_ranges(reference, work, plans, config, specs, calibration,
+                                                             verify_data, calibration_cache, holdout, progress,
+                                                             notes)
         timings["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
     rewritten = apply_plans(work, plans, ranges, config, mode)
@@ -215,32 +219,6 @@ def quantize(
     return QuantResult(model=work, output=saved, report=report)
 
 
-def _calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs,
-                       calibration, verify_data, calibration_cache, holdout: Holdout, progress,
-                       notes: list[str]) -> tuple[dict[str, tuple[float, float]], int]:
-    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache)."""
-    batches = None
-    if calibration is not None:
-        batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-        if verify_data is None and config.verify.enabled:
-            batches = holdout.split(batches)
-    summary = _load_cache(calibration_cache, reference)
-    if summary is None:
-        summary = _calibrate(reference, work, plans, config, batches, writes_cache=calibration_cache is not None,
-                             progress=progress)
-        if calibration_cache is not None:
-            summary.save(calibration_cache)
-    else:
-        for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
-            pass
-        notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
-    scheme = config.activations
-    qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-    ranges = summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
-                            symmetric=scheme.symmetric, percentile=config.calibration.percentile)
-    return ranges, summary.samples
-
-
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
     has_ranges = calibration is not None or isinstance(cache, CalibrationSummary) or (
         cache is not None and Path(cache).is_file())
@@ -250,27 +228,6 @@ def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) ->
         raise ConfigError("static mode needs calibration data — pass --calib DATA (or an existing --calib-cache), "
                           "or use --mode dynamic")
     return config.mode
-
-
-def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
-    """The cached summary, checked against the model; None when there is none to read yet."""
-    if cache is None or (not isinstance(cache, CalibrationSummary) and not Path(cache).is_file()):
-        return None
-    summary = cache if isinstance(cache, CalibrationSummary) else CalibrationSummary.load(cache)
-    summary.check_model(model_fingerprint(reference), str(cache) if not isinstance(cache, CalibrationSummary)
-                        else "(object)")
-    return summary
-
-
-def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches,
-               writes_cache: bool, progress: Callable[[int], None] | None) -> CalibrationSummary:
-    """A summary written to a cache covers every candidate activation with histograms (and is tied to the model
-    by its fingerprint), so that it serves any later method or setting; otherwise only what this run needs."""
-    if writes_cache:
-        return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
-                         config.calibration.histogram_bins, progress, model_fingerprint(reference))
-    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    return summarize(model, activation_names(plans), batches, bins, progress, "")
 
 
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:

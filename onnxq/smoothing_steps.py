@@ -11,7 +11,8 @@ import onnx_ir as ir
 from onnxq.calibration import Holdout, validated_batches
 from onnxq.calibration.channels import collect_channel_stats
 from onnxq.config import QuantConfig
-from onnxq.errors import ConfigError
+from onnxq.calibration.summary import CalibrationSummary
+from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
 from onnxq.passes.smooth import SmoothPass
 from onnxq.recipe import RecipeGroup
@@ -66,12 +67,20 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, s
             for c, choice in zip(candidates, choices)]
 
 
-def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration,
-            verify_data) -> tuple[SmoothedActivation, ...]:
-    """SmoothQuant on the float graph `work` (in place), from per-channel statistics of the calibration data."""
-    check_reusable(calibration, "smoothing")
+def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
+                 cached: CalibrationSummary | None) -> tuple[SmoothedActivation, ...]:
+    """SmoothQuant on the float graph `work` (in place), from the per-channel statistics of a calibration cache
+    (of the float model) or, without one, of the calibration data."""
     candidates = smoothable_groups(plans)
-    stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
+    if cached is not None:
+        missing = [c.activation.name for c in candidates if c.activation.name not in cached.channels]
+        if missing:
+            raise CalibrationDataError(f"the calibration cache has no smoothing statistics for '{missing[0]}' — "
+                                       "write it with smoothing on (python -m onnxq calibrate --smooth auto)")
+        stats = {c.activation.name: cached.channels[c.activation.name] for c in candidates}
+    else:
+        check_reusable(calibration, "smoothing")
+        stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config))
     smooth = SmoothPass(groups)
     smooth(work)

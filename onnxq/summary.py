@@ -106,8 +106,8 @@ def format_summary(report: QuantReport) -> str:
         inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
         alphas = sorted({a.alpha for a in smoothed})
         lines.append(f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
-                     + (f" (α {alphas[0]:g}–{alphas[-1]:g}; {inserted} by an inserted Mul, the rest folded into "
-                        "what produces them)" if smoothed else ""))
+                     + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
+                        "by an inserted Mul, the rest folded into what produces them)" if smoothed else ""))
     for note in report.notes:
         lines.append(f"note:        {note}")
     if v is None:

@@ -9,6 +9,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxq.calibration.data import Batch, DataSource, SampleCounter, input_specs, validated_batches
+from onnxq.calibration.channels import ChannelStats
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
@@ -16,8 +17,9 @@ from onnxq.errors import CalibrationDataError
 from onnxq.handlers import activation_names, plan_model
 from onnxq.io import load_model
 from onnxq.passes import check_model
+from onnxq.smoothing import smoothable_groups
 
-__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize"]
+__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations"]
 
 
 def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
@@ -36,7 +38,8 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     """Observe every candidate activation of the model over the data, with histograms, and return the summary.
 
     Save it (summary.save(path)) to reuse it with any method or setting (quantize(calibration_cache=...)), or
-    run this on shards of the data — in separate processes or machines — and merge the files.
+    run this on shards of the data — in separate processes or machines — and merge the files. With config.smooth
+    set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable).
     """
     config = config or QuantConfig()
     float_model = load_model(model)
@@ -46,16 +49,28 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm)")
     batches = validated_batches(data, input_specs(float_model), config.calibration.batch_size,
                                 config.calibration.max_samples)
+    channel_names = smoothable_activations(float_model, config) if config.smooth != "off" else ()
     return summarize(float_model, names, batches, config.calibration.histogram_bins, progress,
-                     model_fingerprint(float_model))
+                     model_fingerprint(float_model), channel_names)
 
 
 def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histogram_bins: int | None,
-              progress: Callable[[int], None] | None, fingerprint: str) -> CalibrationSummary:
-    """Stream the batches through the model, observing the named values, into a summary."""
+              progress: Callable[[int], None] | None, fingerprint: str,
+              channel_names: Iterable[str] = ()) -> CalibrationSummary:
+    """Stream the batches through the model, observing the named values (and per-channel statistics of
+    channel_names, for smoothing), into a summary."""
     counter = SampleCounter(batches)
-    observers = collect_observers(model, names, counter, histogram_bins, progress)
-    return CalibrationSummary(fingerprint, observers, counter.samples, histogram_bins)
+    channels = {n: ChannelStats() for n in channel_names}
+    observers = collect_observers(model, list(dict.fromkeys([*names, *channels])), counter, histogram_bins,
+                                  progress, channels)
+    return CalibrationSummary(fingerprint, observers, counter.samples, histogram_bins, channels)
+
+
+def smoothable_activations(model: ir.Model, config: QuantConfig) -> list[str]:
+    """The activations SmoothQuant may smooth under any setting (their per-channel statistics go in a cache)."""
+    config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None)
+    plans, _ = plan_model(model.graph, config, "static")
+    return [c.activation.name for c in smoothable_groups(plans)]
 
 
 def merge_calibrations(summaries: Iterable[CalibrationSummary | str | os.PathLike]) -> CalibrationSummary:

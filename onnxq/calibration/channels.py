@@ -3,6 +3,7 @@ seeded sample of rows, streamed batch by batch (memory does not grow with the da
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 
 import numpy as np
@@ -18,7 +19,8 @@ __all__ = ["ChannelStats", "collect_channel_stats"]
 
 class ChannelStats:
     """max |x_j| per channel, and up to max_rows rows (reservoir sampling, seeded: the same data gives the same
-    sample)."""
+    sample). Mergeable (shards): the maxima exactly, the rows re-drawn from both samples in proportion to the rows
+    each stands for. Stored in the calibration cache (rows as base64 float32 bytes)."""
 
     def __init__(self, max_rows: int = 256, seed: int = 0) -> None:
         self.absmax: np.ndarray | None = None
@@ -36,6 +38,33 @@ class ChannelStats:
         batch_max = np.abs(rows).max(axis=0)
         self.absmax = batch_max if self.absmax is None else np.maximum(self.absmax, batch_max)
         self._sample(rows)
+
+    def merge(self, other: ChannelStats) -> None:
+        if self.absmax is None or other.absmax is None or self.absmax.shape != other.absmax.shape:
+            raise ValueError("cannot merge channel statistics of different or empty tensors")
+        self.absmax = np.maximum(self.absmax, other.absmax)
+        rows = np.concatenate([self.rows, other.rows])
+        if rows.shape[0] > self.max_rows:
+            weights = np.concatenate([np.full(len(self.rows), self.seen / len(self.rows)),
+                                      np.full(len(other.rows), other.seen / len(other.rows))])
+            rng = np.random.default_rng(self.seen + other.seen)  # seeded by the data's size: deterministic
+            keep = np.sort(rng.choice(rows.shape[0], self.max_rows, replace=False, p=weights / weights.sum()))
+            rows = rows[keep]
+        self.rows = rows
+        self.seen += other.seen
+
+    def state(self) -> dict:
+        return {"absmax": [float(v).hex() for v in self.absmax], "seen": self.seen, "max_rows": self.max_rows,
+                "rows": base64.b64encode(np.ascontiguousarray(self.rows, "<f4").tobytes()).decode("ascii")}
+
+    @classmethod
+    def from_state(cls, state: dict) -> ChannelStats:
+        stats = cls(int(state["max_rows"]))
+        stats.absmax = np.array([float.fromhex(v) for v in state["absmax"]], np.float32)
+        stats.seen = int(state["seen"])
+        rows = np.frombuffer(base64.b64decode(state["rows"]), "<f4").astype(np.float32)
+        stats.rows = rows.reshape(-1, stats.absmax.size)
+        return stats
 
     def _sample(self, rows: np.ndarray) -> None:
         if self.rows is None:

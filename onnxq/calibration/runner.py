@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 import onnxruntime as ort
@@ -16,6 +17,9 @@ from onnxq.config import QScheme
 from onnxq.numerics import TensorObserver
 from onnxq.passes.builder import GraphBuilder
 
+if TYPE_CHECKING:  # channels.py runs sessions through this module
+    from onnxq.calibration.channels import ChannelStats
+
 __all__ = ["collect_observers"]
 
 logger = logging.getLogger(__name__)
@@ -24,17 +28,19 @@ Progress = Callable[[int], None]
 
 
 def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
-                      histogram_bins: int | None = None,
-                      progress: Progress | None = None) -> dict[str, TensorObserver]:
+                      histogram_bins: int | None = None, progress: Progress | None = None,
+                      channels: dict[str, ChannelStats] | None = None) -> dict[str, TensorObserver]:
     """One observer per named value, fed every batch. Memory: one batch's outputs plus fixed-size summaries.
+    `channels`: per-channel statistics (for smoothing) to feed too, for some of the named values.
 
     Without histograms only each tensor's extremes are needed: ORT reduces them in the graph (multi-threaded,
     three scalars per tensor come back instead of the whole activation)."""
     names = list(dict.fromkeys(value_names))
+    channels = channels or {}
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
     observers = {n: TensorObserver(histogram_bins) for n in names}
-    reduce_in_graph = histogram_bins is None
+    reduce_in_graph = histogram_bins is None and not channels
     # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
     session, output_names = session_exposing(model, fetched, reduce_in_graph) if fetched else (None, [])
     name = ""
@@ -52,9 +58,13 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
             else:
                 for name, array in zip(fetched, outputs):
                     observers[name].observe(array)
+                    if name in channels:
+                        channels[name].observe(array)
             for name in names:
                 if name in graph_inputs:
                     observers[name].observe(batch[name])
+                    if name in channels:
+                        channels[name].observe(batch[name])
         except ValueError:
             raise CalibrationDataError(
                 f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None

@@ -10,10 +10,13 @@ File format (JSON, version 1):
 TensorObserver state: min/max/batch_min_sum/batch_max_sum as float.hex() strings (exact), count, batches,
 histogram: null or {max_bins, exponent (bin width 2**exponent), offset (grid index of counts[0]), min, max,
 counts: [int, …]}.
+Optional "channels" (written when smoothing is asked for): {"<value name>": ChannelStats state} — per-channel max
+|x| and a sample of rows of the activations SmoothQuant may smooth, of the float model like everything here.
 """
 
 from __future__ import annotations
 
+import binascii
 import dataclasses
 import hashlib
 import json
@@ -25,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.channels import ChannelStats
 from onnxq.errors import CalibrationDataError
 from onnxq.numerics import TensorObserver
 
@@ -54,6 +58,7 @@ class CalibrationSummary:
     observers: dict[str, TensorObserver]
     samples: int
     histogram_bins: int | None
+    channels: dict[str, ChannelStats] = dataclasses.field(default_factory=dict)
 
     def ranges(self, names: Iterable[str], method: str, *, qmin: int, qmax: int, symmetric: bool,
                percentile: float) -> dict[str, tuple[float, float]]:
@@ -72,8 +77,8 @@ class CalibrationSummary:
     def check_model(self, fingerprint: str, where: str) -> None:
         if fingerprint != self.model_fingerprint:
             raise CalibrationDataError(
-                f"calibration cache {where} was made for another model or other --smooth settings (fingerprint "
-                f"{self.model_fingerprint[:20]}… ≠ {fingerprint[:20]}…) — delete it or pass this model's cache")
+                f"calibration cache {where} was made for another model (fingerprint {self.model_fingerprint[:20]}… "
+                f"≠ {fingerprint[:20]}…) — delete it or pass this model's cache")
 
     def merge(self, other: CalibrationSummary) -> None:
         if other.model_fingerprint != self.model_fingerprint:
@@ -82,14 +87,21 @@ class CalibrationSummary:
             raise CalibrationDataError("cannot merge calibration summaries with different histogram settings")
         if set(other.observers) != set(self.observers):
             raise CalibrationDataError("cannot merge calibration summaries of different tensors (other settings?)")
+        if set(other.channels) != set(self.channels):
+            raise CalibrationDataError("cannot merge calibration summaries with and without smoothing statistics")
         for name, observer in other.observers.items():
             self.observers[name].merge(observer)
+        for name, stats in other.channels.items():
+            self.channels[name].merge(stats)
         self.samples += other.samples
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "model_fingerprint": self.model_fingerprint,
+        data = {"format": FORMAT, "version": VERSION, "model_fingerprint": self.model_fingerprint,
                 "samples": self.samples, "histogram_bins": self.histogram_bins,
                 "tensors": {n: o.state() for n, o in self.observers.items()}}
+        if self.channels:
+            data["channels"] = {n: c.state() for n, c in self.channels.items()}
+        return data
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (temporary file beside the target, then rename)."""
@@ -130,6 +142,7 @@ class CalibrationSummary:
                                        f"version {VERSION} — recalibrate")
         try:
             observers = {n: TensorObserver.from_state(s) for n, s in data["tensors"].items()}
-            return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"])
-        except (KeyError, TypeError, ValueError) as e:
+            channels = {n: ChannelStats.from_state(s) for n, s in data.get("channels", {}).items()}
+            return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"], channels)
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
             raise CalibrationDataError(f"{path} is a damaged calibration summary ({type(e).__name__}: {e})") from None

@@ -141,17 +141,46 @@ def test_alpha_search_is_deterministic_and_prefers_smoothing_for_outlier_channel
     assert gate_up.alpha is not None and gate_up.errors[gate_up.alpha] < 0.5 * gate_up.errors[None]
 
 
-def test_a_smoothed_calibration_cache_serves_only_the_same_smoothing(samples_dir, tmp_path):
+def test_the_calibration_cache_holds_smoothing_statistics_of_the_float_model(samples_dir, tmp_path):
     import onnxq
     from onnxq.errors import CalibrationDataError
 
     model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
-    cache = tmp_path / "cache.json"
     off = onnxq.VerifyConfig(enabled=False)
-    smoothed = onnxq.QuantConfig(smooth=0.5, verify=off)
-    first = onnxq.quantize(model, data, config=smoothed, calibration_cache=cache).report
-    again = onnxq.quantize(model, data, config=smoothed, calibration_cache=cache).report
-    assert cache.is_file() and first.ranges == again.ranges
-    assert any("calibration cache" in note for note in again.notes)
-    with pytest.raises(CalibrationDataError, match="other --smooth settings"):
-        onnxq.quantize(model, data, config=onnxq.QuantConfig(verify=off), calibration_cache=cache)
+    per_token = onnxq.QuantConfig(activation_granularity="per-token", smooth="auto", verify=off)
+    direct = onnxq.quantize(model, data, config=per_token).report
+    cache = tmp_path / "cache.json"
+    written = onnxq.quantize(model, data, config=per_token, calibration_cache=cache).report
+    # Per token needs no ranges: the cache alone smooths, with the same α per activation as the data did.
+    from_cache = onnxq.quantize(model, None, config=per_token, calibration_cache=cache).report
+    assert [(a.activation, a.alpha) for a in from_cache.smoothing] == \
+        [(a.activation, a.alpha) for a in direct.smoothing] == [(a.activation, a.alpha) for a in written.smoothing]
+    assert any("smoothing statistics from calibration cache" in n for n in from_cache.notes)
+    # The cache describes the float model: an unsmoothed static run reads its ranges.
+    plain = onnxq.quantize(model, data, config=onnxq.QuantConfig(verify=off)).report
+    cached = onnxq.quantize(model, None, config=onnxq.QuantConfig(verify=off), calibration_cache=cache).report
+    assert cached.ranges == plain.ranges
+    # Static ranges after smoothing come from the smoothed graph: the cache cannot supply them.
+    with pytest.raises(onnxq.errors.ConfigError, match="static ranges after smoothing"):
+        onnxq.quantize(model, None, config=onnxq.QuantConfig(smooth=0.5, verify=off), calibration_cache=cache)
+    # A cache written without smoothing has no statistics for it.
+    bare = tmp_path / "bare.json"
+    onnxq.calibrate(model, data).save(bare)
+    with pytest.raises(CalibrationDataError, match="no smoothing statistics"):
+        onnxq.quantize(model, data, config=per_token, calibration_cache=bare)
+
+
+def test_smoothing_statistics_of_shards_merge_to_those_of_all_the_data(samples_dir):
+    import onnxq
+
+    model = samples_dir / "tiny_transformer.onnx"
+    data = dict(np.load(samples_dir / "tiny_transformer_calib.npz"))
+    config = onnxq.QuantConfig(smooth="auto")
+    halves = [{k: v[:64] for k, v in data.items()}, {k: v[64:] for k, v in data.items()}]
+    merged = onnxq.merge_calibrations([onnxq.calibrate(model, half, config=config) for half in halves])
+    whole = onnxq.calibrate(model, data, config=config)
+    assert set(merged.channels) == set(whole.channels) and len(whole.channels) == 4
+    for name, stats in whole.channels.items():
+        np.testing.assert_array_equal(merged.channels[name].absmax, stats.absmax)  # exact
+        assert merged.channels[name].seen == stats.seen and merged.channels[name].rows.shape == stats.rows.shape
+    assert merged.copy().channels.keys() == merged.channels.keys()  # through JSON and back

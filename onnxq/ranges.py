@@ -1,0 +1,110 @@
+"""Activation ranges for quantize(): from a calibration cache or calibration passes, on the float graph or, after
+SmoothQuant, on the smoothed one. A cache always describes the float model (its fingerprint), with the smoothing
+statistics when smoothing wrote or asked for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx_ir as ir
+
+from onnxq.calibration import CalibrationSummary, Holdout, model_fingerprint, validated_batches
+from onnxq.calibration.api import activations_to_observe, smoothable_activations, summarize
+from onnxq.config import QuantConfig
+from onnxq.errors import ConfigError
+from onnxq.handlers import NodePlan, activation_names
+from onnxq.numerics import qrange
+from onnxq.smoothing_steps import check_reusable
+
+__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges"]
+
+Ranges = dict[str, tuple[float, float]]
+
+
+def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs,
+                       calibration, verify_data, calibration_cache, holdout: Holdout, progress,
+                       notes: list[str]) -> tuple[Ranges, int]:
+    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache)."""
+    batches = None
+    if calibration is not None:
+        batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+        if verify_data is None and config.verify.enabled:
+            batches = holdout.split(batches)
+    summary = _load_cache(calibration_cache, reference)
+    if summary is None:
+        summary = _calibrate(reference, work, plans, config, batches, writes_cache=calibration_cache is not None,
+                             progress=progress)
+        if calibration_cache is not None:
+            summary.save(calibration_cache)
+    else:
+        for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
+            pass
+        notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
+    return _ranges(summary, plans, config), summary.samples
+
+
+def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
+    scheme = config.activations
+    qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
+    return summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+                          symmetric=scheme.symmetric, percentile=config.calibration.percentile)
+
+
+def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, specs, calibration, verify_data,
+                     calibration_cache, notes: list[str]) -> CalibrationSummary | None:
+    """The float model's calibration cache with smoothing statistics: read when it exists, else written now (every
+    candidate activation and the smoothing statistics, one pass); None without a cache."""
+    summary = _load_cache(calibration_cache, reference)
+    if summary is not None:
+        notes.append(f"smoothing statistics from calibration cache {calibration_cache} ({summary.samples} samples)")
+        return summary
+    if calibration_cache is None:
+        return None
+    check_reusable(calibration, "smoothing with a calibration cache to write")
+    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+    if verify_data is None and config.verify.enabled:  # the samples calibration proper sees
+        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
+    summary = summarize(work, activations_to_observe(work, config, every_candidate=True), batches,
+                        config.calibration.histogram_bins, None, model_fingerprint(reference),
+                        smoothable_activations(work, config))
+    summary.save(calibration_cache)
+    return summary
+
+
+def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
+                     holdout: Holdout, progress) -> tuple[Ranges, int]:
+    """Static ranges on the smoothed graph, from the calibration data (which also yields the held-out samples)."""
+    names = activation_names(plans)
+    if calibration is None:
+        if names:
+            raise ConfigError("static ranges after smoothing come from the smoothed graph and the calibration "
+                              "cache holds the float model's: pass --calib DATA too, or use --activations per-token")
+        return {}, 0
+    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+    if verify_data is None and config.verify.enabled:
+        batches = holdout.split(batches)
+    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
+    summary = summarize(work, names, batches, bins, progress, "")
+    return _ranges(summary, plans, config), summary.samples
+
+
+def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
+    """The cached summary, checked against the model; None when there is none to read yet."""
+    if cache is None or (not isinstance(cache, CalibrationSummary) and not Path(cache).is_file()):
+        return None
+    summary = cache if isinstance(cache, CalibrationSummary) else CalibrationSummary.load(cache)
+    summary.check_model(model_fingerprint(reference), str(cache) if not isinstance(cache, CalibrationSummary)
+                        else "(object)")
+    return summary
+
+
+def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches,
+               writes_cache: bool, progress: Callable[[int], None] | None) -> CalibrationSummary:
+    """A summary written to a cache covers every candidate activation with histograms (and is tied to the model
+    by its fingerprint), so that it serves any later method or setting; otherwise only what this run needs."""
+    if writes_cache:
+        return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
+                         config.calibration.histogram_bins, progress, model_fingerprint(reference))
+    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
+    return summarize(model, activation_names(plans), batches, bins, progress, "")
