@@ -15,10 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_llm_targets import DATA, DEFAULT_MODEL, perplexity  # noqa: E402
+from bench_llm_targets import DEFAULT_MODEL, perplexity, smollm2_inputs  # noqa: E402
 from common import file_mb, interleaved_latency_ms, machine  # noqa: E402
 
 import onnxq  # noqa: E402
@@ -46,15 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=25, help="latency rounds")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args()
-    model = Path(args.model)
-    if not model.is_file():
-        sys.exit(f"needs {model}: bash ../shared/models/smollm2/build.sh")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = np.load(DATA / "dev_windows.npz")
-    windows = {k: dev[k][:args.windows] for k in dev.files}
-    calib_file = np.load(DATA / "calib_windows.npz")
-    calib = {k: calib_file[k][:args.calib] for k in calib_file.files}
+    model, out, windows, calib = smollm2_inputs(args, args.calib)
     paths, seconds = {"float": model}, {}
     for i, (name, (changes, uses_data)) in enumerate(LADDER.items()):
         verify = changes.pop("verify", onnxq.VerifyConfig(enabled=False))

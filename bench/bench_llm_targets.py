@@ -39,21 +39,26 @@ def perplexity(path: Path, windows: dict[str, np.ndarray], optimize: bool) -> fl
     return float(np.exp(nll / count))
 
 
+def smollm2_inputs(args: argparse.Namespace, calib_windows: int) -> tuple[Path, Path, dict, dict]:
+    """The model (built by build.sh), the output folder, the first args.windows dev windows and the first
+    calib_windows calibration windows."""
+    model = Path(args.model)
+    if not model.is_file():
+        sys.exit(f"needs {model}: bash ../shared/models/smollm2/build.sh")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev, calib = np.load(DATA / "dev_windows.npz"), np.load(DATA / "calib_windows.npz")
+    return (model, out, {k: dev[k][:args.windows] for k in dev.files},
+            {k: calib[k][:calib_windows] for k in calib.files})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--windows", type=int, default=16, help="dev windows scored (of 48)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args()
-    model = Path(args.model)
-    if not model.is_file():
-        sys.exit(f"needs {model}: bash ../shared/models/smollm2/build.sh")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = np.load(DATA / "dev_windows.npz")
-    windows = {k: dev[k][:args.windows] for k in dev.files}
-    calib = np.load(DATA / "calib_windows.npz")
-    calib = {k: calib[k][:32] for k in calib.files}
+    model, out, windows, calib = smollm2_inputs(args, 32)
     paths = {}
     for target in ("portable", "x86-vnni"):
         for mode in ("static", "dynamic"):
