@@ -111,11 +111,11 @@ def quantize(
         start = time.perf_counter()
         if smoothed:  # ranges of the smoothed graph; a cache holds the float model's
             ranges, calibration_samples = smoothed_ranges(work, plans, config, specs, calibration, verify_data,
-                                                           holdout, progress)
+                                                          holdout, progress)
         else:
             ranges, calibration_samples = calibrated_ranges(reference, work, plans, config, specs, calibration,
-                                                             verify_data, calibration_cache, holdout, progress,
-                                                             notes)
+                                                            verify_data, calibration_cache, holdout, progress,
+                                                            notes)
         timings["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
     rewritten = apply_plans(work, plans, ranges, config, mode)

@@ -23,8 +23,8 @@ Ranges = dict[str, tuple[float, float]]
 
 
 def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs,
-                       calibration, verify_data, calibration_cache, holdout: Holdout, progress,
-                       notes: list[str]) -> tuple[Ranges, int]:
+                      calibration, verify_data, calibration_cache, holdout: Holdout, progress,
+                      notes: list[str]) -> tuple[Ranges, int]:
     """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache)."""
     batches = None
     if calibration is not None:
@@ -52,7 +52,7 @@ def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantCon
 
 
 def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, specs, calibration, verify_data,
-                     calibration_cache, notes: list[str]) -> CalibrationSummary | None:
+                    calibration_cache, notes: list[str]) -> CalibrationSummary | None:
     """The float model's calibration cache with smoothing statistics: read when it exists, else written now (every
     candidate activation and the smoothing statistics, one pass); None without a cache."""
     summary = _load_cache(calibration_cache, reference)
@@ -73,7 +73,7 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, sp
 
 
 def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
-                     holdout: Holdout, progress) -> tuple[Ranges, int]:
+                    holdout: Holdout, progress) -> tuple[Ranges, int]:
     """Static ranges on the smoothed graph, from the calibration data (which also yields the held-out samples)."""
     names = activation_names(plans)
     if calibration is None:

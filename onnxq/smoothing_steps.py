@@ -54,7 +54,7 @@ def _alpha(config: QuantConfig) -> float | None:
 
 
 def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, specs, calibration,
-                   verify_data) -> list[RecipeGroup]:
+                  verify_data) -> list[RecipeGroup]:
     """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
     plans, _ = plan_model(reference.graph, config, mode)
     candidates = smoothable_groups(plans)
