@@ -27,6 +27,7 @@ from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 LADDER = {
     "naive W8A8 (static per-tensor)": ({}, True),
     "dynamic per-tensor": ({"mode": "dynamic"}, False),
+    "static per-tensor + α search": ({"smooth": "auto"}, True),
     "+ per-token": ({"activation_granularity": "per-token"}, False),
     "+ SmoothQuant α=0.5": ({"activation_granularity": "per-token", "smooth": 0.5}, True),
     "+ α search (smooth auto)": ({"activation_granularity": "per-token", "smooth": "auto"}, True),

@@ -71,7 +71,11 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
         for a in tried:
             scales = None if a is None else smoothing_scales(stat.absmax, weight_absmax, a)
             per_row = candidate.per_token if per_token is None else per_token
-            errors[a] = _output_error(stat.rows, weights, scales, per_row)
+            # Per tensor, the range must hold every row, not only the sampled ones: max|X_j / s_j| over all
+            # the data is known exactly from the statistics.
+            bound = float(np.max(stat.absmax / (1.0 if scales is None else scales)))
+            value_range = None if per_row else (-bound if stat.rows.min() < 0 else 0.0, bound)
+            errors[a] = _output_error(stat.rows, weights, scales, per_row, value_range)
         best = min(tried, key=lambda a: errors[a])
         choices.append(SmoothChoice(candidate.activation.name, best, errors))
         if best is not None:
