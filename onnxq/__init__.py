@@ -2,7 +2,7 @@
 
 from onnxq.calibration import CalibrationSummary
 from onnxq.calibration.api import calibrate, merge_calibrations
-from onnxq.config import CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
+from onnxq.config import BlockConfig, CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize
 from onnxq.report import QuantReport
@@ -11,6 +11,6 @@ from onnxq.verify.api import verify
 __version__ = "0.1.0"
 
 __all__ = [
-    "quantize", "verify", "calibrate", "merge_calibrations", "CalibrationSummary", "QuantConfig", "QScheme", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
+    "quantize", "verify", "calibrate", "merge_calibrations", "CalibrationSummary", "QuantConfig", "QScheme", "BlockConfig", "CalibrationConfig", "VerifyConfig", "Tolerance", "QuantResult",
     "QuantReport", "OnnxqError", "__version__",
 ]

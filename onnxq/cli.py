@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", choices=["manual", "auto"],
                    help="auto: per layer group the cheapest of static per-tensor and per-token + smoothing that "
                         "meets the tolerance (needs --calib); manual (default): the flags as given")
+    p.add_argument("--weights", choices=["int8", "int4", "uint4"],
+                   help="int8 (default); int4 (symmetric) / uint4 (a zero point per block): 4-bit weight-only, "
+                        "block-wise along K, activations stay float")
+    p.add_argument("--block", type=int, metavar="N", help="4-bit weights: values per block along K (default 32)")
+    p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
+                   help="4-bit weights: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")

@@ -80,6 +80,11 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "smooth": _smooth_value(args.smooth),
         "recipe": args.recipe,
     }.items() if v is not None}
+    if args.weights:
+        top["weights"] = QScheme(args.weights, symmetric=args.weights != "uint4")
+    blocks = _changed(config.blocks, size=args.block, format=args.block_format)
+    if blocks != config.blocks:
+        top["blocks"] = blocks
     if args.activation_dtype:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
     calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples,

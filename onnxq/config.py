@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-__all__ = ["QScheme", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig", "PROVIDER_ALIASES"]
+__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig", "PROVIDER_ALIASES"]
 
 PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
@@ -32,12 +32,33 @@ Mode = Literal["auto", "static", "dynamic"]
 class QScheme:
     """An integer type and whether its range is symmetric around zero."""
 
-    dtype: Literal["int8", "uint8"] = "int8"
+    # int4 / uint4: weights only, block-wise (BlockConfig); int4 is symmetric, uint4 asymmetric.
+    dtype: Literal["int8", "uint8", "int4", "uint4"] = "int8"
     symmetric: bool = True
 
     @property
     def np_dtype(self) -> np.dtype:
         return np.dtype(self.dtype)
+
+    @property
+    def bits(self) -> int:
+        return 4 if self.dtype in ("int4", "uint4") else 8
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """4-bit weights (weights.dtype int4 / uint4): weight-only, one scale (and zero point) per block of `size`
+    values along K; activations stay float (README, "4-bit weights")."""
+
+    size: int = 32
+    # matmulnbits: com.microsoft MatMulNBits (ORT's CPU and CUDA kernels). qdq: standard opset-21 DequantizeLinear
+    # with block_size feeding the float MatMul (any runtime; ORT's CPU optimizer fuses it into MatMulNBits).
+    format: Literal["matmulnbits", "qdq"] = "matmulnbits"
+    # MatMulNBits accuracy_level: 0 unset (float compute), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations per block.
+    accuracy_level: int = 0
+    # Per-block clip search (numerics.blockwise): "mse" least weight reconstruction error; "activation" the same
+    # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
+    clip: Literal["none", "mse", "activation"] = "mse"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +156,7 @@ class QuantConfig:
     # per-token with smoothing (α searched), else float (onnxq.recipe); needs calibration data.
     recipe: Literal["manual", "auto"] = "manual"
     weights: QScheme = QScheme("int8", symmetric=True)
+    blocks: BlockConfig = BlockConfig()
     per_channel: bool = True
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather")
     # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
@@ -152,8 +174,11 @@ class QuantConfig:
         if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \
                 not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
             raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")
-        if self.weights.dtype != "int8":
-            raise ConfigError("weights.dtype must be int8 (ORT's integer kernels take int8 weights)")
+        if self.weights.dtype == "uint8":
+            raise ConfigError("weights.dtype uint8 is not supported: use int8 (ORT's integer kernels take int8 "
+                              "weights), or int4 / uint4 for 4-bit weights")
+        if self.weights.bits == 4:
+            self._check_four_bit()
         if not 0.0 < self.calibration.percentile <= 100.0:
             raise ConfigError("calibration.percentile must be in (0, 100], e.g. 99.999")
         if self.calibration.histogram_bins < 256:
@@ -175,6 +200,27 @@ class QuantConfig:
                 re.compile(self.exclude_regex)
             except re.error as e:
                 raise ConfigError(f"exclude_regex {self.exclude_regex!r} is not a valid regex: {e}") from None
+
+    def _check_four_bit(self) -> None:
+        dtype, blocks = self.weights.dtype, self.blocks
+        if self.weights.symmetric != (dtype == "int4"):
+            raise ConfigError(f"weights {dtype} with symmetric = {self.weights.symmetric}: int4 is symmetric (zero "
+                              "point 8), uint4 asymmetric (a zero point per block) — pick the dtype that says so")
+        if blocks.size < 16 or blocks.size & (blocks.size - 1):
+            raise ConfigError(f"blocks.size = {blocks.size}: use a power of two >= 16 (32, 64, 128)")
+        if blocks.accuracy_level not in range(5):
+            raise ConfigError(f"blocks.accuracy_level = {blocks.accuracy_level}: use 0 to 4")
+        if self.mode != "auto":
+            raise ConfigError(f"mode {self.mode} with {dtype} weights: 4-bit weights are weight-only (activations "
+                              "stay float); leave mode at auto")
+        if self.activation_granularity != "per-tensor" or self.smooth != "off" or self.recipe != "manual":
+            raise ConfigError(f"{dtype} weights are weight-only: per-token activations, smoothing and recipe auto "
+                              "quantize activations — drop them, or use int8 weights")
+
+    @property
+    def weight_only(self) -> bool:
+        """4-bit weights: only constant weights are quantized, activations stay float."""
+        return self.weights.bits == 4
 
     def exclusion_reason(self, node_name: str, op_type: str) -> str | None:
         """Why the user's config keeps this node in float, or None."""

@@ -220,6 +220,8 @@ def quantize(
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
+    if config.weight_only:
+        return "weight-only"
     has_ranges = calibration is not None or isinstance(cache, CalibrationSummary) or (
         cache is not None and Path(cache).is_file())
     if config.mode == "auto":
@@ -279,6 +281,12 @@ def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[
     node = plan.node
     parts = []
     for spec in plan.weights:
+        if mode == "weight-only" and node.op_type != "Gather":
+            blocks = config.blocks
+            kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
+            parts.append(f"weight {config.weights.dtype}, blocks of {blocks.size} along K ({kernel}); activation "
+                         "float")
+            continue
         axis = "per tensor" if spec.axis is None else f"per channel (axis {spec.axis})"
         parts.append(f"{'table' if plan.weight_only else 'weight'} int8 {axis}")
     if plan.activations:

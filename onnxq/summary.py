@@ -82,7 +82,11 @@ def format_summary(report: QuantReport) -> str:
     if report.config.get("per_token_nodes") and kind != "per-token":
         kind += " + per-token"
     form = fmt if report.mode == "static" and kind != "per-token" else "integer operators"
-    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{kind} int8, {form}, "
+    what = f"{kind} int8, {form}"
+    if report.mode == "weight-only":
+        blocks = report.config["blocks"]
+        what = f"weight-only {report.config['weights']['dtype']}, blocks of {blocks['size']}, {blocks['format']}"
+    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{what}, "
              f"target {report.config.get('target')}]"]
     by_op = collections.Counter(e.op_type for e in report.quantized)
     lines.append("quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())))

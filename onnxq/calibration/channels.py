@@ -14,7 +14,7 @@ from onnxq.calibration.data import Batch
 from onnxq.calibration.runner import session_exposing
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["ChannelStats", "collect_channel_stats"]
+__all__ = ["ChannelStats", "collect_channel_stats", "collect_mean_squares"]
 
 
 class ChannelStats:
@@ -106,3 +106,33 @@ def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: 
     if any(s.absmax is None for s in stats.values()):
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
     return stats
+
+
+def collect_mean_squares(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch]) -> dict[str, np.ndarray]:
+    """Per named value, the mean of x_j² over every row of every batch, per channel j (the last axis): how much an
+    error in the weights reading channel j shows in the output (activation-aware 4-bit clipping)."""
+    names = list(dict.fromkeys(value_names))
+    graph_inputs = {v.name for v in model.graph.inputs}
+    fetched = [n for n in names if n not in graph_inputs]
+    sums: dict[str, np.ndarray] = {}
+    rows: dict[str, int] = dict.fromkeys(names, 0)
+    session, output_names = session_exposing(model, fetched, reduce_in_graph=False) if fetched else (None, [])
+    for batch in batches:
+        try:
+            outputs = session.run(output_names, batch) if session is not None else []
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                ort.capi.onnxruntime_pybind11_state.Fail) as e:
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {str(e).splitlines()[0]}") \
+                from None
+        arrays = dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
+        for name, array in arrays.items():
+            flat = np.asarray(array, np.float32).reshape(-1, array.shape[-1])
+            squares = np.einsum("ij,ij->j", flat, flat, dtype=np.float64)
+            if not np.all(np.isfinite(squares)):
+                raise CalibrationDataError(
+                    f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs")
+            sums[name] = squares if name not in sums else sums[name] + squares
+            rows[name] += flat.shape[0]
+    if not sums:
+        raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
+    return {name: (sums[name] / rows[name]).astype(np.float32) for name in sums}

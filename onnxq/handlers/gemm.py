@@ -24,9 +24,11 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, "B is not 2-D")
     trans_a, trans_b = attribute(node, "transA"), attribute(node, "transB")
     alpha, beta = attribute(node, "alpha", 1.0), attribute(node, "beta", 1.0)
-    if ctx.mode == "dynamic" and (trans_a or alpha != 1.0 or beta != 1.0):
-        return Skip(node, "dynamic mode supports Gemm with transA=0, alpha=beta=1 only")
+    if ctx.mode in ("dynamic", "weight-only") and (trans_a or alpha != 1.0 or beta != 1.0):
+        return Skip(node, f"{ctx.mode} mode supports Gemm with transA=0, alpha=beta=1 only")
     n_out = b_const.shape[0] if trans_b else b_const.shape[1]
+    if ctx.weight_only:  # block-wise along K; C is added in float after the product
+        return NodePlan(node, weights=(WeightSpec(1, 0 if trans_b else 1),))
     # B is [K, N], or [N, K] with transB: the output features lie on axis 1, or 0.
     axis = (0 if trans_b else 1) if ctx.per_channel else None
     k_axis = 1 if trans_b else 0

@@ -26,6 +26,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return Skip(node, f"constant B has rank {len(b_const.shape)}; only 2-D weights [K, N] are quantized")
         if not _is_float(a):
             return Skip(node, f"activation dtype {a.dtype} is not float32")
+        if ctx.weight_only:  # block-wise along K; the output features are axis 1
+            return NodePlan(node, weights=(WeightSpec(1, 1),))
         # B is [K, N]: K pairs lie along axis 0.
         spec = WeightSpec(1, 1 if ctx.per_channel else None, 0 if ctx.limit_pairs else None)
         return NodePlan(node, activations=(0,), weights=(spec,), per_token=ctx.per_token)
@@ -33,8 +35,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, "B is an initializer that is also a graph input, so it may change at run time")
     if ir.convenience.get_const_tensor(b) is not None:
         return Skip(node, "B is a constant that is not float32")
-    if ctx.mode == "dynamic":
-        return Skip(node, "both inputs are activations; dynamic mode quantizes only constant-weight products")
+    if ctx.mode in ("dynamic", "weight-only"):
+        return Skip(node, f"both inputs are activations; {ctx.mode} mode quantizes only constant-weight products")
     if not ctx.quantize_activation_matmul:
         return Skip(node, "both inputs are activations (quantize_activation_matmul is off)")
     if not (_is_float(a) and _is_float(b)):

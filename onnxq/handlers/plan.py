@@ -11,7 +11,8 @@ __all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "a
 
 @dataclasses.dataclass(frozen=True)
 class WeightSpec:
-    """A constant input stored as int8; `axis` is the per-channel axis, None for one scale per tensor.
+    """A constant input stored as int8; `axis` is the per-channel axis, None for one scale per tensor. For 4-bit
+    block-wise weights, `axis` is the output-feature axis (the blocks run along the other one, K).
 
     `pair_limit_axis`: the weight's K axis when its K pairs must be limited so that the target's U8S8 kernel cannot
     saturate (numerics.pairs); None when the target's kernels need no limit (or no integer kernel reads it)."""
@@ -58,6 +59,8 @@ class PlanContext:
     limit_pairs: bool = False
     # Activation × weight products take per-token activations (numerics.per_token).
     per_token: bool = False
+    # 4-bit weights: constant weights only (block-wise), activations stay float.
+    weight_only: bool = False
 
 
 def activation_names(plans: list[NodePlan]) -> list[str]:

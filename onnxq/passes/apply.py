@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
+from onnxq.passes.insert_blockwise import InsertBlockwisePass
 from onnxq.passes.insert_dynamic import InsertDynamicPass
 from onnxq.passes.insert_qdq import InsertQdqPass
 from onnxq.passes.lower_qoperator import LowerToQOperatorPass
@@ -25,7 +26,8 @@ class Rewritten:
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                 config: QuantConfig, mode: str) -> Rewritten:
-    """Rewrite the model in place. Dynamic models are operator form already (MatMulInteger): nothing to lower."""
+    """Rewrite the model in place. Dynamic and weight-only models are operator form already (MatMulInteger,
+    MatMulNBits): nothing to lower."""
     rewrite = insert_quantization(model, plans, ranges, config, mode)
     if rewrite is None:
         return Rewritten({}, {})
@@ -41,7 +43,11 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
 def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                         config: QuantConfig, mode: str) -> InsertQdqPass | None:
     """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
-    a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes)."""
+    a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes); a
+    weight-only model's (4-bit) by InsertBlockwisePass."""
+    if mode == "weight-only":
+        InsertBlockwisePass(plans, config)(model)
+        return None
     dynamic = list(plans) if mode != "static" else [p for p in plans if p.per_token]
     if dynamic:
         InsertDynamicPass(dynamic, config)(model)

@@ -1,0 +1,148 @@
+"""Block-wise 4-bit weights along K, in the layout of com.microsoft MatMulNBits (and of ONNX's DequantizeLinear with
+block_size): value = (code - zero_point) * scale, one scale (and zero point) per block of `block_size` values of
+one output column.
+
+Codes are unsigned 4-bit, 0..15. Symmetric ("int4"): zero point 8 and no zero-point tensor (MatMulNBits' default);
+the block's largest-magnitude value m gets scale m / -8, so it lands exactly on code 0 and the opposite side keeps
+7 steps — all 16 levels used (onnxruntime's MLAS quantizer does the same). Asymmetric ("uint4"): scale and zero
+point from the block's [min(w, 0), max(w, 0)].
+
+Clip search: per block, the range is shrunk by each ratio of CLIP_RATIOS and the one with the least reconstruction
+error kept — error weighted per input channel k by `importance` when given (the mean square of the activation
+feeding k: E[(x · (w - ŵ))²] summed over independent channels), else plain squared error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "dequantize_blockwise", "pack_nibbles",
+           "unpack_nibbles", "SYMMETRIC_ZERO_POINT"]
+
+SYMMETRIC_ZERO_POINT = 8
+# 1.0 (no clipping) down to 0.7 in steps of 0.025.
+CLIP_RATIOS = tuple(float(r) for r in np.round(np.arange(1.0, 0.6999, -0.025), 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockQuantized:
+    """A [K, N] weight as N columns of ceil(K / block_size) blocks; K is padded with zeros to whole blocks."""
+
+    codes: np.ndarray  # uint8 [N, n_blocks, block_size], values 0..15
+    scales: np.ndarray  # float32 [N, n_blocks]
+    zero_points: np.ndarray | None  # uint8 [N, n_blocks], values 0..15; None: symmetric, zero point 8
+    k: int
+    block_size: int
+
+    @property
+    def n(self) -> int:
+        return self.codes.shape[0]
+
+    @property
+    def n_blocks(self) -> int:
+        return self.codes.shape[1]
+
+
+def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None = None,
+                       clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> BlockQuantized:
+    """weight: float [K, N] (MatMul's B). importance: [K] non-negative weights of the error per input channel."""
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
+    k, n = weight.shape
+    n_blocks = -(-k // block_size)
+    blocks = np.zeros((n, n_blocks * block_size), np.float32)
+    blocks[:, :k] = weight.T
+    blocks = blocks.reshape(n, n_blocks, block_size)
+    channel_weight = None
+    if importance is not None:
+        padded = np.zeros(n_blocks * block_size, np.float32)
+        padded[:k] = np.maximum(np.asarray(importance, np.float32), 0.0)
+        channel_weight = padded.reshape(1, n_blocks, block_size)
+    if symmetric:
+        scales, zero_points = _symmetric_scales(blocks, clip_ratios, channel_weight), None
+        codes = _codes(blocks, scales, SYMMETRIC_ZERO_POINT)
+    else:
+        scales, zero_points = _asymmetric_scales(blocks, clip_ratios, channel_weight)
+        codes = _codes(blocks, scales, zero_points)
+    return BlockQuantized(codes, scales, zero_points, k, block_size)
+
+
+def dequantize_blockwise(quantized: BlockQuantized) -> np.ndarray:
+    """float32 [K, N]: (code - zero point) * scale, block by block."""
+    zero_point = (np.float32(SYMMETRIC_ZERO_POINT) if quantized.zero_points is None
+                  else quantized.zero_points[..., None].astype(np.float32))
+    values = (quantized.codes.astype(np.float32) - zero_point) * quantized.scales[..., None]
+    return np.ascontiguousarray(values.reshape(quantized.n, -1)[:, :quantized.k].T)
+
+
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """Two 4-bit codes per byte along the last axis, the first in the low nibble (MatMulNBits, ONNX int4)."""
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], 1), codes.dtype)], axis=-1)
+    return (codes[..., 0::2] & 0x0F | (codes[..., 1::2] & 0x0F) << 4).astype(np.uint8)
+
+
+def unpack_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    return codes[..., :count]
+
+
+def _codes(blocks: np.ndarray, scales: np.ndarray, zero_point) -> np.ndarray:
+    zero_point = np.asarray(zero_point, np.float32)
+    if zero_point.ndim:
+        zero_point = zero_point[..., None]
+    q = np.rint(blocks / scales[..., None]) + zero_point
+    return np.clip(q, 0, 15).astype(np.uint8)
+
+
+def _error(blocks, scales, zero_point, channel_weight) -> np.ndarray:
+    """Per-block (importance-weighted) squared reconstruction error."""
+    zp = zero_point if np.ndim(zero_point) == 0 else zero_point[..., None]
+    codes = np.clip(np.rint(blocks / scales[..., None]) + zp, 0, 15)
+    diff = (codes - zp) * scales[..., None] - blocks
+    diff *= diff
+    if channel_weight is not None:
+        diff *= channel_weight
+    return diff.sum(axis=-1)
+
+
+def _search(blocks, clip_ratios, channel_weight, params_for):
+    """The clip ratio of least error per block; params_for(ratio) gives (scales, zero points) for every block."""
+    best_scales, best_zero_points = params_for(clip_ratios[0])
+    best_error = _error(blocks, best_scales, best_zero_points, channel_weight)
+    for ratio in clip_ratios[1:]:
+        scales, zero_points = params_for(ratio)
+        error = _error(blocks, scales, zero_points, channel_weight)
+        better = error < best_error
+        best_error = np.where(better, error, best_error)
+        best_scales = np.where(better, scales, best_scales)
+        if np.ndim(zero_points):
+            best_zero_points = np.where(better, zero_points, best_zero_points)
+    return best_scales.astype(np.float32), best_zero_points
+
+
+def _symmetric_scales(blocks, clip_ratios, channel_weight) -> np.ndarray:
+    index = np.abs(blocks).argmax(axis=-1)[..., None]
+    extreme = np.take_along_axis(blocks, index, axis=-1)[..., 0]
+    # An all-zero block: any scale gives code 8 → 0; 1 avoids dividing by zero.
+    base = np.where(extreme == 0, np.float32(-8.0), extreme).astype(np.float32) / np.float32(-8.0)
+    scales, _ = _search(blocks, clip_ratios, channel_weight,
+                        lambda r: (base * np.float32(r), np.float32(SYMMETRIC_ZERO_POINT)))
+    return scales
+
+
+def _asymmetric_scales(blocks, clip_ratios, channel_weight) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.minimum(blocks.min(axis=-1), 0.0)
+    hi = np.maximum(blocks.max(axis=-1), 0.0)
+
+    def params_for(ratio: float):
+        low, high = lo * np.float32(ratio), hi * np.float32(ratio)
+        scale = ((high - low) / np.float32(15.0)).astype(np.float32)
+        scale = np.where(scale == 0, np.float32(1.0), scale)
+        zero_point = np.clip(np.rint(-low / scale), 0, 15).astype(np.float32)
+        return scale, zero_point
+
+    scales, zero_points = _search(blocks, clip_ratios, channel_weight, params_for)
+    return scales, zero_points.astype(np.uint8)

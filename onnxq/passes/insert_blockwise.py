@@ -1,0 +1,141 @@
+"""4-bit weight-only rewrite: each planned MatMul / Gemm weight block-quantized along K (numerics.blockwise), the
+product computed by com.microsoft MatMulNBits (ORT's CPU and CUDA kernels) or, format qdq, by the standard opset-21
+DequantizeLinear with block_size feeding the original MatMul. Activations stay float. Gather tables (token
+embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row (int8 rows when a row has an
+odd width).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from onnxq.config import QScheme, QuantConfig
+from onnxq.errors import UnsupportedModelError
+from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import attribute
+from onnxq.numerics.blockwise import (CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQuantized, pack_nibbles,
+                                      quantize_blockwise)
+from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.gather_rewrite import rewrite_gather
+
+__all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
+
+BLOCK_DQ_OPSET = 21  # DequantizeLinear's block_size and int4 / uint4
+
+
+class InsertBlockwisePass(ir.passes.InPlacePass):
+    """importance: per activation name, the mean square of each of its channels (clip = "activation")."""
+
+    def __init__(self, plans: Sequence[NodePlan], config: QuantConfig,
+                 importance: Mapping[str, np.ndarray] | None = None) -> None:
+        super().__init__()
+        self.plans = plans
+        self.config = config
+        self.importance = importance or {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        blocks = self.config.blocks
+        opset = model.opset_imports.get("", 1)
+        if blocks.format == "qdq" and opset < BLOCK_DQ_OPSET:
+            raise UnsupportedModelError(
+                f"blocks.format qdq needs opset {BLOCK_DQ_OPSET} (DequantizeLinear with block_size); the model is "
+                f"opset {opset} — use blocks.format matmulnbits, or convert the model with onnx.version_converter")
+        model.opset_imports.setdefault("com.microsoft", 1)  # MatMulNBits, GatherBlockQuantized
+        builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # int8 rows for Gather tables
+        ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
+        made: dict[tuple, ir.Value | tuple] = {}
+        for plan in self.plans:
+            node = plan.node
+            if node.op_type == "Gather":
+                table = node.inputs[0].const_value
+                if table.shape[1] % 2:  # packed rows need an even width
+                    rewrite_gather(builder, node, plan.weights[0])
+                else:
+                    _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios)
+                continue
+            transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
+            activation = node.inputs[0]
+            importance = self.importance.get(activation.name) if blocks.clip == "activation" else None
+            key = (id(node.inputs[1]), transposed, None if importance is None else activation.name)
+            if key not in made:
+                weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32, copy=False)
+                quantized = quantize_blockwise(weight.T if transposed else weight, blocks.size,
+                                               self.config.weights.symmetric, importance, ratios)
+                base = node.inputs[1].name or "weight"
+                made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
+                             else _dequantized(builder, quantized, base, node))
+            base = node.name or node.op_type
+            if blocks.format == "matmulnbits":
+                k, n = node.inputs[1].const_value.shape[::-1] if transposed else node.inputs[1].const_value.shape
+                product = builder.node("MatMulNBits", [activation, *made[key]], f"{base}_MatMulNBits", node,
+                                       domain="com.microsoft",
+                                       attributes={"K": k, "N": n, "bits": 4, "block_size": blocks.size,
+                                                   "accuracy_level": blocks.accuracy_level})
+            else:
+                product = builder.node("MatMul", [activation, made[key]], f"{base}_MatMul", node)
+            result = product.outputs[0]
+            if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
+                result = builder.node("Add", [result, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
+            _replace(model.graph, node, result)
+        RemoveUnusedNodesPass()(model)  # the float weights, now unread
+        return ir.passes.PassResult(model, modified=bool(self.plans))
+
+
+def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
+                      ratios: tuple[float, ...]) -> None:
+    """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
+    B; only the gathered rows are dequantized."""
+    table = node.inputs[0].const_value.numpy().astype(np.float32, copy=False)
+    quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios)  # N = rows, K = H
+    base = node.inputs[0].name or "table"
+    codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
+    inputs = [builder.initializer(f"{base}_int4", pack_nibbles(codes)), node.inputs[1],
+              builder.initializer(f"{base}_block_scales", quantized.scales)]
+    if quantized.zero_points is not None:
+        inputs.append(builder.initializer(f"{base}_block_zero_points", pack_nibbles(quantized.zero_points)))
+    gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
+                            domain="com.microsoft",
+                            attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": 4})
+    _replace(builder.graph, node, gathered.outputs[0])
+
+
+def _replace(graph: ir.Graph, node: ir.Node, result: ir.Value) -> None:
+    old = node.outputs[0]
+    result.type, result.shape = old.type, old.shape
+    old.replace_all_uses_with(result, replace_graph_outputs=True)
+    result.name, old.name = old.name, None
+    graph.remove(node, safe=True)
+
+
+def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str) -> tuple[ir.Value, ...]:
+    """B packed [N, n_blocks, block_size / 2], scales [N * n_blocks], zero points packed [N * ceil(n_blocks / 2)]."""
+    inputs = [builder.initializer(f"{base}_int4", pack_nibbles(quantized.codes)),
+              builder.initializer(f"{base}_block_scales", quantized.scales.reshape(-1))]
+    if quantized.zero_points is not None:
+        inputs.append(builder.initializer(f"{base}_block_zero_points",
+                                          pack_nibbles(quantized.zero_points).reshape(-1)))
+    return tuple(inputs)
+
+
+def _dequantized(builder: GraphBuilder, quantized: BlockQuantized, base: str, before: ir.Node) -> ir.Value:
+    """DequantizeLinear(int4 or uint4 [K, N], scales [n_blocks, N], axis 0, block_size): the float weight."""
+    codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k].T
+    if quantized.zero_points is None:
+        weight = (codes.astype(np.int8) - SYMMETRIC_ZERO_POINT).astype(ml_dtypes.int4)
+        inputs = [builder.initializer(f"{base}_int4", weight)]
+    else:
+        inputs = [builder.initializer(f"{base}_uint4", codes.astype(ml_dtypes.uint4))]
+    inputs.append(builder.initializer(f"{base}_block_scales", np.ascontiguousarray(quantized.scales.T)))
+    if quantized.zero_points is not None:
+        inputs.append(builder.initializer(f"{base}_block_zero_points",
+                                          np.ascontiguousarray(quantized.zero_points.T).astype(ml_dtypes.uint4)))
+    node = builder.node("DequantizeLinear", inputs, f"{base}_DequantizeLinear", before,
+                        attributes={"axis": 0, "block_size": quantized.block_size})
+    out = node.outputs[0]
+    out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([quantized.k, quantized.n])
+    return out
