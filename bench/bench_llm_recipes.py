@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_llm_targets import DEFAULT_MODEL, perplexity, smollm2_inputs  # noqa: E402
-from common import file_mb, interleaved_latency_ms, machine  # noqa: E402
+from common import file_mb, fresh, interleaved_latency_ms, machine  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
@@ -60,7 +60,7 @@ def main() -> None:
         quantize_static
 
     logging.disable(logging.WARNING)
-    path = out / "smollm2.ort.dynamic.onnx"
+    path = fresh(out / "smollm2.ort.dynamic.onnx")
     start = time.perf_counter()
     quantize_dynamic(model, path, weight_type=QuantType.QInt8, use_external_data_format=True)
     seconds["ORT quantize_dynamic"] = time.perf_counter() - start
@@ -74,7 +74,7 @@ def main() -> None:
             i = next(self.rows, None)
             return None if i is None else {k: v[i:i + 8] for k, v in calib.items()}
 
-    path = out / "smollm2.ort.static.onnx"
+    path = fresh(out / "smollm2.ort.static.onnx")
     start = time.perf_counter()
     quantize_static(model, path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     op_types_to_quantize=["MatMul"], activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,

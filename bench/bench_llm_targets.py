@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine, session  # noqa: E402
+from common import SHARED, fresh, machine, session  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
@@ -70,7 +70,7 @@ def main() -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.disable(logging.WARNING)
-    paths["ORT quantize_dynamic"] = out / "smollm2.ort.dynamic.onnx"
+    paths["ORT quantize_dynamic"] = fresh(out / "smollm2.ort.dynamic.onnx")
     quantize_dynamic(model, paths["ORT quantize_dynamic"], weight_type=QuantType.QInt8, use_external_data_format=True)
     results = {"float": perplexity(model, windows, optimize=False)}
     for name, path in paths.items():

@@ -97,6 +97,14 @@ def interleaved_latency_ms(paths: dict[str, Path], feed: dict[str, np.ndarray], 
     return {name: float(np.median(t) * 1000) for name, t in times.items()}
 
 
+def fresh(path: str | Path) -> Path:
+    """The path with no model or external data left from an earlier run (ORT appends to an existing .data)."""
+    path = Path(path)
+    for stale in (path, path.with_name(path.name + ".data")):
+        stale.unlink(missing_ok=True)
+    return path
+
+
 def file_mb(path: str | Path) -> float:
     path = Path(path)
     extra = path.with_name(path.name + ".data")

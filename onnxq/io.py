@@ -125,6 +125,9 @@ def _inline_external_tensors(model: ir.Model) -> None:
             value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
 
 
+_INLINE_TYPES = (ir.DataType.STRING, ir.DataType.INT4, ir.DataType.UINT4)
+
+
 class OrtModel:
     """A model as onnxruntime.InferenceSession takes it without copying the weights twice: the serialized graph
     declares each sizeable initializer as external data, and ORT receives the tensors' own (possibly memory-mapped)
@@ -140,7 +143,8 @@ class OrtModel:
         self.arrays: list[np.ndarray] = []  # kept alive for as long as the session uses them
         for name, value in light.graph.initializers.items():
             tensor = value.const_value
-            if tensor is None or tensor.nbytes < self._MIN_EXTERNAL_BYTES or tensor.dtype == ir.DataType.STRING:
+            # Strings, and 4-bit types (ORT makes no OrtValue from their numpy arrays), stay in the graph.
+            if tensor is None or tensor.nbytes < self._MIN_EXTERNAL_BYTES or tensor.dtype in _INLINE_TYPES:
                 continue
             self.names.append(name)
             self.arrays.append(np.ascontiguousarray(tensor.numpy()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx_ir as ir
 
 from onnxq.config import QuantConfig
@@ -25,10 +26,10 @@ class Rewritten:
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                config: QuantConfig, mode: str) -> Rewritten:
+                config: QuantConfig, mode: str, importance: Mapping[str, np.ndarray] | None = None) -> Rewritten:
     """Rewrite the model in place. Dynamic and weight-only models are operator form already (MatMulInteger,
     MatMulNBits): nothing to lower."""
-    rewrite = insert_quantization(model, plans, ranges, config, mode)
+    rewrite = insert_quantization(model, plans, ranges, config, mode, importance)
     if rewrite is None:
         return Rewritten({}, {})
     kept: dict[str, str] = {}
@@ -41,12 +42,13 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
 
 
 def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                        config: QuantConfig, mode: str) -> InsertQdqPass | None:
+                        config: QuantConfig, mode: str,
+                        importance: Mapping[str, np.ndarray] | None = None) -> InsertQdqPass | None:
     """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
     a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes); a
-    weight-only model's (4-bit) by InsertBlockwisePass."""
+    weight-only model's (4-bit) by InsertBlockwisePass, with the activations' mean squares for clip = activation."""
     if mode == "weight-only":
-        InsertBlockwisePass(plans, config)(model)
+        InsertBlockwisePass(plans, config, importance)(model)
         return None
     dynamic = list(plans) if mode != "static" else [p for p in plans if p.per_token]
     if dynamic:

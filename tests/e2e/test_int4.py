@@ -1,0 +1,94 @@
+"""4-bit weight-only models end to end: MatMulNBits and blocked DequantizeLinear forms on ORT, bad settings
+refused with one line, MiniLM's acceptance figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.version_converter
+import onnx_ir as ir
+import pytest
+
+import onnxq
+from onnxq.cli import main
+
+INT4 = onnxq.QScheme("int4", symmetric=True)
+UINT4 = onnxq.QScheme("uint4", symmetric=False)
+
+
+def _cosine(report, output: str) -> float:
+    return next(o for o in report.verification.outputs if o.name == output).metrics.cosine_mean
+
+
+def _ops(model: ir.Model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("weights", [INT4, UINT4])
+def test_tiny_transformer_runs_on_matmulnbits_and_stays_close(samples_dir, weights):
+    config = onnxq.QuantConfig(weights=weights, verify=onnxq.VerifyConfig(sensitivity_samples=0))
+    result = onnxq.quantize(samples_dir / "tiny_transformer.onnx", config=config,
+                            verify_data=samples_dir / "tiny_transformer_calib.npz")
+    report = result.report
+    assert report.mode == "weight-only"
+    planned = sum(e.op_type in ("MatMul", "Gemm") for e in report.quantized)
+    assert planned and report.verification.kernels["MatMulNBits"] == planned
+    assert "QuantizeLinear" not in _ops(result.model) and "MatMulInteger" not in _ops(result.model)
+    assert report.passed and min(o.metrics.cosine_mean for o in report.verification.outputs) >= 0.99
+
+
+def test_qdq_form_is_standard_onnx_and_computes_what_matmulnbits_does(samples_dir, tmp_path, rng):
+    """Opset 21 DequantizeLinear(block_size) → MatMul: the same codes and scales, so the same numbers (ORT's CPU
+    optimizer runs it as MatMulNBits too)."""
+    proto = onnx.version_converter.convert_version(onnx.load(samples_dir / "tiny_transformer.onnx"), 21)
+    config = onnxq.QuantConfig(weights=INT4, verify=onnxq.VerifyConfig(enabled=False))
+    nbits = onnxq.quantize(proto, config=config).model
+    qdq = onnxq.quantize(proto, config=config.replace(blocks=onnxq.BlockConfig(format="qdq"))).model
+    dq = [n for n in qdq.graph if n.op_type == "DequantizeLinear"]
+    assert dq and all(n.attributes["block_size"].value == 32 for n in dq)
+    assert dq[0].inputs[0].dtype == ir.DataType.INT4 and "MatMulNBits" not in _ops(qdq)
+    from onnxq.verify.sessions import make_session
+    data = np.load(samples_dir / "tiny_transformer_calib.npz")
+    feed = {k: data[k][:4] for k in data.files}
+    a = make_session(nbits, optimize=True, provider="CPUExecutionProvider").run(None, feed)
+    b = make_session(qdq, optimize=False, provider="CPUExecutionProvider").run(None, feed)
+    for x, y in zip(a, b):
+        assert np.abs(x - y).max() <= 1e-4 * np.abs(x).max()  # float32 summation order only
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--weights", "int4", "--block-format", "qdq"], "needs opset 21"),
+    (["--weights", "int4", "--activations", "per-token"], "weight-only"),
+    (["--weights", "uint4", "--block", "48"], "power of two"),
+])
+def test_bad_four_bit_settings_exit_2_with_one_line_and_write_nothing(samples_dir, tmp_path, capsys, flags,
+                                                                      message):
+    out = tmp_path / "q.onnx"
+    assert main([str(samples_dir / "mlp.onnx"), "-o", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and not out.exists()
+
+
+def test_activation_clip_without_data_is_refused(samples_dir, tmp_path, capsys):
+    toml = tmp_path / "c.toml"
+    toml.write_text('weights = {dtype = "int4"}\n[blocks]\nclip = "activation"\n')
+    out = tmp_path / "q.onnx"
+    assert main([str(samples_dir / "mlp.onnx"), "--config", str(toml), "-o", str(out)]) == 2
+    assert "needs calibration data" in capsys.readouterr().err and not out.exists()
+
+
+def test_minilm_int4_block32_acceptance(shared_models, tmp_path):
+    m = shared_models / "minilm"
+    config = onnxq.QuantConfig(weights=INT4, verify=onnxq.VerifyConfig(sensitivity_samples=0))
+    result = onnxq.quantize(m / "all-MiniLM-L6-v2.onnx", output=tmp_path / "q.onnx", config=config,
+                            verify_data=m / "eval_sentences.npz")
+    report = result.report
+    # Measured on AVX2: 0.158 of the float file (the token embedding in 4-bit GatherBlockQuantized blocks),
+    # sentence_embedding cosine 0.9707 on the 500 eval sentences (accuracy_level 0: float compute, any CPU).
+    assert report.quant_bytes <= 0.18 * report.float_bytes
+    assert _cosine(report, "sentence_embedding") >= 0.97
+    assert report.verification.kernels["MatMulNBits"] == 36 and report.verification.kernels[
+        "GatherBlockQuantized"] >= 1
