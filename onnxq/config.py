@@ -56,6 +56,9 @@ class BlockConfig:
     format: Literal["matmulnbits", "qdq"] = "matmulnbits"
     # MatMulNBits accuracy_level: 0 unset (float compute), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations per block.
     accuracy_level: int = 0
+    # rtn: round to nearest with the clip search below. gptq: GPTQ (numerics.gptq), each column's rounding error
+    # spread over the columns not yet quantized; needs calibration data. auto: gptq with calibration data, else rtn.
+    method: Literal["auto", "rtn", "gptq"] = "auto"
     # Per-block clip search (numerics.blockwise): "mse" least weight reconstruction error; "activation" the same
     # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
     clip: Literal["none", "mse", "activation"] = "mse"

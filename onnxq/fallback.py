@@ -56,7 +56,7 @@ class FallbackResult:
 def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
               sensitivity: Sensitivity, before: Verification,
               check: Callable[[ir.Model], Verification],
-              importance: Mapping[str, np.ndarray] | None = None) -> tuple[FallbackResult, Attempt | None]:
+              moments: Mapping[str, np.ndarray] | None = None) -> tuple[FallbackResult, Attempt | None]:
     ranking = [(n.name, n.harm) for n in sensitivity.nodes]
     attempts: dict[int, Attempt] = {}
 
@@ -69,7 +69,7 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
             rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
             skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
                                   f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s for s in skips]
-            bias = apply_plans(model, plans, ranges, probe_config, mode, importance).bias_fallbacks
+            bias = apply_plans(model, plans, ranges, probe_config, mode, moments).bias_fallbacks
             attempts[k] = Attempt(excluded, model, plans, skips, bias, check(model))
             logger.info("fallback: %d node(s) float -> %s", k, "pass" if attempts[k].verification.passed
                         else "fail")

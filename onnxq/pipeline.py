@@ -14,7 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, validated_batches
-from onnxq.calibration.channels import collect_mean_squares
+from onnxq.calibration.channels import collect_second_moments
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
@@ -108,11 +108,14 @@ def quantize(
 
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
-    importance = None  # weight-only, clip = activation: each activation's mean square per channel
-    if mode == "weight-only" and config.blocks.clip == "activation":
-        start = time.perf_counter()
-        importance = _activation_importance(work, plans, config, specs, calibration, verify_data, holdout)
-        timings["calibrate"] = time.perf_counter() - start
+    # Weight-only: per activation, XᵀX / n (GPTQ) or its diagonal (clip = activation).
+    moments = None
+    if mode == "weight-only":
+        config = _resolve_block_method(config, calibration)
+        if config.blocks.method == "gptq" or config.blocks.clip == "activation":
+            start = time.perf_counter()
+            moments = _second_moments(work, plans, config, specs, calibration, verify_data, holdout)
+            timings["calibrate"] = time.perf_counter() - start
     if mode == "static":
         start = time.perf_counter()
         if smoothed:  # ranges of the smoothed graph; a cache holds the float model's
@@ -124,7 +127,7 @@ def quantize(
                                                             notes)
         timings["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
-    rewritten = apply_plans(work, plans, ranges, config, mode, importance)
+    rewritten = apply_plans(work, plans, ranges, config, mode, moments)
     bias_fallbacks = rewritten.bias_fallbacks
     for name, reason in rewritten.kept_qdq.items():
         notes.append(f"format qoperator: {name} kept in QDQ form ({reason})")
@@ -169,13 +172,13 @@ def quantize(
                 notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
                              f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
             sensitivity = layer_sensitivity(quantized_from, plans, ranges, config, mode, samples, per_node,
-                                            importance)
+                                            moments)
             timings["sensitivity"] = time.perf_counter() - start
         if wants_fallback:
             start = time.perf_counter()
             fallback, chosen = fall_back(quantized_from, config, mode, ranges, sensitivity, verification,
                                          lambda m: verify_models(ref, m, config.verify, label, target=config.target),
-                                         importance)
+                                         moments)
             if chosen is not None:
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
                 verification = chosen.verification  # checked during the search; only its placement is new
@@ -240,16 +243,25 @@ def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) ->
     return config.mode
 
 
-def _activation_importance(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration,
-                           verify_data, holdout: Holdout) -> dict:
-    if calibration is None:
-        raise ConfigError("blocks.clip = activation weighs each weight's error by its activation, so it needs "
-                          "calibration data: pass --calib DATA, or use blocks.clip = mse")
+def _resolve_block_method(config: QuantConfig, calibration: DataSource | None) -> QuantConfig:
+    blocks = config.blocks
+    if blocks.method == "auto":
+        blocks = dataclasses.replace(blocks, method="gptq" if calibration is not None else "rtn")
+    needs = "blocks.method = gptq" if blocks.method == "gptq" else (
+        "blocks.clip = activation" if blocks.clip == "activation" else None)
+    if needs and calibration is None:
+        raise ConfigError(f"{needs} fits the weights to their activations, so it needs calibration data: pass "
+                          "--calib DATA, or use blocks.method = rtn with blocks.clip = mse")
+    return config.replace(blocks=blocks)
+
+
+def _second_moments(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
+                    holdout: Holdout) -> dict:
     batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
     if verify_data is None and config.verify.enabled:
         batches = holdout.split(batches)
     names = [p.node.inputs[0].name for p in plans if p.node.op_type != "Gather"]
-    return collect_mean_squares(work, names, batches)
+    return collect_second_moments(work, names, batches, full=config.blocks.method == "gptq")
 
 
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
@@ -273,7 +285,8 @@ def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode:
         return None
     if verify_data is not None:
         return list(validated_batches(verify_data, specs, size, what="verification")), "verification data"
-    if calibration is not None and (mode == "static" or mode == "weight-only" and config.blocks.clip == "activation"):
+    if calibration is not None and (mode == "static" or mode == "weight-only" and (
+            config.blocks.method != "rtn" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams
     if calibration is not None:  # dynamic mode with data: verify on (the start of) it
         batches = list(validated_batches(calibration, specs, size, config.verify.max_samples, "verification"))

@@ -89,7 +89,7 @@ def _finite(x: float) -> float | None:
 
 def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                       config: QuantConfig, mode: str, batches: Sequence[Batch], per_node: bool = True,
-                      importance: Mapping[str, np.ndarray] | None = None) -> Sensitivity:
+                      moments: Mapping[str, np.ndarray] | None = None) -> Sensitivity:
     """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic).
 
     per_node False ranks only the groups: one run per group instead of one per node."""
@@ -98,7 +98,7 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
         tolerance = config.verify.tolerance_for(output.name)
         if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
-    model, twins = _switch_model(float_model, plans, ranges, config, mode, importance)
+    model, twins = _switch_model(float_model, plans, ranges, config, mode, moments)
     names = [o.name for o in float_model.graph.outputs]
     session = OrtModel(model).session(_options(), ["CPUExecutionProvider"])
     switches = [_SWITCH.format(i) for i in range(len(twins))]
@@ -151,7 +151,7 @@ def _options() -> ort.SessionOptions:
 
 
 def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, config: QuantConfig,
-                  mode: str, importance=None) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
+                  mode: str, moments=None) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
     """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type,
     quantized output name, float output name)])."""
     model = float_model.clone()
@@ -168,7 +168,7 @@ def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, conf
         model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
         own_plans.append(dataclasses.replace(plan, node=node))
         twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
-    insert_quantization(model, own_plans, ranges, config, mode, importance)
+    insert_quantization(model, own_plans, ranges, config, mode, moments)
     values = {v.name: v for node in model.graph for v in node.outputs}
     result = []
     for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):

@@ -14,7 +14,7 @@ from onnxq.calibration.data import Batch
 from onnxq.calibration.runner import session_exposing
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["ChannelStats", "collect_channel_stats", "collect_mean_squares"]
+__all__ = ["ChannelStats", "collect_channel_stats", "collect_second_moments"]
 
 
 class ChannelStats:
@@ -108,9 +108,11 @@ def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: 
     return stats
 
 
-def collect_mean_squares(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch]) -> dict[str, np.ndarray]:
-    """Per named value, the mean of x_j² over every row of every batch, per channel j (the last axis): how much an
-    error in the weights reading channel j shows in the output (activation-aware 4-bit clipping)."""
+def collect_second_moments(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
+                           full: bool = False) -> dict[str, np.ndarray]:
+    """Per named value, over every row x of every batch (channels on the last axis): the mean of x_j² per channel
+    (how much an error in the weights reading channel j shows in the output: activation-aware 4-bit clipping), or
+    with full=True the matrix XᵀX / n (GPTQ's Hessian), float64."""
     names = list(dict.fromkeys(value_names))
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
@@ -127,7 +129,8 @@ def collect_mean_squares(model: ir.Model, value_names: Iterable[str], batches: I
         arrays = dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
         for name, array in arrays.items():
             flat = np.asarray(array, np.float32).reshape(-1, array.shape[-1])
-            squares = np.einsum("ij,ij->j", flat, flat, dtype=np.float64)
+            squares = (flat.T.astype(np.float64) @ flat if full
+                       else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
             if not np.all(np.isfinite(squares)):
                 raise CalibrationDataError(
                     f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs")
@@ -135,4 +138,4 @@ def collect_mean_squares(model: ir.Model, value_names: Iterable[str], batches: I
             rows[name] += flat.shape[0]
     if not sums:
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
-    return {name: (sums[name] / rows[name]).astype(np.float32) for name in sums}
+    return {name: sums[name] / rows[name] for name in sums}

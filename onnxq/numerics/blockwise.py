@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "dequantize_blockwise", "pack_nibbles",
+__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise", "pack_nibbles",
            "unpack_nibbles", "SYMMETRIC_ZERO_POINT"]
 
 SYMMETRIC_ZERO_POINT = 8
@@ -60,13 +60,18 @@ def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, imp
         padded = np.zeros(n_blocks * block_size, np.float32)
         padded[:k] = np.maximum(np.asarray(importance, np.float32), 0.0)
         channel_weight = padded.reshape(1, n_blocks, block_size)
-    if symmetric:
-        scales, zero_points = _symmetric_scales(blocks, clip_ratios, channel_weight), None
-        codes = _codes(blocks, scales, SYMMETRIC_ZERO_POINT)
-    else:
-        scales, zero_points = _asymmetric_scales(blocks, clip_ratios, channel_weight)
-        codes = _codes(blocks, scales, zero_points)
+    scales, zero_points = block_scales(blocks, symmetric, channel_weight, clip_ratios)
+    codes = _codes(blocks, scales, SYMMETRIC_ZERO_POINT if symmetric else zero_points)
     return BlockQuantized(codes, scales, zero_points, k, block_size)
+
+
+def block_scales(blocks: np.ndarray, symmetric: bool, channel_weight: np.ndarray | None = None,
+                 clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scales [N, n_blocks] and zero points (None when symmetric) of blocks [N, n_blocks, block_size] by the clip
+    search; channel_weight broadcasts against blocks (importance per input channel)."""
+    if symmetric:
+        return _symmetric_scales(blocks, clip_ratios, channel_weight), None
+    return _asymmetric_scales(blocks, clip_ratios, channel_weight)
 
 
 def dequantize_blockwise(quantized: BlockQuantized) -> np.ndarray:

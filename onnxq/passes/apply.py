@@ -26,10 +26,10 @@ class Rewritten:
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                config: QuantConfig, mode: str, importance: Mapping[str, np.ndarray] | None = None) -> Rewritten:
+                config: QuantConfig, mode: str, moments: Mapping[str, np.ndarray] | None = None) -> Rewritten:
     """Rewrite the model in place. Dynamic and weight-only models are operator form already (MatMulInteger,
     MatMulNBits): nothing to lower."""
-    rewrite = insert_quantization(model, plans, ranges, config, mode, importance)
+    rewrite = insert_quantization(model, plans, ranges, config, mode, moments)
     if rewrite is None:
         return Rewritten({}, {})
     kept: dict[str, str] = {}
@@ -43,12 +43,12 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
 
 def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                         config: QuantConfig, mode: str,
-                        importance: Mapping[str, np.ndarray] | None = None) -> InsertQdqPass | None:
+                        moments: Mapping[str, np.ndarray] | None = None) -> InsertQdqPass | None:
     """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
     a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes); a
-    weight-only model's (4-bit) by InsertBlockwisePass, with the activations' mean squares for clip = activation."""
+    weight-only model's (4-bit) by InsertBlockwisePass, with the activations' second moments (method gptq, clip activation)."""
     if mode == "weight-only":
-        InsertBlockwisePass(plans, config, importance)(model)
+        InsertBlockwisePass(plans, config, moments)(model)
         return None
     dynamic = list(plans) if mode != "static" else [p for p in plans if p.per_token]
     if dynamic:

@@ -20,6 +20,7 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics.blockwise import (CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQuantized, pack_nibbles,
                                       quantize_blockwise)
+from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.gather_rewrite import rewrite_gather
 
@@ -29,14 +30,15 @@ BLOCK_DQ_OPSET = 21  # DequantizeLinear's block_size and int4 / uint4
 
 
 class InsertBlockwisePass(ir.passes.InPlacePass):
-    """importance: per activation name, the mean square of each of its channels (clip = "activation")."""
+    """moments: per activation name, XᵀX / n over the calibration rows (method gptq) or its diagonal, the mean
+    square of each channel (clip activation)."""
 
     def __init__(self, plans: Sequence[NodePlan], config: QuantConfig,
-                 importance: Mapping[str, np.ndarray] | None = None) -> None:
+                 moments: Mapping[str, np.ndarray] | None = None) -> None:
         super().__init__()
         self.plans = plans
         self.config = config
-        self.importance = importance or {}
+        self.moments = moments or {}
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         blocks = self.config.blocks
@@ -60,12 +62,19 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
                 continue
             transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
             activation = node.inputs[0]
-            importance = self.importance.get(activation.name) if blocks.clip == "activation" else None
-            key = (id(node.inputs[1]), transposed, None if importance is None else activation.name)
+            moments = self.moments.get(activation.name)
+            key = (id(node.inputs[1]), transposed, None if moments is None else activation.name)
             if key not in made:
                 weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32, copy=False)
-                quantized = quantize_blockwise(weight.T if transposed else weight, blocks.size,
-                                               self.config.weights.symmetric, importance, ratios)
+                weight = weight.T if transposed else weight
+                symmetric = self.config.weights.symmetric
+                if blocks.method == "gptq" and moments is not None:
+                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios)
+                else:
+                    importance = None
+                    if moments is not None and blocks.clip == "activation":
+                        importance = np.diag(moments) if moments.ndim == 2 else moments
+                    quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios)
                 base = node.inputs[1].name or "weight"
                 made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))

@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 from onnxq.numerics.blockwise import (SYMMETRIC_ZERO_POINT, dequantize_blockwise, pack_nibbles, quantize_blockwise,
                                       unpack_nibbles)
+from onnxq.numerics.gptq import gptq_blockwise
 
 
 def _model(nodes, inputs, inits, opset=21):
@@ -113,3 +114,27 @@ def test_gather_block_quantized_rows_are_bit_exact(rng, symmetric):
     idx = rng.integers(0, 50, (3, 7))
     y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"i": idx})[0]
     assert np.array_equal(y, dequantize_blockwise(q).T[idx])
+
+
+def test_gptq_with_uncorrelated_channels_is_the_clip_search_itself(rng):
+    """H diagonal: no error to spread, so GPTQ's codes and scales are the activation-weighted clip search's."""
+    w = rng.normal(0, 1, (100, 16)).astype(np.float32)
+    h = np.diag(rng.uniform(0.5, 2.0, 100))
+    for symmetric in (True, False):
+        g, q = gptq_blockwise(w, h, 32, symmetric), quantize_blockwise(w, 32, symmetric, np.diag(h))
+        assert np.array_equal(g.codes, q.codes) and np.array_equal(g.scales, q.scales)
+
+
+def test_gptq_halves_the_output_error_of_round_to_nearest_on_correlated_activations(rng):
+    k, n, rows = 256, 64, 2048
+    mixing = rng.normal(0, 0.3, (k, k)) + np.eye(k)
+    x = (rng.normal(0, 1, (rows, k)) @ mixing * np.where(rng.random(k) < 0.05, 8, 1)).astype(np.float32)
+    w = rng.normal(0, 0.05, (k, n)).astype(np.float32)
+    h = x.T.astype(np.float64) @ x / rows
+
+    def output_error(q):
+        return np.linalg.norm(x @ dequantize_blockwise(q) - x @ w) / np.linalg.norm(x @ w)
+
+    rtn = output_error(quantize_blockwise(w, 32, True, clip_ratios=(1.0,)))
+    gptq = output_error(gptq_blockwise(w, h, 32, True))
+    assert gptq < 0.6 * rtn  # measured 0.045 vs 0.088 with this seed

@@ -1,0 +1,75 @@
+"""GPTQ (Frantar et al., 2022) for block-wise 4-bit weights: columns of W (input channels k) quantized one at a time,
+the error of each spread over the columns not yet quantized through the inverse Hessian of the layer's
+least-squares loss, H = XᵀX / n over calibration rows. Each block's scale (and zero point) is chosen when the
+quantization reaches the block, on the weights as updated so far, by the clip search of numerics.blockwise
+weighted by diag(H). Pure numpy; float64 for the Cholesky factors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxq.numerics.blockwise import CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQuantized, block_scales
+
+__all__ = ["gptq_blockwise", "DAMPING"]
+
+# Added to H's diagonal, as a fraction of its mean: keeps the inverse well conditioned (the paper's 1 %).
+DAMPING = 0.01
+_LAZY = 128  # columns updated together before the rest of W (the paper's lazy batch)
+
+
+def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, symmetric: bool,
+                   clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> BlockQuantized:
+    """weight: float [K, N] (MatMul's B); hessian: [K, K], XᵀX / n of the activation feeding it."""
+    k, n = weight.shape
+    n_blocks = -(-k // block_size)
+    w = np.array(weight.T, dtype=np.float64)  # [N, K]: a row per output channel, as in the paper
+    h = np.array(hessian, dtype=np.float64)
+    dead = np.diag(h) <= 0  # channels never active: nothing to fit, quantize them to 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h[np.diag_indices(k)] += DAMPING * np.mean(np.diag(h))
+    h_inv = _upper_cholesky_of_inverse(h)
+    importance = np.diag(hessian).astype(np.float32)
+
+    scales = np.ones((n, n_blocks), np.float32)
+    zero_points = None if symmetric else np.zeros((n, n_blocks), np.uint8)
+    codes = np.zeros((n, n_blocks * block_size), np.uint8)
+    lazy = max(_LAZY, block_size)  # a multiple of block_size: no block straddles two lazy batches
+    for start in range(0, k, lazy):
+        end = min(start + lazy, k)
+        w1 = w[:, start:end].copy()
+        errors = np.zeros_like(w1)
+        h1 = h_inv[start:end, start:end]
+        for i in range(end - start):
+            column = start + i
+            block = column // block_size
+            if column % block_size == 0:  # this block's parameters, from the weights as updated so far
+                stop = min(column + block_size, k)
+                group = np.zeros((n, 1, block_size), np.float32)
+                group[:, 0, :stop - column] = w1[:, i:i + stop - column]
+                weights = np.zeros((1, 1, block_size), np.float32)
+                weights[0, 0, :stop - column] = importance[column:stop]
+                s, z = block_scales(group, symmetric, weights, clip_ratios)
+                scales[:, block] = s[:, 0]
+                if zero_points is not None:
+                    zero_points[:, block] = z[:, 0]
+            scale = scales[:, block].astype(np.float64)
+            zero_point = SYMMETRIC_ZERO_POINT if zero_points is None else zero_points[:, block].astype(np.float64)
+            code = np.clip(np.rint(w1[:, i] / scale) + zero_point, 0, 15)
+            codes[:, column] = code
+            error = (w1[:, i] - (code - zero_point) * scale) / h1[i, i]
+            w1[:, i:] -= np.outer(error, h1[i, i:])
+            errors[:, i] = error
+        w[:, end:] -= errors @ h_inv[start:end, end:]
+    pad = SYMMETRIC_ZERO_POINT if zero_points is None else zero_points[:, -1:]
+    codes[:, k:] = pad  # padding past K dequantizes to 0
+    return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size)
+
+
+def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
+    """U upper triangular with H⁻¹ = UᵀU: row i of U holds what column i's error does to the columns after it."""
+    lower = np.linalg.cholesky(h)
+    inverse_lower = np.linalg.solve(lower, np.eye(h.shape[0]))
+    h_inv = inverse_lower.T @ inverse_lower
+    return np.linalg.cholesky(h_inv).T
