@@ -31,14 +31,15 @@ from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 BLOCK = 32
 # name → (QuantConfig changes, uses calibration data)
+INT4, UINT4 = onnxq.QScheme("int4", True), onnxq.QScheme("uint4", False)
 ONNXQ = {
     "int8 (default, static W8A8)": ({}, True),
-    "int4 block 32": ({"weights": onnxq.QScheme("int4", True)}, False),
-    "uint4 block 32": ({"weights": onnxq.QScheme("uint4", False)}, False),
-    "int4 block 32, activation-aware clip": ({"weights": onnxq.QScheme("int4", True),
-                                              "blocks": onnxq.BlockConfig(clip="activation")}, True),
-    "uint4 block 32, activation-aware clip": ({"weights": onnxq.QScheme("uint4", False),
-                                               "blocks": onnxq.BlockConfig(clip="activation")}, True),
+    "int4 RTN + clip search (no data)": ({"weights": INT4}, False),
+    "uint4 RTN + clip search (no data)": ({"weights": UINT4}, False),
+    "int4 RTN + activation-aware clip": ({"weights": INT4, "blocks": onnxq.BlockConfig(method="rtn",
+                                                                                       clip="activation")}, True),
+    "int4 GPTQ (with data: the default)": ({"weights": INT4}, True),
+    "uint4 GPTQ (with data: the default)": ({"weights": UINT4}, True),
 }
 
 
