@@ -59,6 +59,9 @@ class BlockConfig:
     # rtn: round to nearest with the clip search below. gptq: GPTQ (numerics.gptq), each column's rounding error
     # spread over the columns not yet quantized; needs calibration data. auto: gptq with calibration data, else rtn.
     method: Literal["auto", "rtn", "gptq"] = "auto"
+    # GPTQ: columns in order of decreasing activation energy, block scales fixed beforehand (numerics.gptq).
+    # Measured on SmolLM2 (16 dev windows): perplexity 45.85 with, 48.33 without (float 42.76).
+    act_order: bool = True
     # Per-block clip search (numerics.blockwise): "mse" least weight reconstruction error; "activation" the same
     # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
     clip: Literal["none", "mse", "activation"] = "mse"

@@ -19,8 +19,11 @@ _LAZY = 128  # columns updated together before the rest of W (the paper's lazy b
 
 
 def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, symmetric: bool,
-                   clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> BlockQuantized:
-    """weight: float [K, N] (MatMul's B); hessian: [K, K], XᵀX / n of the activation feeding it."""
+                   clip_ratios: tuple[float, ...] = CLIP_RATIOS, act_order: bool = False) -> BlockQuantized:
+    """weight: float [K, N] (MatMul's B); hessian: [K, K], XᵀX / n of the activation feeding it.
+
+    act_order: columns taken in order of decreasing XᵀX diagonal (the paper's "act order"), the block scales then
+    fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K."""
     k, n = weight.shape
     n_blocks = -(-k // block_size)
     w = np.array(weight.T, dtype=np.float64)  # [N, K]: a row per output channel, as in the paper
@@ -29,11 +32,20 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     h[np.diag_indices(k)] += DAMPING * np.mean(np.diag(h))
-    h_inv = _upper_cholesky_of_inverse(h)
     importance = np.diag(hessian).astype(np.float32)
-
     scales = np.ones((n, n_blocks), np.float32)
     zero_points = None if symmetric else np.zeros((n, n_blocks), np.uint8)
+    order = np.arange(k)
+    if act_order:
+        order = np.argsort(-np.diag(h), kind="stable")
+        blocks = np.zeros((n, n_blocks * block_size), np.float32)
+        blocks[:, :k] = w
+        channel_weight = np.zeros(n_blocks * block_size, np.float32)
+        channel_weight[:k] = importance
+        scales, zero_points = block_scales(blocks.reshape(n, n_blocks, block_size), symmetric,
+                                           channel_weight.reshape(1, n_blocks, block_size), clip_ratios)
+        w, h = w[:, order], h[np.ix_(order, order)]
+    h_inv = _upper_cholesky_of_inverse(h)
     codes = np.zeros((n, n_blocks * block_size), np.uint8)
     lazy = max(_LAZY, block_size)  # a multiple of block_size: no block straddles two lazy batches
     for start in range(0, k, lazy):
@@ -42,9 +54,9 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
         errors = np.zeros_like(w1)
         h1 = h_inv[start:end, start:end]
         for i in range(end - start):
-            column = start + i
+            column = order[start + i]
             block = column // block_size
-            if column % block_size == 0:  # this block's parameters, from the weights as updated so far
+            if not act_order and column % block_size == 0:  # this block's parameters, from the weights so far
                 stop = min(column + block_size, k)
                 group = np.zeros((n, 1, block_size), np.float32)
                 group[:, 0, :stop - column] = w1[:, i:i + stop - column]

@@ -69,7 +69,7 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
                 weight = weight.T if transposed else weight
                 symmetric = self.config.weights.symmetric
                 if blocks.method == "gptq" and moments is not None:
-                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios)
+                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order)
                 else:
                     importance = None
                     if moments is not None and blocks.clip == "activation":
