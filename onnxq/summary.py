@@ -85,7 +85,8 @@ def format_summary(report: QuantReport) -> str:
     what = f"{kind} int8, {form}"
     if report.mode == "weight-only":
         blocks = report.config["blocks"]
-        what = f"weight-only {report.config['weights']['dtype']}, blocks of {blocks['size']}, {blocks['format']}"
+        what = (f"weight-only {report.config['weights']['dtype']}, blocks of {blocks['size']}, {blocks['format']}, "
+                f"{blocks['method']}")
     lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{what}, "
              f"target {report.config.get('target')}]"]
     by_op = collections.Counter(e.op_type for e in report.quantized)

@@ -92,3 +92,19 @@ def test_minilm_int4_block32_acceptance(shared_models, tmp_path):
     assert _cosine(report, "sentence_embedding") >= 0.97
     assert report.verification.kernels["MatMulNBits"] == 36 and report.verification.kernels[
         "GatherBlockQuantized"] >= 1
+
+
+def test_calibration_data_selects_gptq_and_beats_round_to_nearest(samples_dir):
+    """With data the default method is GPTQ (auto), fitted on the calibration samples; without --verify-data it is
+    verified on the held-out every 10th sample."""
+    data = samples_dir / "tiny_transformer_calib.npz"
+    config = onnxq.QuantConfig(weights=INT4, verify=onnxq.VerifyConfig(sensitivity_samples=0))
+    held_out = onnxq.quantize(samples_dir / "tiny_transformer.onnx", data, config=config).report
+    assert held_out.config["blocks"]["method"] == "gptq" and held_out.verification.data.startswith("held-out")
+    results = {}
+    for method in ("rtn", "gptq"):
+        report = onnxq.quantize(samples_dir / "tiny_transformer.onnx", data, verify_data=data,
+                                config=config.replace(blocks=onnxq.BlockConfig(method=method))).report
+        results[method] = 1 - _cosine(report, "last_hidden_state")
+    # 1 - cosine, the same data for both; measured 0.0067 vs 0.0074 (random weights: little for GPTQ to exploit)
+    assert results["gptq"] < 0.95 * results["rtn"]
