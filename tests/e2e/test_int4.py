@@ -108,3 +108,18 @@ def test_calibration_data_selects_gptq_and_beats_round_to_nearest(samples_dir):
         results[method] = 1 - _cosine(report, "last_hidden_state")
     # 1 - cosine, the same data for both; measured 0.0067 vs 0.0074 (random weights: little for GPTQ to exploit)
     assert results["gptq"] < 0.95 * results["rtn"]
+
+
+@pytest.mark.cuda
+def test_int4_matmulnbits_runs_on_cuda_and_agrees_with_cpu(samples_dir):
+    """MatMulNBits has a CUDA kernel: the int4 model should run there as written, and agree with the CPU.
+    (GatherBlockQuantized's CUDA kernel takes float16 scales only: the float32-scale table may stay on the CPU.)"""
+    config = onnxq.QuantConfig(weights=INT4, verify=onnxq.VerifyConfig(providers=("cpu", "cuda"),
+                                                                       sensitivity_samples=0))
+    report = onnxq.quantize(samples_dir / "tiny_transformer.onnx", config=config,
+                            verify_data=samples_dir / "tiny_transformer_calib.npz").report
+    cpu, cuda = report.verification.providers
+    assert cuda.provider == "CUDAExecutionProvider" and cpu.passed and cuda.passed
+    assert all(o.metrics.cosine_mean >= 0.999 for o in report.verification.agreement["CUDAExecutionProvider"])
+    nbits = [r for r in cuda.placement.quantized.values() if r is not None and r.op_type == "MatMulNBits"]
+    assert nbits and all(r.provider == "CUDAExecutionProvider" for r in nbits) and not cuda.placement.float_fallbacks
