@@ -4,7 +4,7 @@ seeded sample of rows, streamed batch by batch (memory does not grow with the da
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -84,18 +84,8 @@ def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: 
                           max_rows: int = 256) -> dict[str, ChannelStats]:
     """One ChannelStats per named value (computed by the model, or a graph input), fed every batch."""
     names = list(dict.fromkeys(value_names))
-    graph_inputs = {v.name for v in model.graph.inputs}
-    fetched = [n for n in names if n not in graph_inputs]
     stats = {n: ChannelStats(max_rows) for n in names}
-    session, output_names = session_exposing(model, fetched, reduce_in_graph=False) if fetched else (None, [])
-    for batch in batches:
-        try:
-            outputs = session.run(output_names, batch) if session is not None else []
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-                ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {str(e).splitlines()[0]}") \
-                from None
-        arrays = dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
+    for arrays in _values_per_batch(model, names, batches):
         for name, array in arrays.items():
             try:
                 stats[name].observe(array)
@@ -114,19 +104,9 @@ def collect_second_moments(model: ir.Model, value_names: Iterable[str], batches:
     (how much an error in the weights reading channel j shows in the output: activation-aware 4-bit clipping), or
     with full=True the matrix XᵀX / n (GPTQ's Hessian), float64."""
     names = list(dict.fromkeys(value_names))
-    graph_inputs = {v.name for v in model.graph.inputs}
-    fetched = [n for n in names if n not in graph_inputs]
     sums: dict[str, np.ndarray] = {}
     rows: dict[str, int] = dict.fromkeys(names, 0)
-    session, output_names = session_exposing(model, fetched, reduce_in_graph=False) if fetched else (None, [])
-    for batch in batches:
-        try:
-            outputs = session.run(output_names, batch) if session is not None else []
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-                ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {str(e).splitlines()[0]}") \
-                from None
-        arrays = dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
+    for arrays in _values_per_batch(model, names, batches):
         for name, array in arrays.items():
             flat = np.asarray(array, np.float32).reshape(-1, array.shape[-1])
             squares = (flat.T.astype(np.float64) @ flat if full
@@ -139,3 +119,18 @@ def collect_second_moments(model: ir.Model, value_names: Iterable[str], batches:
     if not sums:
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
     return {name: sums[name] / rows[name] for name in sums}
+
+
+def _values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
+    """For each batch, the named values: computed by one ORT session of the model, or the batch's own inputs."""
+    graph_inputs = {v.name for v in model.graph.inputs}
+    fetched = [n for n in names if n not in graph_inputs]
+    session, output_names = session_exposing(model, fetched, reduce_in_graph=False) if fetched else (None, [])
+    for batch in batches:
+        try:
+            outputs = session.run(output_names, batch) if session is not None else []
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                ort.capi.onnxruntime_pybind11_state.Fail) as e:
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {str(e).splitlines()[0]}") \
+                from None
+        yield dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
