@@ -83,6 +83,8 @@ def quantize(
         check_output_path(output, set(input_files))
     work = reference.clone()
     mode = _resolve_mode(config, calibration, calibration_cache)
+    if mode == "weight-only":
+        config = _resolve_block_method(config, calibration)
     plans, skips = plan_model(work.graph, config, mode)
     if not plans:
         raise UnsupportedModelError(_nothing_to_quantize(skips, config))
@@ -110,12 +112,10 @@ def quantize(
     calibration_samples = 0
     # Weight-only: per activation, XᵀX / n (GPTQ) or its diagonal (clip = activation).
     moments = None
-    if mode == "weight-only":
-        config = _resolve_block_method(config, calibration)
-        if config.blocks.method == "gptq" or config.blocks.clip == "activation":
-            start = time.perf_counter()
-            moments = _second_moments(work, plans, config, specs, calibration, verify_data, holdout)
-            timings["calibrate"] = time.perf_counter() - start
+    if mode == "weight-only" and (config.blocks.method == "gptq" or config.blocks.clip == "activation"):
+        start = time.perf_counter()
+        moments = _second_moments(work, plans, config, specs, calibration, verify_data, holdout)
+        timings["calibrate"] = time.perf_counter() - start
     if mode == "static":
         start = time.perf_counter()
         if smoothed:  # ranges of the smoothed graph; a cache holds the float model's
@@ -286,7 +286,7 @@ def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode:
     if verify_data is not None:
         return list(validated_batches(verify_data, specs, size, what="verification")), "verification data"
     if calibration is not None and (mode == "static" or mode == "weight-only" and (
-            config.blocks.method != "rtn" or config.blocks.clip == "activation")):
+            config.blocks.method == "gptq" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams
     if calibration is not None:  # dynamic mode with data: verify on (the start of) it
         batches = list(validated_batches(calibration, specs, size, config.verify.max_samples, "verification"))
@@ -314,11 +314,15 @@ def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[
     node = plan.node
     parts = []
     for spec in plan.weights:
-        if mode == "weight-only" and node.op_type != "Gather":
+        if mode == "weight-only":
             blocks = config.blocks
-            kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
-            parts.append(f"weight {config.weights.dtype}, blocks of {blocks.size} along K ({kernel}); activation "
-                         "float")
+            if node.op_type != "Gather":
+                kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
+                parts.append(f"weight {config.weights.dtype}, blocks of {blocks.size} along K ({kernel}, "
+                             f"{blocks.method}); activation float")
+                continue
+            parts.append(f"table {config.weights.dtype}, blocks of {blocks.size} along each row "
+                         "(GatherBlockQuantized)")
             continue
         axis = "per tensor" if spec.axis is None else f"per channel (axis {spec.axis})"
         parts.append(f"{'table' if plan.weight_only else 'weight'} int8 {axis}")

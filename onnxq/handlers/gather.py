@@ -25,4 +25,6 @@ def plan_gather(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip | None:
         return Skip(node, "table is not 2-D")
     if table.size < MIN_TABLE_ELEMENTS:
         return Skip(node, f"table of {table.size} values is too small to be worth quantizing")
+    if ctx.weight_only and table.shape[1] % 2:
+        return Skip(node, f"rows of {table.shape[1]} values: 4-bit rows are packed two values a byte (even width)")
     return NodePlan(node, weights=(WeightSpec(0, 0 if ctx.per_channel else None),))

@@ -1,8 +1,7 @@
 """4-bit weight-only rewrite: each planned MatMul / Gemm weight block-quantized along K (numerics.blockwise), the
 product computed by com.microsoft MatMulNBits (ORT's CPU and CUDA kernels) or, format qdq, by the standard opset-21
 DequantizeLinear with block_size feeding the original MatMul. Activations stay float. Gather tables (token
-embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row (int8 rows when a row has an
-odd width).
+embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from onnxq.numerics.blockwise import (CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQu
                                       quantize_blockwise)
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder
-from onnxq.passes.gather_rewrite import rewrite_gather
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
 
@@ -48,17 +46,13 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
                 f"blocks.format qdq needs opset {BLOCK_DQ_OPSET} (DequantizeLinear with block_size); the model is "
                 f"opset {opset} — use blocks.format matmulnbits, or convert the model with onnx.version_converter")
         model.opset_imports.setdefault("com.microsoft", 1)  # MatMulNBits, GatherBlockQuantized
-        builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # int8 rows for Gather tables
+        builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # names; no int8 weight is made
         ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
         made: dict[tuple, ir.Value | tuple] = {}
         for plan in self.plans:
             node = plan.node
-            if node.op_type == "Gather":
-                table = node.inputs[0].const_value
-                if table.shape[1] % 2:  # packed rows need an even width
-                    rewrite_gather(builder, node, plan.weights[0])
-                else:
-                    _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios)
+            if node.op_type == "Gather":  # the handler planned even-width tables only
+                _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios)
                 continue
             transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
             activation = node.inputs[0]
