@@ -65,10 +65,11 @@ def _coverage(c) -> list[str]:
                      + ("  ! the kernels, not the quantization, cost accuracy" if c.kernels_cost_accuracy else ""))
     risky = [n for n in c.saturation if n.can_saturate]
     saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
-    if not risky:
+    # No line without U8S8 integer products (weight-only 4-bit models have none).
+    if c.saturation and not risky:
         lines.append(f"  AVX2 U8S8 saturation: impossible in all {len(c.saturation)} integer products "
                      "(K pairs within ±128)")
-    else:
+    elif risky:
         lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(c.saturation)} integer products saturate"
                      + "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
                                for n in saturating[:5]))
