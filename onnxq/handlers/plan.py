@@ -51,7 +51,7 @@ class Skip:
 @dataclasses.dataclass(frozen=True)
 class PlanContext:
     per_channel: bool
-    # "static" or "dynamic": dynamic mode can only quantize activation × constant-weight products.
+    # "static", "dynamic" or "weight-only": the last two quantize only activation × constant-weight products.
     mode: str
     quantize_activation_matmul: bool
     gemm_bias: str
@@ -59,8 +59,11 @@ class PlanContext:
     limit_pairs: bool = False
     # Activation × weight products take per-token activations (numerics.per_token).
     per_token: bool = False
-    # 4-bit weights: constant weights only (block-wise), activations stay float.
-    weight_only: bool = False
+
+    @property
+    def weight_only(self) -> bool:
+        """4-bit weights: constant weights only (block-wise), activations stay float."""
+        return self.mode == "weight-only"
 
 
 def activation_names(plans: list[NodePlan]) -> list[str]:

@@ -26,7 +26,6 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         gemm_bias=config.gemm_bias,
         limit_pairs=needs_pair_limit(config.target, config.activations.dtype, config.weights.dtype),
         per_token=config.activation_granularity == "per-token",
-        weight_only=mode == "weight-only",
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []
