@@ -40,6 +40,7 @@ ONNXQ = {
                                                                                        clip="activation")}, True),
     "int4 GPTQ (with data: the default)": ({"weights": INT4}, True),
     "uint4 GPTQ (with data: the default)": ({"weights": UINT4}, True),
+    "int8 weight-only (MatMulNBits 8 bits, no data)": ({"mode": "weight-only"}, False),
 }
 
 

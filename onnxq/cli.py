@@ -38,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "calibration sample is held back)")
     p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML; flags override it")
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
-    p.add_argument("--mode", choices=["auto", "static", "dynamic"],
-                   help="auto (default): static with --calib, else dynamic")
+    p.add_argument("--mode", choices=["auto", "static", "dynamic", "weight-only"],
+                   help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
+                        "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
     p.add_argument("--target", choices=list(TARGETS),
                    help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
                         "(this machine), x86-vnni, x86-avx2, arm64")
@@ -59,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=["int8", "int4", "uint4"],
                    help="int8 (default); int4 (symmetric) / uint4 (a zero point per block): 4-bit weight-only, "
                         "block-wise along K, activations stay float")
-    p.add_argument("--block", type=int, metavar="N", help="4-bit weights: values per block along K (default 32)")
+    p.add_argument("--block", type=int, metavar="N", help="weight-only: values per block along K (default 32)")
     p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
-                   help="4-bit weights: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
+                   help="weight-only: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")

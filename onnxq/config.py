@@ -25,7 +25,7 @@ __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyCo
 
 PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
-Mode = Literal["auto", "static", "dynamic"]
+Mode = Literal["auto", "static", "dynamic", "weight-only"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ class QScheme:
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
-    """4-bit weights (weights.dtype int4 / uint4): weight-only, one scale (and zero point) per block of `size`
+    """Weight-only weights (4-bit, or int8 with mode weight-only): one scale (and zero point) per block of `size`
     values along K; activations stay float (README, "4-bit weights")."""
 
     size: int = 32
@@ -65,6 +65,10 @@ class BlockConfig:
     # Per-block clip search (numerics.blockwise): "mse" least weight reconstruction error; "activation" the same
     # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
     clip: Literal["none", "mse", "activation"] = "mse"
+    # Nodes (MatMul / Gemm / Gather names) whose weights take 8-bit blocks instead of 4 (MatMulNBits bits 8,
+    # GatherBlockQuantized bits 8; int8 for int4, uint8 for uint4): mixed precision's middle tier. The fallback
+    # (verify.fallback) fills it from the sensitivity ranking before keeping anything float.
+    int8_nodes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +140,9 @@ class QuantConfig:
     """What to quantize and how.
 
     mode: "static" calibrates activation ranges (needs data); "dynamic" quantizes activations at run time
-    (no data needed); "auto" is static when calibration data is given, else dynamic.
+    (no data needed); "auto" is static when calibration data is given, else dynamic — and weight-only for 4-bit
+    weights. "weight-only": only constant weights, block-wise (blocks), activations float; with int8 weights, 8-bit
+    blocks (MatMulNBits bits 8).
     """
 
     mode: Mode = "auto"
@@ -183,8 +189,14 @@ class QuantConfig:
         if self.weights.dtype == "uint8":
             raise ConfigError("weights.dtype uint8 is not supported: use int8 (ORT's integer kernels take int8 "
                               "weights), or int4 / uint4 for 4-bit weights")
-        if self.weights.bits == 4:
-            self._check_four_bit()
+        if self.weight_only:
+            self._check_weight_only()
+        elif self.blocks != BlockConfig():
+            changed = [f.name for f in dataclasses.fields(BlockConfig)
+                       if getattr(self.blocks, f.name) != getattr(BlockConfig(), f.name)]
+            raise ConfigError(f"blocks settings ({', '.join(changed)}) apply to weight-only models; weights "
+                              f"{self.weights.dtype} in mode {self.mode} quantize activations too — use --weights "
+                              "int4 / uint4, or mode weight-only for 8-bit blocks")
         if not 0.0 < self.calibration.percentile <= 100.0:
             raise ConfigError("calibration.percentile must be in (0, 100], e.g. 99.999")
         if self.calibration.histogram_bins < 256:
@@ -207,26 +219,33 @@ class QuantConfig:
             except re.error as e:
                 raise ConfigError(f"exclude_regex {self.exclude_regex!r} is not a valid regex: {e}") from None
 
-    def _check_four_bit(self) -> None:
+    def _check_weight_only(self) -> None:
         dtype, blocks = self.weights.dtype, self.blocks
-        if self.weights.symmetric != (dtype == "int4"):
+        if self.weights.bits == 4 and self.weights.symmetric != (dtype == "int4"):
             raise ConfigError(f"weights {dtype} with symmetric = {self.weights.symmetric}: int4 is symmetric (zero "
                               "point 8), uint4 asymmetric (a zero point per block) — pick the dtype that says so")
+        if self.weights.bits == 8 and not self.weights.symmetric:
+            raise ConfigError("weight-only int8 weights are symmetric (zero point 128 in MatMulNBits): drop "
+                              "symmetric = false, or use uint4 for zero points per block")
         if blocks.size < 16 or blocks.size & (blocks.size - 1):
             raise ConfigError(f"blocks.size = {blocks.size}: use a power of two >= 16 (32, 64, 128)")
         if blocks.accuracy_level not in range(5):
             raise ConfigError(f"blocks.accuracy_level = {blocks.accuracy_level}: use 0 to 4")
-        if self.mode != "auto":
+        if blocks.int8_nodes and self.weights.bits == 8:
+            raise ConfigError("blocks.int8_nodes is the 8-bit tier of 4-bit weights; with int8 weights every "
+                              "weight is 8-bit already — drop it, or use int4 / uint4")
+        if self.mode not in ("auto", "weight-only"):
             raise ConfigError(f"mode {self.mode} with {dtype} weights: 4-bit weights are weight-only (activations "
                               "stay float); leave mode at auto")
         if self.activation_granularity != "per-tensor" or self.smooth != "off" or self.recipe != "manual":
-            raise ConfigError(f"{dtype} weights are weight-only: per-token activations, smoothing and recipe auto "
-                              "quantize activations — drop them, or use int8 weights")
+            raise ConfigError(f"weight-only {dtype} weights: per-token activations, smoothing and recipe auto "
+                              "quantize activations — drop them, or use int8 weights in mode auto")
 
     @property
     def weight_only(self) -> bool:
-        """4-bit weights: only constant weights are quantized, activations stay float."""
-        return self.weights.bits == 4
+        """Only constant weights are quantized (block-wise), activations stay float: 4-bit weights, or mode
+        weight-only."""
+        return self.weights.bits == 4 or self.mode == "weight-only"
 
     def exclusion_reason(self, node_name: str, op_type: str) -> str | None:
         """Why the user's config keeps this node in float, or None."""

@@ -4,6 +4,11 @@ The nodes are taken in the per-layer sensitivity order. The number k kept float 
 1 … N - 1 (N quantized nodes; k = N would be the float model): each probe re-plans and re-quantizes from the same
 calibrated ranges (no recalibration) and runs the real verification, so the answer is what ORT actually computes.
 Deterministic: same data, same ranking, same k and nodes.
+
+4-bit weights (weight-only) have a middle tier, 8-bit blocks (blocks.int8_nodes): int4 where the sensitivity allows
+it, int8 next, float last. First the fewest top-ranked nodes at 8 bits that meet the tolerance (the rest 4-bit);
+when even all at 8 bits fail, the fewest float with the rest at 8 bits, then, those float, the fewest of the next
+at 8 bits with the rest back at 4 — each a bisection, about 2 log2 N probes in all.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Attempt:
-    excluded: tuple[str, ...]
+    excluded: tuple[str, ...]  # kept float
+    eight_bit: tuple[str, ...]  # 4-bit weights only: kept at 8 bits
     model: ir.Model
     plans: list[NodePlan]
     skips: list[Skip]
@@ -44,12 +50,14 @@ class FallbackResult:
     before: Verification
     after: Verification | None  # the chosen attempt's verification (None when not met)
     probes: int
+    kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
 
     def to_dict(self) -> dict:
         def cpu(v: Verification | None):
             return None if v is None else {o.name: o.to_dict() for o in v.outputs}
 
         return {"met": self.met, "kept_float": [{"name": n, "harm": h} for n, h in self.kept_float],
+                "kept_int8": [{"name": n, "harm": h} for n, h in self.kept_int8],
                 "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes}
 
 
@@ -58,28 +66,48 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
               check: Callable[[ir.Model], Verification],
               moments: Mapping[str, np.ndarray] | None = None) -> tuple[FallbackResult, Attempt | None]:
     ranking = [(n.name, n.harm) for n in sensitivity.nodes]
-    attempts: dict[int, Attempt] = {}
+    rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
+    attempts: dict[tuple[int, int], Attempt] = {}
 
-    def attempt(k: int) -> Attempt:
-        if k not in attempts:
-            excluded = tuple(name for name, _ in ranking[:k])
+    def attempt(floats: int, eight_bit: int = 0) -> Attempt:
+        """The top `floats` nodes float, the next `eight_bit` at 8 bits, the rest as configured."""
+        if (floats, eight_bit) not in attempts:
+            excluded = tuple(name for name, _ in ranking[:floats])
+            moved = tuple(name for name, _ in ranking[floats:floats + eight_bit])
             probe_config = config.replace(exclude_nodes=config.exclude_nodes + excluded)
+            if moved:
+                probe_config = probe_config.replace(blocks=dataclasses.replace(
+                    config.blocks, int8_nodes=config.blocks.int8_nodes + moved))
             model = reference.clone()
             plans, skips = plan_model(model.graph, probe_config, mode)
-            rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
             skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
                                   f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s for s in skips]
             bias = apply_plans(model, plans, ranges, probe_config, mode, moments).bias_fallbacks
-            attempts[k] = Attempt(excluded, model, plans, skips, bias, check(model))
-            logger.info("fallback: %d node(s) float -> %s", k, "pass" if attempts[k].verification.passed
-                        else "fail")
-        return attempts[k]
+            made = Attempt(excluded, moved, model, plans, skips, bias, check(model))
+            attempts[floats, eight_bit] = made
+            logger.info("fallback: %d node(s) float, %d at 8 bits -> %s", floats, eight_bit,
+                        "pass" if made.verification.passed else "fail")
+        return attempts[floats, eight_bit]
 
-    most = len(ranking) - 1
-    if most < 1 or not attempt(most).verification.passed:
+    def passes(floats: int, eight_bit: int = 0) -> bool:
+        return attempt(floats, eight_bit).verification.passed
+
+    def result(chosen: Attempt) -> tuple[FallbackResult, Attempt]:
+        return FallbackResult(True, tuple((n, rank[n][1]) for n in chosen.excluded), before, chosen.verification,
+                              len(attempts), tuple((n, rank[n][1]) for n in chosen.eight_bit)), chosen
+
+    n = len(ranking)
+    tiered = mode == "weight-only" and config.weights.bits == 4
+    if tiered and n and passes(0, n):  # 8-bit blocks alone suffice: the fewest of them
+        return result(attempt(0, smallest_passing(0, n, lambda k: passes(0, k))))
+    most = n - 1
+    # With tiers, the nodes not kept float go to 8 bits while the float count is searched.
+    if most < 1 or not passes(most, n - most if tiered else 0):
         return FallbackResult(False, (), before, None, len(attempts)), None
-    # 0 fails (the full model did), most passes.
-    high = smallest_passing(0, most, lambda k: attempt(k).verification.passed)
-    chosen = attempt(high)
-    result = FallbackResult(True, tuple(ranking[:high]), before, chosen.verification, len(attempts))
-    return result, chosen
+    # 0 fails (the full model did, and with tiers so did all at 8 bits), most passes.
+    floats = smallest_passing(0, most, lambda k: passes(k, n - k if tiered else 0))
+    if not tiered:
+        return result(attempt(floats))
+    rest = n - floats  # those float: the fewest of the others at 8 bits, the remainder back at 4
+    eight_bit = 0 if passes(floats, 0) else smallest_passing(0, rest, lambda k: passes(floats, k))
+    return result(attempt(floats, eight_bit))

@@ -80,8 +80,12 @@ def render_html(report: QuantReport) -> str:
                          f"</tr>{rows}</table>")
     f = report.fallback
     if f is not None:
-        kept = "".join(f"<li>{_e(name)} (harm {harm:.4f})</li>" for name, harm in f.kept_float)
-        status = f"met by keeping {len(f.kept_float)} node(s) float" if f.met else "cannot be met"
+        kept = "".join(f"<li>{_e(name)} (harm {harm:.4f}): float</li>" for name, harm in f.kept_float)
+        kept += "".join(f"<li>{_e(name)} (harm {harm:.4f}): 8 bits</li>" for name, harm in f.kept_int8)
+        status = "cannot be met"
+        if f.met:
+            status = f"met by keeping {len(f.kept_float)} node(s) float" + (
+                f" and {len(f.kept_int8)} at 8 bits" if f.kept_int8 else "")
         parts.append(f"<h2>Fallback: {status}</h2><ol>{kept}</ol>")
     if report.left_float:
         rows = "".join(f"<tr><td>{_e(e.name)}</td><td>{_e(e.op_type)}</td><td>{_e(e.detail)}</td></tr>"

@@ -134,6 +134,7 @@ def quantize(
     timings["rewrite"] = time.perf_counter() - start
 
     verification = sensitivity = fallback = recipe = None
+    eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights: the nodes at 8 bits (by config or fallback)
     if config.verify.enabled:
         start = time.perf_counter()
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
@@ -184,8 +185,9 @@ def quantize(
                 verification = chosen.verification  # checked during the search; only its placement is new
                 if config.verify.check_kernels:
                     verification = with_placement(verification, work, batches[0], quantized_nodes(work))
-                notes.append(f"fallback: {len(chosen.excluded)} most sensitive node(s) kept float to meet the "
+                notes.append(f"fallback: {_fallback_summary(chosen.excluded, chosen.eight_bit)} to meet the "
                              "tolerance")
+                eight_bit = eight_bit | set(chosen.eight_bit)
             else:
                 notes.append("fallback: the tolerance cannot be met even with all but one node float")
             timings["fallback"] = time.perf_counter() - start
@@ -212,7 +214,7 @@ def quantize(
         output=str(saved) if saved else None,
         mode=mode,
         config=config.to_dict(),
-        quantized=tuple(_entry(p, mode, config, bias_fallbacks) for p in plans),
+        quantized=tuple(_entry(p, mode, config, bias_fallbacks, eight_bit) for p in plans),
         left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type, s.reason) for s in skips),
         ranges=ranges,
         calibration_samples=calibration_samples,
@@ -310,19 +312,29 @@ def _synthetic_inputs(reference: ir.Model, specs, notes: list[str]) -> tuple[lis
     return synthetic_batches(reference, specs), "synthetic inputs"
 
 
-def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[str, str]) -> NodeEntry:
+def _fallback_summary(floats: tuple[str, ...], eight_bit: tuple[str, ...]) -> str:
+    parts = [f"{len(eight_bit)} sensitive node(s) at 8 bits"] if eight_bit else []
+    if floats or not eight_bit:
+        parts.append(f"{len(floats)} most sensitive node(s) kept float")
+    return " and ".join(parts)
+
+
+def _entry(plan: NodePlan, mode: str, config: QuantConfig, bias_fallbacks: dict[str, str],
+           eight_bit: set[str]) -> NodeEntry:
     node = plan.node
     parts = []
     for spec in plan.weights:
         if mode == "weight-only":
             blocks = config.blocks
+            dtype = config.weights.dtype
+            if node.name in eight_bit:
+                dtype = dtype.replace("4", "8")  # int4 → int8, uint4 → uint8
             if node.op_type != "Gather":
                 kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
-                parts.append(f"weight {config.weights.dtype}, blocks of {blocks.size} along K ({kernel}, "
-                             f"{blocks.method}); activation float")
+                parts.append(f"weight {dtype}, blocks of {blocks.size} along K ({kernel}, {blocks.method}); "
+                             "activation float")
                 continue
-            parts.append(f"table {config.weights.dtype}, blocks of {blocks.size} along each row "
-                         "(GatherBlockQuantized)")
+            parts.append(f"table {dtype}, blocks of {blocks.size} along each row (GatherBlockQuantized)")
             continue
         axis = "per tensor" if spec.axis is None else f"per channel (axis {spec.axis})"
         parts.append(f"{'table' if plan.weight_only else 'weight'} int8 {axis}")

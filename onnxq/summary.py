@@ -138,8 +138,13 @@ def format_summary(report: QuantReport) -> str:
     if report.fallback is not None:
         f = report.fallback
         if f.met:
-            lines.append(f"fallback: kept {len(f.kept_float)} node(s) float ({f.probes} probes): "
-                         + ", ".join(name for name, _ in f.kept_float))
+            if f.kept_int8:
+                lines.append(f"fallback: {len(f.kept_int8)} node(s) at 8 bits: "
+                             + ", ".join(name for name, _ in f.kept_int8))
+            if f.kept_float or not f.kept_int8:
+                lines.append(f"fallback: kept {len(f.kept_float)} node(s) float: "
+                             + ", ".join(name for name, _ in f.kept_float))
+            lines.append(f"fallback: {f.probes} probes")
         else:
             lines.append("fallback: the tolerance cannot be met even with all but one node float")
     lines.append("result: within tolerance" if v.passed else "result: OUT OF TOLERANCE")

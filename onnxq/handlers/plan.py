@@ -62,7 +62,7 @@ class PlanContext:
 
     @property
     def weight_only(self) -> bool:
-        """4-bit weights: constant weights only (block-wise), activations stay float."""
+        """Constant weights only (block-wise, 4 or 8 bits), activations stay float."""
         return self.mode == "weight-only"
 
 

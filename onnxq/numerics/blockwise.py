@@ -1,11 +1,12 @@
-"""Block-wise 4-bit weights along K, in the layout of com.microsoft MatMulNBits (and of ONNX's DequantizeLinear with
-block_size): value = (code - zero_point) * scale, one scale (and zero point) per block of `block_size` values of
-one output column.
+"""Block-wise 4-bit (or 8-bit) weights along K, in the layout of com.microsoft MatMulNBits (and of ONNX's
+DequantizeLinear with block_size): value = (code - zero_point) * scale, one scale (and zero point) per block of
+`block_size` values of one output column.
 
-Codes are unsigned 4-bit, 0..15. Symmetric ("int4"): zero point 8 and no zero-point tensor (MatMulNBits' default);
-the block's largest-magnitude value m gets scale m / -8, so it lands exactly on code 0 and the opposite side keeps
-7 steps — all 16 levels used (onnxruntime's MLAS quantizer does the same). Asymmetric ("uint4"): scale and zero
-point from the block's [min(w, 0), max(w, 0)].
+Codes are unsigned, 0..2^bits - 1. Symmetric ("int4"): zero point 2^(bits-1) (8; 128 at 8 bits) and no zero-point
+tensor (MatMulNBits' default); the block's largest-magnitude value m gets scale m / -2^(bits-1), so it lands
+exactly on code 0 and the opposite side keeps one step fewer — all levels used (onnxruntime's MLAS quantizer does
+the same). Asymmetric ("uint4"): scale and zero point from the block's [min(w, 0), max(w, 0)]. 8 bits is the
+middle tier of mixed precision (fallback.py): the same layout, a byte per code.
 
 Clip search: per block, the range is shrunk by each ratio of CLIP_RATIOS and the one with the least reconstruction
 error kept — error weighted per input channel k by `importance` when given (the mean square of the activation
@@ -19,9 +20,15 @@ import dataclasses
 import numpy as np
 
 __all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise", "pack_nibbles",
-           "unpack_nibbles", "SYMMETRIC_ZERO_POINT"]
+           "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS"]
 
-SYMMETRIC_ZERO_POINT = 8
+BITS = (4, 8)
+SYMMETRIC_ZERO_POINT = 8  # at 4 bits
+
+
+def symmetric_zero_point(bits: int) -> int:
+    return 1 << (bits - 1)
+
 # 1.0 (no clipping) down to 0.7 in steps of 0.025.
 CLIP_RATIOS = tuple(float(r) for r in np.round(np.arange(1.0, 0.6999, -0.025), 3))
 
@@ -30,11 +37,12 @@ CLIP_RATIOS = tuple(float(r) for r in np.round(np.arange(1.0, 0.6999, -0.025), 3
 class BlockQuantized:
     """A [K, N] weight as N columns of ceil(K / block_size) blocks; K is padded with zeros to whole blocks."""
 
-    codes: np.ndarray  # uint8 [N, n_blocks, block_size], values 0..15
+    codes: np.ndarray  # uint8 [N, n_blocks, block_size], values 0..2^bits - 1
     scales: np.ndarray  # float32 [N, n_blocks]
-    zero_points: np.ndarray | None  # uint8 [N, n_blocks], values 0..15; None: symmetric, zero point 8
+    zero_points: np.ndarray | None  # uint8 [N, n_blocks]; None: symmetric, zero point 2^(bits-1)
     k: int
     block_size: int
+    bits: int = 4
 
     @property
     def n(self) -> int:
@@ -46,10 +54,12 @@ class BlockQuantized:
 
 
 def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None = None,
-                       clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> BlockQuantized:
+                       clip_ratios: tuple[float, ...] = CLIP_RATIOS, bits: int = 4) -> BlockQuantized:
     """weight: float [K, N] (MatMul's B). importance: [K] non-negative weights of the error per input channel."""
     if block_size < 16 or block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
+    if bits not in BITS:
+        raise ValueError(f"bits must be one of {BITS}, got {bits}")
     k, n = weight.shape
     n_blocks = -(-k // block_size)
     blocks = np.zeros((n, n_blocks * block_size), np.float32)
@@ -60,23 +70,23 @@ def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, imp
         padded = np.zeros(n_blocks * block_size, np.float32)
         padded[:k] = np.maximum(np.asarray(importance, np.float32), 0.0)
         channel_weight = padded.reshape(1, n_blocks, block_size)
-    scales, zero_points = block_scales(blocks, symmetric, channel_weight, clip_ratios)
-    codes = _codes(blocks, scales, SYMMETRIC_ZERO_POINT if symmetric else zero_points)
-    return BlockQuantized(codes, scales, zero_points, k, block_size)
+    scales, zero_points = block_scales(blocks, symmetric, channel_weight, clip_ratios, bits)
+    codes = _codes(blocks, scales, symmetric_zero_point(bits) if symmetric else zero_points, bits)
+    return BlockQuantized(codes, scales, zero_points, k, block_size, bits)
 
 
 def block_scales(blocks: np.ndarray, symmetric: bool, channel_weight: np.ndarray | None = None,
-                 clip_ratios: tuple[float, ...] = CLIP_RATIOS) -> tuple[np.ndarray, np.ndarray | None]:
+                 clip_ratios: tuple[float, ...] = CLIP_RATIOS, bits: int = 4) -> tuple[np.ndarray, np.ndarray | None]:
     """Scales [N, n_blocks] and zero points (None when symmetric) of blocks [N, n_blocks, block_size] by the clip
     search; channel_weight broadcasts against blocks (importance per input channel)."""
     if symmetric:
-        return _symmetric_scales(blocks, clip_ratios, channel_weight), None
-    return _asymmetric_scales(blocks, clip_ratios, channel_weight)
+        return _symmetric_scales(blocks, clip_ratios, channel_weight, bits), None
+    return _asymmetric_scales(blocks, clip_ratios, channel_weight, bits)
 
 
 def dequantize_blockwise(quantized: BlockQuantized) -> np.ndarray:
     """float32 [K, N]: (code - zero point) * scale, block by block."""
-    zero_point = (np.float32(SYMMETRIC_ZERO_POINT) if quantized.zero_points is None
+    zero_point = (np.float32(symmetric_zero_point(quantized.bits)) if quantized.zero_points is None
                   else quantized.zero_points[..., None].astype(np.float32))
     values = (quantized.codes.astype(np.float32) - zero_point) * quantized.scales[..., None]
     return np.ascontiguousarray(values.reshape(quantized.n, -1)[:, :quantized.k].T)
@@ -94,18 +104,23 @@ def unpack_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
     return codes[..., :count]
 
 
-def _codes(blocks: np.ndarray, scales: np.ndarray, zero_point) -> np.ndarray:
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """MatMulNBits / GatherBlockQuantized storage: nibbles at 4 bits, a byte per code at 8."""
+    return pack_nibbles(codes) if bits == 4 else np.ascontiguousarray(codes, np.uint8)
+
+
+def _codes(blocks: np.ndarray, scales: np.ndarray, zero_point, bits: int) -> np.ndarray:
     zero_point = np.asarray(zero_point, np.float32)
     if zero_point.ndim:
         zero_point = zero_point[..., None]
     q = np.rint(blocks / scales[..., None]) + zero_point
-    return np.clip(q, 0, 15).astype(np.uint8)
+    return np.clip(q, 0, (1 << bits) - 1).astype(np.uint8)
 
 
-def _error(blocks, scales, zero_point, channel_weight) -> np.ndarray:
+def _error(blocks, scales, zero_point, channel_weight, bits) -> np.ndarray:
     """Per-block (importance-weighted) squared reconstruction error."""
     zp = zero_point if np.ndim(zero_point) == 0 else zero_point[..., None]
-    codes = np.clip(np.rint(blocks / scales[..., None]) + zp, 0, 15)
+    codes = np.clip(np.rint(blocks / scales[..., None]) + zp, 0, (1 << bits) - 1)
     diff = (codes - zp) * scales[..., None] - blocks
     diff *= diff
     if channel_weight is not None:
@@ -113,13 +128,13 @@ def _error(blocks, scales, zero_point, channel_weight) -> np.ndarray:
     return diff.sum(axis=-1)
 
 
-def _search(blocks, clip_ratios, channel_weight, params_for):
+def _search(blocks, clip_ratios, channel_weight, bits, params_for):
     """The clip ratio of least error per block; params_for(ratio) gives (scales, zero points) for every block."""
     best_scales, best_zero_points = params_for(clip_ratios[0])
-    best_error = _error(blocks, best_scales, best_zero_points, channel_weight)
+    best_error = _error(blocks, best_scales, best_zero_points, channel_weight, bits)
     for ratio in clip_ratios[1:]:
         scales, zero_points = params_for(ratio)
-        error = _error(blocks, scales, zero_points, channel_weight)
+        error = _error(blocks, scales, zero_points, channel_weight, bits)
         better = error < best_error
         best_error = np.where(better, error, best_error)
         best_scales = np.where(better, scales, best_scales)
@@ -128,26 +143,27 @@ def _search(blocks, clip_ratios, channel_weight, params_for):
     return best_scales.astype(np.float32), best_zero_points
 
 
-def _symmetric_scales(blocks, clip_ratios, channel_weight) -> np.ndarray:
+def _symmetric_scales(blocks, clip_ratios, channel_weight, bits) -> np.ndarray:
     index = np.abs(blocks).argmax(axis=-1)[..., None]
     extreme = np.take_along_axis(blocks, index, axis=-1)[..., 0]
-    # An all-zero block: any scale gives code 8 → 0; 1 avoids dividing by zero.
-    base = np.where(extreme == 0, np.float32(-8.0), extreme).astype(np.float32) / np.float32(-8.0)
-    scales, _ = _search(blocks, clip_ratios, channel_weight,
-                        lambda r: (base * np.float32(r), np.float32(SYMMETRIC_ZERO_POINT)))
+    zero_point = np.float32(symmetric_zero_point(bits))
+    # An all-zero block: any scale gives the zero point's code → 0; 1 avoids dividing by zero.
+    base = np.where(extreme == 0, -zero_point, extreme).astype(np.float32) / -zero_point
+    scales, _ = _search(blocks, clip_ratios, channel_weight, bits, lambda r: (base * np.float32(r), zero_point))
     return scales
 
 
-def _asymmetric_scales(blocks, clip_ratios, channel_weight) -> tuple[np.ndarray, np.ndarray]:
+def _asymmetric_scales(blocks, clip_ratios, channel_weight, bits) -> tuple[np.ndarray, np.ndarray]:
     lo = np.minimum(blocks.min(axis=-1), 0.0)
     hi = np.maximum(blocks.max(axis=-1), 0.0)
+    top = np.float32((1 << bits) - 1)
 
     def params_for(ratio: float):
         low, high = lo * np.float32(ratio), hi * np.float32(ratio)
-        scale = ((high - low) / np.float32(15.0)).astype(np.float32)
+        scale = ((high - low) / top).astype(np.float32)
         scale = np.where(scale == 0, np.float32(1.0), scale)
-        zero_point = np.clip(np.rint(-low / scale), 0, 15).astype(np.float32)
+        zero_point = np.clip(np.rint(-low / scale), 0, top).astype(np.float32)
         return scale, zero_point
 
-    scales, zero_points = _search(blocks, clip_ratios, channel_weight, params_for)
+    scales, zero_points = _search(blocks, clip_ratios, channel_weight, bits, params_for)
     return scales, zero_points.astype(np.uint8)

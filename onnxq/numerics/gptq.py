@@ -1,4 +1,4 @@
-"""GPTQ (Frantar et al., 2022) for block-wise 4-bit weights: columns of W (input channels k) quantized one at a time,
+"""GPTQ (Frantar et al., 2022) for block-wise 4-bit (or 8-bit) weights: columns of W (input channels k) quantized one at a time,
 the error of each spread over the columns not yet quantized through the inverse Hessian of the layer's
 least-squares loss, H = XᵀX / n over calibration rows. Each block's scale (and zero point) is chosen when the
 quantization reaches the block, on the weights as updated so far, by the clip search of numerics.blockwise
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxq.numerics.blockwise import CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQuantized, block_scales
+from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, block_scales, symmetric_zero_point
 
 __all__ = ["gptq_blockwise", "DAMPING"]
 
@@ -19,7 +19,8 @@ _LAZY = 128  # columns updated together before the rest of W (the paper's lazy b
 
 
 def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, symmetric: bool,
-                   clip_ratios: tuple[float, ...] = CLIP_RATIOS, act_order: bool = False) -> BlockQuantized:
+                   clip_ratios: tuple[float, ...] = CLIP_RATIOS, act_order: bool = False,
+                   bits: int = 4) -> BlockQuantized:
     """weight: float [K, N] (MatMul's B); hessian: [K, K], XᵀX / n of the activation feeding it.
 
     act_order: columns taken in order of decreasing XᵀX diagonal (the paper's "act order"), the block scales then
@@ -43,9 +44,10 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
         channel_weight = np.zeros(n_blocks * block_size, np.float32)
         channel_weight[:k] = importance
         scales, zero_points = block_scales(blocks.reshape(n, n_blocks, block_size), symmetric,
-                                           channel_weight.reshape(1, n_blocks, block_size), clip_ratios)
+                                           channel_weight.reshape(1, n_blocks, block_size), clip_ratios, bits)
         w, h = w[:, order], h[np.ix_(order, order)]
     h_inv = _upper_cholesky_of_inverse(h)
+    middle, top = symmetric_zero_point(bits), (1 << bits) - 1
     codes = np.zeros((n, n_blocks * block_size), np.uint8)
     lazy = max(_LAZY, block_size)  # a multiple of block_size: no block straddles two lazy batches
     for start in range(0, k, lazy):
@@ -62,21 +64,21 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
                 group[:, 0, :stop - column] = w1[:, i:i + stop - column]
                 weights = np.zeros((1, 1, block_size), np.float32)
                 weights[0, 0, :stop - column] = importance[column:stop]
-                s, z = block_scales(group, symmetric, weights, clip_ratios)
+                s, z = block_scales(group, symmetric, weights, clip_ratios, bits)
                 scales[:, block] = s[:, 0]
                 if zero_points is not None:
                     zero_points[:, block] = z[:, 0]
             scale = scales[:, block].astype(np.float64)
-            zero_point = SYMMETRIC_ZERO_POINT if zero_points is None else zero_points[:, block].astype(np.float64)
-            code = np.clip(np.rint(w1[:, i] / scale) + zero_point, 0, 15)
+            zero_point = middle if zero_points is None else zero_points[:, block].astype(np.float64)
+            code = np.clip(np.rint(w1[:, i] / scale) + zero_point, 0, top)
             codes[:, column] = code
             error = (w1[:, i] - (code - zero_point) * scale) / h1[i, i]
             w1[:, i:] -= np.outer(error, h1[i, i:])
             errors[:, i] = error
         w[:, end:] -= errors @ h_inv[start:end, end:]
-    pad = SYMMETRIC_ZERO_POINT if zero_points is None else zero_points[:, -1:]
+    pad = middle if zero_points is None else zero_points[:, -1:]
     codes[:, k:] = pad  # padding past K dequantizes to 0
-    return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size)
+    return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size, bits)
 
 
 def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:

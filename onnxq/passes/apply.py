@@ -46,7 +46,8 @@ def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapp
                         moments: Mapping[str, np.ndarray] | None = None) -> InsertQdqPass | None:
     """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
     a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes); a
-    weight-only model's (4-bit) by InsertBlockwisePass, with the activations' second moments (method gptq, clip activation)."""
+    weight-only model's (4- or 8-bit blocks) by InsertBlockwisePass, with the activations' second moments (method
+    gptq, clip activation)."""
     if mode == "weight-only":
         InsertBlockwisePass(plans, config, moments)(model)
         return None

@@ -1,7 +1,9 @@
-"""4-bit weight-only rewrite: each planned MatMul / Gemm weight block-quantized along K (numerics.blockwise), the
+"""Weight-only rewrite (4-bit, or 8-bit): each planned MatMul / Gemm weight block-quantized along K (numerics.blockwise), the
 product computed by com.microsoft MatMulNBits (ORT's CPU and CUDA kernels) or, format qdq, by the standard opset-21
 DequantizeLinear with block_size feeding the original MatMul. Activations stay float. Gather tables (token
-embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row.
+embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row. Nodes named in
+blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8 weights (mode weight-only) are
+8-bit blocks throughout.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
-from onnxq.numerics.blockwise import (CLIP_RATIOS, SYMMETRIC_ZERO_POINT, BlockQuantized, pack_nibbles,
-                                      quantize_blockwise)
+from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder
 
@@ -51,24 +52,26 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
         made: dict[tuple, ir.Value | tuple] = {}
         for plan in self.plans:
             node = plan.node
+            bits = 8 if node.name in blocks.int8_nodes else self.config.weights.bits
             if node.op_type == "Gather":  # the handler planned even-width tables only
-                _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios)
+                _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios, bits)
                 continue
             transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
             activation = node.inputs[0]
             moments = self.moments.get(activation.name)
-            key = (id(node.inputs[1]), transposed, None if moments is None else activation.name)
+            key = (id(node.inputs[1]), transposed, bits, None if moments is None else activation.name)
             if key not in made:
                 weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32, copy=False)
                 weight = weight.T if transposed else weight
                 symmetric = self.config.weights.symmetric
                 if blocks.method == "gptq" and moments is not None:
-                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order)
+                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order,
+                                               bits)
                 else:
                     importance = None
                     if moments is not None and blocks.clip == "activation":
                         importance = np.diag(moments) if moments.ndim == 2 else moments
-                    quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios)
+                    quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
                 base = node.inputs[1].name or "weight"
                 made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))
@@ -77,7 +80,7 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
                 k, n = node.inputs[1].const_value.shape[::-1] if transposed else node.inputs[1].const_value.shape
                 product = builder.node("MatMulNBits", [activation, *made[key]], f"{base}_MatMulNBits", node,
                                        domain="com.microsoft",
-                                       attributes={"K": k, "N": n, "bits": 4, "block_size": blocks.size,
+                                       attributes={"K": k, "N": n, "bits": bits, "block_size": blocks.size,
                                                    "accuracy_level": blocks.accuracy_level})
             else:
                 product = builder.node("MatMul", [activation, made[key]], f"{base}_MatMul", node)
@@ -90,20 +93,20 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
-                      ratios: tuple[float, ...]) -> None:
+                      ratios: tuple[float, ...], bits: int) -> None:
     """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
     B; only the gathered rows are dequantized."""
     table = node.inputs[0].const_value.numpy().astype(np.float32, copy=False)
-    quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios)  # N = rows, K = H
+    quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios, bits=bits)  # N rows, K = H
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
-    inputs = [builder.initializer(f"{base}_int4", pack_nibbles(codes)), node.inputs[1],
+    inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(codes, bits)), node.inputs[1],
               builder.initializer(f"{base}_block_scales", quantized.scales)]
     if quantized.zero_points is not None:
-        inputs.append(builder.initializer(f"{base}_block_zero_points", pack_nibbles(quantized.zero_points)))
+        inputs.append(builder.initializer(f"{base}_block_zero_points", pack_codes(quantized.zero_points, bits)))
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
                             domain="com.microsoft",
-                            attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": 4})
+                            attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits})
     _replace(builder.graph, node, gathered.outputs[0])
 
 
@@ -116,27 +119,32 @@ def _replace(graph: ir.Graph, node: ir.Node, result: ir.Value) -> None:
 
 
 def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str) -> tuple[ir.Value, ...]:
-    """B packed [N, n_blocks, block_size / 2], scales [N * n_blocks], zero points packed [N * ceil(n_blocks / 2)]."""
-    inputs = [builder.initializer(f"{base}_int4", pack_nibbles(quantized.codes)),
+    """B [N, n_blocks, block_size * bits / 8] (nibbles packed at 4 bits), scales [N * n_blocks], zero points
+    [N * ceil(n_blocks * bits / 8)]."""
+    bits = quantized.bits
+    inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(quantized.codes, bits)),
               builder.initializer(f"{base}_block_scales", quantized.scales.reshape(-1))]
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points",
-                                          pack_nibbles(quantized.zero_points).reshape(-1)))
+                                          pack_codes(quantized.zero_points, bits).reshape(-1)))
     return tuple(inputs)
 
 
 def _dequantized(builder: GraphBuilder, quantized: BlockQuantized, base: str, before: ir.Node) -> ir.Value:
-    """DequantizeLinear(int4 or uint4 [K, N], scales [n_blocks, N], axis 0, block_size): the float weight."""
+    """DequantizeLinear(int4 / uint4 or int8 / uint8 [K, N], scales [n_blocks, N], axis 0, block_size): the float
+    weight."""
+    bits = quantized.bits
+    signed, unsigned = (ml_dtypes.int4, ml_dtypes.uint4) if bits == 4 else (np.int8, np.uint8)
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k].T
     if quantized.zero_points is None:
-        weight = (codes.astype(np.int8) - SYMMETRIC_ZERO_POINT).astype(ml_dtypes.int4)
-        inputs = [builder.initializer(f"{base}_int4", weight)]
+        weight = (codes.astype(np.int16) - symmetric_zero_point(bits)).astype(signed)
+        inputs = [builder.initializer(f"{base}_int{bits}", weight)]
     else:
-        inputs = [builder.initializer(f"{base}_uint4", codes.astype(ml_dtypes.uint4))]
+        inputs = [builder.initializer(f"{base}_uint{bits}", codes.astype(unsigned))]
     inputs.append(builder.initializer(f"{base}_block_scales", np.ascontiguousarray(quantized.scales.T)))
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points",
-                                          np.ascontiguousarray(quantized.zero_points.T).astype(ml_dtypes.uint4)))
+                                          np.ascontiguousarray(quantized.zero_points.T).astype(unsigned)))
     node = builder.node("DequantizeLinear", inputs, f"{base}_DequantizeLinear", before,
                         attributes={"axis": 0, "block_size": quantized.block_size})
     out = node.outputs[0]

@@ -1,5 +1,5 @@
-"""Block-wise 4-bit weights: packing and scales bit-exact against numpy, ONNX's reference DequantizeLinear
-(block_size) and ONNX Runtime's MatMulNBits / GatherBlockQuantized kernels."""
+"""Block-wise 4-bit (and 8-bit) weights: packing and scales bit-exact against numpy, ONNX's reference
+DequantizeLinear (block_size) and ONNX Runtime's MatMulNBits / GatherBlockQuantized kernels."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from onnxq.numerics.blockwise import (SYMMETRIC_ZERO_POINT, dequantize_blockwise, pack_nibbles, quantize_blockwise,
-                                      unpack_nibbles)
+from onnxq.numerics.blockwise import (dequantize_blockwise, pack_codes, pack_nibbles,
+                                      quantize_blockwise, unpack_nibbles)
 from onnxq.numerics.gptq import gptq_blockwise
 
 
@@ -30,21 +30,23 @@ def test_nibbles_pack_low_first_and_round_trip(rng):
     assert np.array_equal(unpack_nibbles(pack_nibbles(many), 32), many)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_unclipped_codes_are_round_to_nearest_and_the_extreme_is_exact(rng, symmetric):
+def test_unclipped_codes_are_round_to_nearest_and_the_extreme_is_exact(rng, symmetric, bits):
     w = rng.normal(0, 1, (96, 5)).astype(np.float32)
-    q = quantize_blockwise(w, 32, symmetric, clip_ratios=(1.0,))
-    assert q.codes.shape == (5, 3, 32) and q.codes.max() <= 15
+    q = quantize_blockwise(w, 32, symmetric, clip_ratios=(1.0,), bits=bits)
+    top, middle = (1 << bits) - 1, 1 << (bits - 1)
+    assert q.codes.shape == (5, 3, 32) and q.codes.max() <= top
     scale = np.repeat(q.scales, 32, axis=1).T  # [K, N]
-    zero_point = SYMMETRIC_ZERO_POINT if symmetric else np.repeat(q.zero_points, 32, axis=1).T.astype(np.float32)
-    codes = np.clip(np.rint(w / scale) + zero_point, 0, 15)
+    zero_point = middle if symmetric else np.repeat(q.zero_points, 32, axis=1).T.astype(np.float32)
+    codes = np.clip(np.rint(w / scale) + zero_point, 0, top)
     assert np.array_equal(dequantize_blockwise(q), ((codes - zero_point) * scale).astype(np.float32))
-    inside = (codes > 0) & (codes < 15)
+    inside = (codes > 0) & (codes < top)
     assert np.all(np.abs(dequantize_blockwise(q) - w)[inside] <= np.abs(scale[inside]) / 2 * (1 + 1e-6))
     if symmetric:  # each block's largest |w| lands exactly on code 0: (0 - 8) * (m / -8) = m
         blocks = w.T.reshape(5, 3, 32)
         extreme = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]
-        assert np.array_equal(q.scales, (extreme / np.float32(-8)).astype(np.float32))
+        assert np.array_equal(q.scales, (extreme / np.float32(-middle)).astype(np.float32))
 
 
 def test_clip_search_never_worse_than_no_clip_and_importance_is_what_it_minimises(rng):
@@ -63,17 +65,19 @@ def test_clip_search_never_worse_than_no_clip_and_importance_is_what_it_minimise
     assert np.all(block_error(weighted, importance) <= block_error(searched, importance) * (1 + 1e-6))
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("symmetric,k", [(True, 96), (False, 96), (True, 100), (False, 100)])
-def test_dequantize_linear_block_size_reference_is_bit_exact(rng, symmetric, k):
-    """The same codes and scales as ONNX's int4 / uint4 DequantizeLinear (opset 21, block_size) give the same
-    floats, bit for bit, including a last block shorter than block_size."""
+def test_dequantize_linear_block_size_reference_is_bit_exact(rng, symmetric, k, bits):
+    """The same codes and scales as ONNX's int4 / uint4 (int8 / uint8) DequantizeLinear (opset 21, block_size) give
+    the same floats, bit for bit, including a last block shorter than block_size."""
     w = rng.normal(0, 0.05, (k, 24)).astype(np.float32)
-    q = quantize_blockwise(w, 32, symmetric)
+    q = quantize_blockwise(w, 32, symmetric, bits=bits)
     codes = q.codes.reshape(q.n, -1)[:, :k].T  # [K, N]
+    signed, unsigned = (ml_dtypes.int4, ml_dtypes.uint4) if bits == 4 else (np.int8, np.uint8)
     if symmetric:
-        data = [(codes.astype(np.int8) - SYMMETRIC_ZERO_POINT).astype(ml_dtypes.int4), q.scales.T.copy()]
+        data = [(codes.astype(np.int16) - (1 << (bits - 1))).astype(signed), q.scales.T.copy()]
     else:
-        data = [codes.astype(ml_dtypes.uint4), q.scales.T.copy(), q.zero_points.T.astype(ml_dtypes.uint4)]
+        data = [codes.astype(unsigned), q.scales.T.copy(), q.zero_points.T.astype(unsigned)]
     names = ["x", "s", "z"][:len(data)]
     node = helper.make_node("DequantizeLinear", names, ["y"], axis=0, block_size=32)
     inits = [numpy_helper.from_array(a, n) for a, n in zip(data, names)]
@@ -81,16 +85,19 @@ def test_dequantize_linear_block_size_reference_is_bit_exact(rng, symmetric, k):
     assert y.dtype == np.float32 and np.array_equal(y, dequantize_blockwise(q))
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_matmulnbits_kernel_matches_the_numpy_reference(rng, symmetric):
+def test_matmulnbits_kernel_matches_the_numpy_reference(rng, symmetric, bits):
     k, n = 100, 24  # K not a multiple of the block: the last block is padded
     w = rng.normal(0, 1, (k, n)).astype(np.float32)
-    q = quantize_blockwise(w, 32, symmetric)
-    inits = [numpy_helper.from_array(pack_nibbles(q.codes), "b"), numpy_helper.from_array(q.scales.reshape(-1), "s")]
+    q = quantize_blockwise(w, 32, symmetric, bits=bits)
+    assert q.codes.max() <= (1 << bits) - 1 and (bits == 4 or q.codes.max() > 15)
+    inits = [numpy_helper.from_array(pack_codes(q.codes, bits), "b"),
+             numpy_helper.from_array(q.scales.reshape(-1), "s")]
     if not symmetric:
-        inits.append(numpy_helper.from_array(pack_nibbles(q.zero_points).reshape(-1), "z"))
+        inits.append(numpy_helper.from_array(pack_codes(q.zero_points, bits).reshape(-1), "z"))
     node = helper.make_node("MatMulNBits", ["a", *[t.name for t in inits]], ["y"], domain="com.microsoft", K=k, N=n,
-                            bits=4, block_size=32)
+                            bits=bits, block_size=32)
     model = _model([node], [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["M", k])], inits)
     a = rng.normal(0, 1, (7, k)).astype(np.float32)
     y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
@@ -99,17 +106,18 @@ def test_matmulnbits_kernel_matches_the_numpy_reference(rng, symmetric):
     assert np.abs(y - expected).max() <= 1e-6 * np.abs(expected).max() * k
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_gather_block_quantized_rows_are_bit_exact(rng, symmetric):
+def test_gather_block_quantized_rows_are_bit_exact(rng, symmetric, bits):
     table = rng.normal(0, 1, (50, 48)).astype(np.float32)
-    q = quantize_blockwise(table.T, 32, symmetric)  # blocks along each row
-    inits = [numpy_helper.from_array(pack_nibbles(q.codes.reshape(50, -1)[:, :48]), "d"),
+    q = quantize_blockwise(table.T, 32, symmetric, bits=bits)  # blocks along each row
+    inits = [numpy_helper.from_array(pack_codes(q.codes.reshape(50, -1)[:, :48], bits), "d"),
              numpy_helper.from_array(q.scales, "s")]
     if not symmetric:
-        inits.append(numpy_helper.from_array(pack_nibbles(q.zero_points), "z"))
+        inits.append(numpy_helper.from_array(pack_codes(q.zero_points, bits), "z"))
     names = ["d", "i", *[t.name for t in inits[1:]]]
     node = helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft", gather_axis=0,
-                            quantize_axis=1, block_size=32, bits=4)
+                            quantize_axis=1, block_size=32, bits=bits)
     model = _model([node], [helper.make_tensor_value_info("i", TensorProto.INT64, ["B", "S"])], inits)
     idx = rng.integers(0, 50, (3, 7))
     y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"i": idx})[0]
@@ -121,8 +129,11 @@ def test_gptq_with_uncorrelated_channels_is_the_clip_search_itself(rng):
     w = rng.normal(0, 1, (100, 16)).astype(np.float32)
     h = np.diag(rng.uniform(0.5, 2.0, 100))
     for symmetric in (True, False):
-        g, q = gptq_blockwise(w, h, 32, symmetric), quantize_blockwise(w, 32, symmetric, np.diag(h))
-        assert np.array_equal(g.codes, q.codes) and np.array_equal(g.scales, q.scales)
+        for bits in (4, 8):
+            g = gptq_blockwise(w, h, 32, symmetric, bits=bits)
+            q = quantize_blockwise(w, 32, symmetric, np.diag(h), bits=bits)
+            assert g.bits == q.bits == bits
+            assert np.array_equal(g.codes, q.codes) and np.array_equal(g.scales, q.scales)
 
 
 def test_gptq_halves_the_output_error_of_round_to_nearest_on_correlated_activations(rng):
