@@ -10,7 +10,7 @@ from pathlib import Path
 
 from onnxq.cli_args import add_calibration_flags, add_tolerance_flags, config_from_args
 from onnxq.commands import SUBCOMMANDS
-from onnxq.errors import OnnxqError
+from onnxq.errors import OnnxqError, OutputPathError
 from onnxq.html_report import render_html
 from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
@@ -18,9 +18,16 @@ from onnxq.progress import ProgressBar, count_samples
 from onnxq.summary import format_summary
 from onnxq.targets import TARGETS
 
+try:
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, NotImplemented
+    _ORT_ERRORS: tuple[type[BaseException], ...] = (Fail, InvalidArgument, InvalidGraph, NotImplemented)
+except ImportError:  # a future onnxruntime may move them
+    _ORT_ERRORS = ()
+
 __all__ = ["main", "build_parser"]
 
-EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,29 +100,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every failure ends in one line on stderr and an exit code, never a traceback (-v shows one for an internal
+    error): 2 bad input (OnnxqError, or a model onnxruntime refuses), 3 an internal error, 130 interrupted. Outputs
+    are written atomically at the end, so none of these leaves a file behind."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(argv)
+    except OnnxqError as e:
+        print(f"onnxq: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("onnxq: interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _ORT_ERRORS as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"onnxq: error: onnxruntime cannot run the model: {first.removeprefix('[ONNXRuntimeError] : ')}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # noqa: BLE001 — the one place that turns a bug into a line instead of a traceback
+        if "-v" in argv or "--verbose" in argv:
+            raise
+        print(f"onnxq: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} — rerun "
+              "with -v for the traceback and report it", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _run(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-        try:
-            return SUBCOMMANDS[argv[0]](argv[1:])
-        except OnnxqError as e:
-            print(f"onnxq: error: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        return SUBCOMMANDS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     progress = None
     try:
         config = config_from_args(args)
+        for side_file in (args.report, args.html):  # checked now: they are written after the model
+            if side_file and not Path(side_file).absolute().parent.is_dir():
+                raise OutputPathError(f"the folder of {side_file} does not exist — create it or choose another path")
         output = Path(args.output) if args.output else default_output_path(args.model)
         progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
         result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,
                           calibration_cache=args.calib_cache, progress=progress)
-    except OnnxqError as e:
+    finally:
         if progress is not None:
             progress.close()
-        print(f"onnxq: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    progress.close()
     report = result.report
     if args.report:
         Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n")

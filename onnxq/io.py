@@ -26,28 +26,104 @@ MAX_IR_VERSION = 13
 
 
 def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
-    """Load a model from a path, a ModelProto or an ir.Model, never touching the caller's object."""
+    """Load a model from a path, a ModelProto or an ir.Model, never touching the caller's object.
+
+    A path's external data is checked before any of it is read: every location must stay inside the model's
+    folder (no absolute path, no "..", no symlink out) and every declared byte range must exist."""
     if isinstance(source, ir.Model):
         return source.clone()
     if isinstance(source, onnx.ModelProto):
-        return ir.serde.deserialize_model(source)
+        return _deserialize(source, "the model")
     path = Path(source)
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a folder — pass the .onnx model file inside it")
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path} — check the path")
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{path} is empty — pass an .onnx model file")
     try:
-        model = ir.load(path)
-    except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as e:
+        proto = onnx.load(path, load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError, OSError) as e:
         raise ModelLoadError(
             f"{path} is not a readable ONNX model ({type(e).__name__}); it may be truncated or another file type"
         ) from None
-    if len(model.graph) == 0 or not model.graph.outputs:
+    if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{path} holds no graph (a truncated or non-ONNX file?) — re-export the model")
-    for tensor_path in external_data_files(model):
-        if not tensor_path.is_file():
-            raise ModelLoadError(f"external data file {tensor_path} of {path} is missing — keep it beside the model")
+    check_external_data(proto, path.parent.absolute())
+    model = _deserialize(proto, str(path), base_dir=path.parent)
+    if len(model.graph) == 0:
+        raise ModelLoadError(f"{path} has no nodes: nothing to quantize — pass the float model itself")
     return model
+
+
+def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None) -> ir.Model:
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except (ir.serde.SerdeError, ValueError) as e:
+        cause = e
+        while cause.__cause__ is not None:  # onnx_ir wraps the real reason
+            cause = cause.__cause__
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ModelLoadError(f"{what} is not a valid ONNX graph: {first} — re-export the model") from None
+    # A graph input that is also a graph output: onnx_ir takes the output's declaration, which may lack the shape.
+    declared = {i.name: i for i in proto.graph.input}
+    for value in model.graph.inputs:
+        if value.shape is None and value.name in declared and declared[value.name].type.tensor_type.HasField("shape"):
+            value.shape = ir.serde.deserialize_type_proto_for_shape(declared[value.name].type)
+    if base_dir is not None:  # what ir.load does: external data relative to the model's folder
+        ir.external_data.set_base_dir(model.graph, str(base_dir))
+    return model
+
+
+def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
+    """Refuse, before reading any of it, external data that escapes the model's folder or is not all there."""
+    root = base_dir.resolve()
+    tensors = list(proto.graph.initializer)
+    tensors += [t for node in proto.graph.node for a in node.attribute if a.t.data_location for t in [a.t]]
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        where = f"tensor {tensor.name!r}'s external data"
+        if not location:
+            raise ModelLoadError(f"{where} names no file — re-export the model with its data")
+        if os.path.isabs(location) or Path(location).drive:
+            raise ModelLoadError(f"{where} is at an absolute path ({location}), outside the model's folder — "
+                                 "keep the data file beside the model and re-export with a relative location")
+        target = base_dir / location
+        resolved = target.resolve()
+        if not resolved.is_relative_to(root):
+            how = "through a symlink " if Path(os.path.normpath(target)).is_relative_to(base_dir) else ""
+            raise ModelLoadError(f"{where} ({location}) resolves {how}outside the model's folder {base_dir} — "
+                                 "onnxq reads data only from beside the model")
+        if not resolved.is_file():
+            raise ModelLoadError(f"external data file {target} of tensor {tensor.name!r} is missing — keep it "
+                                 "beside the model")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError:
+            raise ModelLoadError(f"{where} has a non-integer offset or length — re-export the model") from None
+        size = resolved.stat().st_size
+        needed = _tensor_bytes(tensor)
+        if length < 0:
+            length = needed if needed is not None else size - offset
+        if offset < 0 or offset + length > size:
+            raise ModelLoadError(f"{where} ({location}, offset {offset}, length {length}) runs past the end of the "
+                                 f"{size}-byte file — the data file is truncated or belongs to another model")
+        if needed is not None and length != needed:
+            raise ModelLoadError(f"{where} declares {length} bytes but its shape and type need {needed} — the data "
+                                 "file belongs to another model")
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.STRING):
+        return None
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
 
 
 def external_data_files(model: ir.Model) -> set[Path]:
@@ -65,20 +141,30 @@ def model_size_bytes(model: ir.Model) -> int:
 
 
 def _prepare_for_save(model: ir.Model) -> None:
+    """An IR version ORT accepts and the opsets allow (an exporter's ir_version 2 with opset 17 is raised to 8)."""
     if model.ir_version is None or model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()
+              if domain in ("", "ai.onnx")]
+    model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
 
 
 def check_output_path(path: str | os.PathLike, protected: set[Path] = frozenset()) -> Path:
     """The absolute output path, or OutputPathError when its folder is missing or it would overwrite a
     protected file (the input model or its external data, also as <output>.data)."""
     path = Path(path).absolute()
+    if path.is_dir():
+        raise OutputPathError(f"output {path} is a folder — give a file name, e.g. {path / 'model.int8.onnx'}")
+    if path.parent.is_file():
+        raise OutputPathError(f"{path.parent} is a file, not a folder — choose another -o")
     if not path.parent.is_dir():
         raise OutputPathError(f"output folder {path.parent} does not exist — create it or choose another -o")
     resolved_protected = {Path(p).resolve() for p in protected}
     for target in (path, path.with_name(path.name + ".data")):
         if target.resolve() in resolved_protected:
             raise OutputPathError(f"output {target} would overwrite the input model — choose another -o")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"output folder {path.parent} is not writable — choose another -o")
     return path
 
 

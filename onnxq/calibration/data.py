@@ -102,10 +102,13 @@ def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
     for file in shards:
         yield from _slices(_load_npz(file, what), batch_size, what)
     if arrays:
-        try:  # memory-mapped: only the batch being fed is read
-            loaded = {f.stem: np.load(f, mmap_mode="r", allow_pickle=False) for f in arrays}
-        except (ValueError, OSError) as e:
-            raise CalibrationDataError(f"{what} folder {path} holds an unreadable .npy file ({e})") from None
+        loaded = {}
+        for file in arrays:
+            try:  # memory-mapped: only the batch being fed is read
+                loaded[file.stem] = np.load(file, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError, MemoryError) as e:
+                raise CalibrationDataError(f"{what} file {file} is not a readable .npy array ({e}) — save it with "
+                                           "numpy.save") from None
         yield from _slices(loaded, batch_size, what)
 
 
@@ -117,7 +120,7 @@ def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError
             return {k: archive[k] for k in archive.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError):
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError):
         raise CalibrationDataError(
             f"{what} file {path} is not a readable .npz archive — save arrays with numpy.savez") from None
 

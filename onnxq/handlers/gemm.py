@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, too_small_to_scale
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
@@ -19,9 +19,11 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     if constant_float(a) is not None:
         return Skip(node, "A is a constant; only activation × weight is supported")
     if b_const is None:
-        return Skip(node, "B is not a constant float32 weight")
+        return Skip(node, f"B is {not_float32(b) or 'not a constant float32 weight'}")
     if b_const.shape is None or len(b_const.shape) != 2:
         return Skip(node, "B is not 2-D")
+    if (tiny := too_small_to_scale(b_const)) is not None:
+        return Skip(node, tiny)
     trans_a, trans_b = attribute(node, "transA"), attribute(node, "transB")
     alpha, beta = attribute(node, "alpha", 1.0), attribute(node, "beta", 1.0)
     if ctx.mode in ("dynamic", "weight-only") and (trans_a or alpha != 1.0 or beta != 1.0):

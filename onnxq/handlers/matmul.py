@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, too_small_to_scale
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_matmul"]
@@ -26,6 +26,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return Skip(node, f"constant B has rank {len(b_const.shape)}; only 2-D weights [K, N] are quantized")
         if not _is_float(a):
             return Skip(node, f"activation dtype {a.dtype} is not float32")
+        if (tiny := too_small_to_scale(b_const)) is not None:
+            return Skip(node, tiny)
         if ctx.weight_only:  # block-wise along K; the output features are axis 1
             return NodePlan(node, weights=(WeightSpec(1, 1),))
         # B is [K, N]: K pairs lie along axis 0.
@@ -33,8 +35,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return NodePlan(node, activations=(0,), weights=(spec,), per_token=ctx.per_token)
     if b.is_graph_input() and b.const_value is not None:
         return Skip(node, "B is an initializer that is also a graph input, so it may change at run time")
-    if ir.convenience.get_const_tensor(b) is not None:
-        return Skip(node, "B is a constant that is not float32")
+    if (reason := not_float32(b)) is not None:
+        return Skip(node, f"B is {reason}")
     if ctx.mode in ("dynamic", "weight-only"):
         return Skip(node, f"both inputs are activations; {ctx.mode} mode quantizes only constant-weight products")
     if not ctx.quantize_activation_matmul:

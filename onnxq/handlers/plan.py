@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import onnx_ir as ir
 
-__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names"]
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names", "not_float32",
+           "too_small_to_scale", "TINY_WEIGHT"]
+
+# Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
+# range (1.2e-38): the product would come out 0 (or denormal) instead of the float result.
+TINY_WEIGHT = 1e-30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +88,20 @@ def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:
     if tensor is None or tensor.dtype != ir.DataType.FLOAT:
         return None
     return tensor
+
+
+def not_float32(value: ir.Value) -> str | None:
+    """Why a constant weight is not quantized for its type ("a float16 constant"), or None when it is float32."""
+    tensor = ir.convenience.get_const_tensor(value) if value is not None else None
+    if tensor is None or tensor.dtype == ir.DataType.FLOAT:
+        return None
+    name = {"DOUBLE": "float64"}.get(tensor.dtype.name, tensor.dtype.name.lower())
+    return f"a {name} constant; onnxq quantizes float32 weights (convert the model to float32 first)"
+
+
+def too_small_to_scale(tensor: ir.TensorProtocol) -> str | None:
+    """Why a weight stays float when all its values are tiny but not all zero, or None."""
+    largest = float(np.max(np.abs(tensor.numpy()), initial=0.0))
+    if 0.0 < largest < TINY_WEIGHT:
+        return f"largest |weight| is {largest:.3g} (< {TINY_WEIGHT:g}): its quantization scale would underflow float32"
+    return None

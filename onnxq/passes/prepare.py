@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxq.errors import UnsupportedModelError
+from onnxq.errors import ModelLoadError, UnsupportedModelError
 
-__all__ = ["MIN_OPSET", "check_model"]
+__all__ = ["MIN_OPSET", "check_model", "check_weights_finite", "QUANTIZED_OPS"]
 
 # Per-axis QuantizeLinear/DequantizeLinear arrived in opset 13.
 MIN_OPSET = 13
+# Domains onnxruntime implements; an op of any other domain needs a custom-op library onnxq does not load.
+KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft", "ai.onnx.preview.training")
+# Operators that mean the model is quantized already: quantizing it again would stack errors.
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul", "ConvInteger",
+    "QLinearConv", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "GatherBlockQuantized",
+    "QAttention", "QLinearAdd", "QLinearMul", "DynamicQuantizeLSTM", "MatMulBnb4", "MatMulFpQ4",
+})
 
 
 def check_model(model: ir.Model) -> None:
+    """The model's opsets, IR version, operators and wiring are ones onnxq and onnxruntime can work with."""
+    _check_versions(model)
+    _check_wiring(model.graph)
+    _check_operators(model)
+
+
+def _check_versions(model: ir.Model) -> None:
+    if model.ir_version is not None and model.ir_version > onnx.IR_VERSION:
+        raise UnsupportedModelError(
+            f"the model's ir_version {model.ir_version} is newer than onnx {onnx.__version__} knows "
+            f"({onnx.IR_VERSION}) — upgrade onnx and onnxruntime, or re-export with an older onnx")
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if opset is None:
         raise UnsupportedModelError("the model imports no ONNX opset — re-export it with a standard opset (>= 13)")
@@ -26,6 +48,75 @@ def check_model(model: ir.Model) -> None:
         raise UnsupportedModelError(
             f"the model uses opset {opset}, newer than this onnx release knows ({newest}) — upgrade onnx and "
             "onnxruntime, or export with an older opset")
-    if any(node.op_type == "QuantizeLinear" or node.op_type == "DequantizeLinear" for node in model.graph):
-        raise UnsupportedModelError(
-            "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes) — pass the float model")
+
+
+def _check_wiring(graph: ir.Graph) -> None:
+    """Every value the main graph reads or outputs is a graph input, an initializer or a node's output. (Bodies of
+    If / Loop may read the outer graph's values; they are left to onnxruntime.)"""
+    produced_later = {v.name for node in graph for v in node.outputs}
+    seen: set[ir.Node] = set()
+    for node in graph:
+        for value in node.inputs:
+            producer = value.producer() if value is not None else None
+            if producer is not None and producer.graph is graph and producer not in seen:
+                raise ModelLoadError(f"node {node.name or node.op_type!r} ({node.op_type}) reads {value.name!r} "
+                                     "before its producer runs (a cycle, or nodes out of topological order) — "
+                                     "re-export the model")
+        seen.add(node)
+
+    def dangling(value: ir.Value | None) -> bool:
+        return (value is not None and value.producer() is None and not value.is_graph_input()
+                and not value.is_initializer() and value.const_value is None)
+
+    for node in graph:
+        for value in node.inputs:
+            if dangling(value) and value.name:
+                who = f"node {node.name or node.op_type!r} ({node.op_type})"
+                if value.name in produced_later:
+                    raise ModelLoadError(f"{who} reads {value.name!r} before any node produces it (a cycle, or nodes "
+                                         "out of topological order) — re-export the model")
+                raise ModelLoadError(f"{who} reads {value.name!r}, which no node, graph input or initializer "
+                                     "produces — re-export the model with all its weights")
+    for value in graph.outputs:
+        if dangling(value):
+            raise ModelLoadError(f"graph output {value.name!r} is produced by no node, input or initializer — "
+                                 "re-export the model")
+
+
+def _check_operators(model: ir.Model) -> None:
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    functions = set(model.functions)
+    quantized: dict[str, int] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if (node.domain, node.op_type, node.overload) in functions:
+            continue
+        if node.domain not in KNOWN_DOMAINS:
+            raise UnsupportedModelError(
+                f"node {node.name or node.op_type!r} is {node.domain}::{node.op_type}, a custom operator "
+                "onnxruntime runs only with its library, which onnxq does not load — export without it")
+        if node.op_type in QUANTIZED_OPS and node.domain in ("", "ai.onnx", "com.microsoft"):
+            quantized[node.op_type] = quantized.get(node.op_type, 0) + 1
+            continue
+        if node.domain in ("", "ai.onnx"):
+            try:
+                onnx.defs.get_schema(node.op_type, opset, "")
+            except onnx.defs.SchemaError:
+                raise UnsupportedModelError(
+                    f"node {node.name or node.op_type!r} uses {node.op_type!r}, which is not an ONNX operator at "
+                    f"opset {opset} — fix the export") from None
+    if quantized:
+        ops = ", ".join(f"{n} {op}" for op, n in sorted(quantized.items()))
+        raise UnsupportedModelError(f"the model is already quantized (it has {ops}) — pass the float model")
+
+
+def check_weights_finite(plans: Sequence) -> None:
+    """A planned weight holding NaN or Inf: the float model itself computes NaN; refuse rather than quantize it."""
+    for plan in plans:
+        for spec in plan.weights:
+            value = plan.node.inputs[spec.input_index]
+            values = ir.convenience.get_const_tensor(value).numpy()
+            if not np.isfinite(values).all():
+                what = "NaN" if np.isnan(values).any() else "Inf"
+                raise UnsupportedModelError(
+                    f"weight {value.name!r} of {plan.node.op_type} {plan.node.name!r} holds {what} — the float model "
+                    "is broken (its outputs are not finite); fix the export or the training run")

@@ -18,11 +18,15 @@ def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, s
     integer inputs are ones (masks); booleans are True. Only a smoke test: real data says far more."""
     rng = np.random.default_rng(seed)
     bounds = _index_bounds(model)
+    inner = _inner_dims(model)
     batches = []
     for _ in range(count):
         batch = {}
         for spec in specs:
-            shape = tuple(d if isinstance(d, int) else _DYNAMIC_DIM for d in (spec.shape or (_DYNAMIC_DIM,)))
+            dims = list(spec.shape) if spec.shape is not None else [None] * (2 if spec.name in inner else 1)
+            if spec.name in inner and not isinstance(dims[-1], int):
+                dims[-1] = inner[spec.name]  # a MatMul's K, from its constant weight
+            shape = tuple(d if isinstance(d, int) else _DYNAMIC_DIM for d in dims)
             if spec.dtype.kind == "f":
                 batch[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
             elif spec.dtype.kind in "iu" and spec.name in bounds:
@@ -33,6 +37,23 @@ def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, s
                 batch[spec.name] = np.ones(shape, dtype=spec.dtype)
         batches.append(batch)
     return batches
+
+
+def _inner_dims(model: ir.Model) -> dict[str, int]:
+    """Graph inputs fed straight into a MatMul (or Gemm without transA) as A, with a constant 2-D B: its K, which
+    the input's last dimension must match whatever the model declares."""
+    dims: dict[str, int] = {}
+    for value in model.graph.inputs:
+        for node, index in value.uses():
+            trans_a = node.attributes.get("transA")
+            if index != 0 or node.op_type not in ("MatMul", "Gemm") or (trans_a is not None and trans_a.value):
+                continue
+            weight = ir.convenience.get_const_tensor(node.inputs[1])
+            if weight is None or weight.shape is None or len(weight.shape) != 2:
+                continue
+            trans_b = node.attributes.get("transB")
+            dims[value.name] = int(weight.shape[1] if trans_b is not None and trans_b.value else weight.shape[0])
+    return dims
 
 
 def _index_bounds(model: ir.Model) -> dict[str, int]:
