@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from onnxq.cli_args import add_calibration_flags, add_tolerance_flags, config_from_args
@@ -104,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     error): 2 bad input (OnnxqError, or a model onnxruntime refuses), 3 an internal error, 130 interrupted. Outputs
     are written atomically at the end, so none of these leaves a file behind."""
     argv = sys.argv[1:] if argv is None else argv
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM (a CI timeout, kill) cleans up like Ctrl-C
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run(argv)
     except OnnxqError as e:
@@ -123,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"onnxq: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} — rerun "
               "with -v for the traceback and report it", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _run(argv: list[str]) -> int:

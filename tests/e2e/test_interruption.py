@@ -1,0 +1,84 @@
+"""Interrupted runs leave nothing half-written: Ctrl-C during calibration exits 130 with one line and no file; a
+kill (SIGKILL) or SIGTERM while the model is being saved leaves the output path as it was — the model is written
+to a temporary file beside it and renamed only when complete (SIGTERM also removes the temporary file)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+# Run in a child: slow each calibration batch down (so there is time to interrupt it), or make the save stop
+# half-way, and print a marker on stdout when that point is reached.
+CHILD = textwrap.dedent("""
+    import sys, time
+    import onnx_ir
+    import onnxq.progress
+    from onnxq.cli import main
+
+    stage = sys.argv[1]
+    if stage == "calibrate":
+        def slow(self, samples, _first=[True]):
+            if _first:
+                print("MARK", flush=True)
+                _first.clear()
+            time.sleep(0.2)
+        onnxq.progress.ProgressBar.__call__ = slow
+    else:
+        def stuck(model, path, **kwargs):
+            with open(path, "wb") as f:
+                f.write(b"half a model")
+            print("MARK", flush=True)
+            time.sleep(60)
+        onnx_ir.save = stuck
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+def _start(stage: str, args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CHILD, stage, *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_mark(child: subprocess.Popen) -> None:
+    line = child.stdout.readline()  # blocks until the child reaches the point (or dies)
+    assert line.strip() == "MARK", child.stderr.read()
+
+
+def _calibration_run(samples_dir: Path, tmp_path: Path) -> list[str]:
+    return [str(samples_dir / "tiny_transformer.onnx"), "--calib", str(samples_dir / "tiny_transformer_calib.npz"),
+            "--calib-batch-size", "1", "-o", str(tmp_path / "q.onnx")]
+
+
+def test_ctrl_c_during_calibration_exits_130_with_one_line_and_no_file(samples_dir, tmp_path):
+    child = _start("calibrate", _calibration_run(samples_dir, tmp_path))
+    _wait_for_mark(child)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert err.strip().splitlines() == ["onnxq: interrupted; nothing was written"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_kill_while_saving_leaves_the_output_as_it_was(samples_dir, tmp_path, sig):
+    output = tmp_path / "q.onnx"
+    output.write_bytes(b"the previous model")
+    child = _start("save", [str(samples_dir / "mlp.onnx"), "--no-verify", "-o", str(output)])
+    _wait_for_mark(child)
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=60)
+    assert output.read_bytes() == b"the previous model"  # never a partial model at the output path
+    leftovers = [p.name for p in tmp_path.iterdir() if p != output]
+    if sig == signal.SIGTERM:  # handled: a line, exit 130, the temporary file removed
+        assert child.returncode == 130 and err.strip().splitlines()[-1] == "onnxq: interrupted; nothing was written"
+        assert leftovers == []
+    else:  # SIGKILL cannot be handled: at most the hidden temporary file stays beside it
+        assert child.returncode == -signal.SIGKILL
+        assert all(name.startswith(".q.onnx.") and name.endswith(".tmp") for name in leftovers)
+
