@@ -119,7 +119,17 @@ def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError
-            return {k: archive[k] for k in archive.files}
+            arrays = {}
+            for key in archive.files:
+                try:
+                    arrays[key] = archive[key]
+                except ValueError as e:
+                    if "allow_pickle" not in str(e):
+                        raise
+                    raise CalibrationDataError(
+                        f"{what} file {path} holds a Python-object array {key!r}; onnxq never unpickles data — "
+                        "save numeric arrays") from None
+            return arrays
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError):
         raise CalibrationDataError(
             f"{what} file {path} is not a readable .npz archive — save arrays with numpy.savez") from None

@@ -384,7 +384,7 @@ CASES: dict[str, Case] = {
     "truncated calibration cache": Case(_truncated_cache, "cache.json"),
     "calibration cache of another model": Case(_cache_of_another_model, "another model"),
     # -- calibration data
-    "object array (pickle)": Case(lambda w: [_good_model(w), "--calib", _pickled(w)], "object"),
+    "object array (pickle)": Case(lambda w: [_good_model(w), "--calib", _pickled(w)], "never unpickles"),
     "corrupt npz": Case(lambda w: [_good_model(w), "--calib", str(_text(w, "d.npz", "PK\x03\x04 garbage"))],
                         "not a readable .npz"),
     "empty arrays": Case(lambda w: _calib(w, x=np.zeros((0, K), np.float32)), "no samples"),
