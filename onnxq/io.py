@@ -78,8 +78,8 @@ def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None
 def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
     """Refuse, before reading any of it, external data that escapes the model's folder or is not all there."""
     root = base_dir.resolve()
-    tensors = list(proto.graph.initializer)
-    tensors += [t for node in proto.graph.node for a in node.attribute if a.t.data_location for t in [a.t]]
+    tensors = [*proto.graph.initializer, *(a.t for node in proto.graph.node for a in node.attribute
+                                            if a.HasField("t"))]
     for tensor in tensors:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue

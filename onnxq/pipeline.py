@@ -21,8 +21,8 @@ from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
 from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
 from onnxq.passes import check_model
-from onnxq.passes.prepare import check_weights_finite
 from onnxq.passes.apply import apply_plans
+from onnxq.passes.prepare import check_weights_finite
 from onnxq.recipe import choose_recipe
 from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
