@@ -22,7 +22,6 @@ from onnxq.fallback import fall_back
 from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
-from onnxq.passes.prepare import check_weights_finite
 from onnxq.recipe import choose_recipe
 from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
@@ -89,7 +88,6 @@ def quantize(
     plans, skips = plan_model(work.graph, config, mode)
     if not plans:
         raise UnsupportedModelError(_nothing_to_quantize(skips, config))
-    check_weights_finite(plans)
     specs = input_specs(work)
     notes: list[str] = []
     # Read and check given verification data before anything is written: bad input must leave no files behind.

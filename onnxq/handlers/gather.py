@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, too_small_to_scale
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, unusable_weight
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_gather"]
@@ -25,8 +25,8 @@ def plan_gather(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip | None:
         return Skip(node, "table is not 2-D")
     if table.size < MIN_TABLE_ELEMENTS:
         return Skip(node, f"table of {table.size} values is too small to be worth quantizing")
-    if (tiny := too_small_to_scale(table)) is not None:
-        return Skip(node, tiny)
+    if (reason := unusable_weight(node, node.inputs[0], table)) is not None:
+        return Skip(node, reason)
     if ctx.weight_only and table.shape[1] % 2:
         return Skip(node, f"rows of {table.shape[1]} values: 4-bit rows are packed two values a byte (even width)")
     return NodePlan(node, weights=(WeightSpec(0, 0 if ctx.per_channel else None),))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, too_small_to_scale
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
@@ -22,8 +22,8 @@ def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, f"B is {not_float32(b) or 'not a constant float32 weight'}")
     if b_const.shape is None or len(b_const.shape) != 2:
         return Skip(node, "B is not 2-D")
-    if (tiny := too_small_to_scale(b_const)) is not None:
-        return Skip(node, tiny)
+    if (reason := unusable_weight(node, b, b_const)) is not None:
+        return Skip(node, reason)
     trans_a, trans_b = attribute(node, "transA"), attribute(node, "transB")
     alpha, beta = attribute(node, "alpha", 1.0), attribute(node, "beta", 1.0)
     if ctx.mode in ("dynamic", "weight-only") and (trans_a or alpha != 1.0 or beta != 1.0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, too_small_to_scale
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_matmul"]
@@ -26,8 +26,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return Skip(node, f"constant B has rank {len(b_const.shape)}; only 2-D weights [K, N] are quantized")
         if not _is_float(a):
             return Skip(node, f"activation dtype {a.dtype} is not float32")
-        if (tiny := too_small_to_scale(b_const)) is not None:
-            return Skip(node, tiny)
+        if (reason := unusable_weight(node, b, b_const)) is not None:
+            return Skip(node, reason)
         if ctx.weight_only:  # block-wise along K; the output features are axis 1
             return NodePlan(node, weights=(WeightSpec(1, 1),))
         # B is [K, N]: K pairs lie along axis 0.

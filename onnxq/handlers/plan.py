@@ -7,8 +7,10 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from onnxq.errors import UnsupportedModelError
+
 __all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names", "not_float32",
-           "too_small_to_scale", "TINY_WEIGHT"]
+           "unusable_weight", "TINY_WEIGHT"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
 # range (1.2e-38): the product would come out 0 (or denormal) instead of the float result.
@@ -99,9 +101,14 @@ def not_float32(value: ir.Value) -> str | None:
     return f"a {name} constant; onnxq quantizes float32 weights (convert the model to float32 first)"
 
 
-def too_small_to_scale(tensor: ir.TensorProtocol) -> str | None:
-    """Why a weight stays float when all its values are tiny but not all zero, or None."""
+def unusable_weight(node: ir.Node, value: ir.Value, tensor: ir.TensorProtocol) -> str | None:
+    """Why a weight stays float when all its values are tiny but not all zero, or None. NaN or Inf is refused: the
+    float model itself computes NaN, so there is nothing sound to quantize. (One read of the weight for both.)"""
     largest = float(np.max(np.abs(tensor.numpy()), initial=0.0))
+    if not np.isfinite(largest):
+        what = "Inf" if largest == np.inf else "NaN"
+        raise UnsupportedModelError(f"weight {value.name!r} of {node.op_type} {node.name!r} holds {what} — the float "
+                                    "model is broken (its outputs are not finite); fix the export or the training run")
     if 0.0 < largest < TINY_WEIGHT:
         return f"largest |weight| is {largest:.3g} (< {TINY_WEIGHT:g}): its quantization scale would underflow float32"
     return None

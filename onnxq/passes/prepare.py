@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError
 
-__all__ = ["MIN_OPSET", "check_model", "check_weights_finite", "QUANTIZED_OPS"]
+__all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS"]
 
 # Per-axis QuantizeLinear/DequantizeLinear arrived in opset 13.
 MIN_OPSET = 13
@@ -108,15 +105,3 @@ def _check_operators(model: ir.Model) -> None:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(quantized.items()))
         raise UnsupportedModelError(f"the model is already quantized (it has {ops}) — pass the float model")
 
-
-def check_weights_finite(plans: Sequence) -> None:
-    """A planned weight holding NaN or Inf: the float model itself computes NaN; refuse rather than quantize it."""
-    for plan in plans:
-        for spec in plan.weights:
-            value = plan.node.inputs[spec.input_index]
-            values = ir.convenience.get_const_tensor(value).numpy()
-            if not np.isfinite(values).all():
-                what = "NaN" if np.isnan(values).any() else "Inf"
-                raise UnsupportedModelError(
-                    f"weight {value.name!r} of {plan.node.op_type} {plan.node.name!r} holds {what} — the float model "
-                    "is broken (its outputs are not finite); fix the export or the training run")
