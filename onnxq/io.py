@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import ctypes.util
+import functools
 import logging
+import mmap
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,7 +21,8 @@ from google.protobuf.message import DecodeError
 
 from onnxq.errors import ModelLoadError, OutputPathError
 
-__all__ = ["load_model", "save_model", "check_output_path", "model_size_bytes", "external_data_files", "OrtModel"]
+__all__ = ["load_model", "save_model", "check_output_path", "model_size_bytes", "external_data_files", "OrtModel",
+           "page_out", "trim_heap"]
 
 logger = logging.getLogger(__name__)
 
@@ -215,10 +222,18 @@ _INLINE_TYPES = (ir.DataType.STRING, ir.DataType.INT4, ir.DataType.UINT4)
 
 
 class OrtModel:
-    """A model as onnxruntime.InferenceSession takes it without copying the weights twice: the serialized graph
-    declares each sizeable initializer as external data, and ORT receives the tensors' own (possibly memory-mapped)
-    buffers through SessionOptions.add_external_initializers. No protobuf copy of the weights, no temporary
-    files, and no 2 GB limit."""
+    """A model as onnxruntime.InferenceSession takes it without copying the weights: the serialized graph declares
+    each sizeable initializer as external data and ORT receives the tensors' own (possibly memory-mapped) buffers.
+    No protobuf copy of the weights, no files written, no 2 GB limit.
+
+    How the buffers reach ORT depends on the session:
+    - no graph optimizations (calibration, the float reference, the exact quantization, sensitivity): shared
+      through SessionOptions.add_initializer with pre-packing off, so ORT computes on our buffers in place. Every
+      such session, and onnx_ir itself, reads one memory map of the model's data file: the float weights are
+      resident once however many sessions hold them.
+    - graph optimizations on (the deployed kernels): through add_external_initializers, which copies. Optimizers
+      may read or fold an initializer's data, so ORT must own it; pre-packing then replaces the quantized weights
+      with the kernels' own layout, as deployed."""
 
     _MIN_EXTERNAL_BYTES = 1024
 
@@ -226,7 +241,7 @@ class OrtModel:
         light = model.clone()
         _prepare_for_save(light)
         self.names: list[str] = []
-        self.arrays: list[np.ndarray] = []  # kept alive for as long as the session uses them
+        self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
         for name, value in light.graph.initializers.items():
             tensor = value.const_value
             # Strings, and 4-bit types (ORT makes no OrtValue from their numpy arrays), stay in the graph.
@@ -234,13 +249,65 @@ class OrtModel:
                 continue
             self.names.append(name)
             self.arrays.append(np.ascontiguousarray(tensor.numpy()))
-            value.const_value = ir.ExternalTensor("onnxq-in-memory", 0, tensor.nbytes, tensor.dtype,
-                                                  shape=tensor.shape, name=name)
+            value.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+                                                  name=name)
         self.proto_bytes = ir.serde.serialize_model(light).SerializeToString()
 
     def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-        if self.names:
-            options.add_external_initializers(self.names, [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays])
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays]
+        if options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            # ORT checks that an external location exists before it sees that add_initializer supplies the
+            # tensor; the placeholder is an empty file, so a read of it would fail loudly, never give wrong data.
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                             str(_placeholder_folder()))
+            options.add_session_config_entry("session.disable_prepacking", "1")  # packing copies the weights
+            # The default order runs every node whose inputs are all initializers first: every weight's
+            # DequantizeLinear, holding all the float weights at once. Priority order keeps them next to their use.
+            options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+            for name, value in zip(self.names, values):
+                options.add_initializer(name, value)
+        elif self.names:
+            options.add_external_initializers(self.names, values)
         session = ort.InferenceSession(self.proto_bytes, options, providers=providers)
-        session._onnxq_buffers = self.arrays  # the session reads these buffers: tie their lifetime to it
+        session._onnxq_buffers = (self.arrays, values)  # the session reads these buffers: tie their lifetime to it
         return session
+
+
+_PLACEHOLDER = "onnxq-shared-initializer"
+
+
+@functools.cache
+def _placeholder_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="onnxq-"))
+    (folder / _PLACEHOLDER).touch()
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def page_out(source: ir.Model | ir.TensorProtocol) -> None:
+    """Drop a model's (or one tensor's) memory-mapped external data from this process's resident memory. It stays
+    valid: the next read faults it back in from the file, through the page cache. So the float weights a phase
+    has read are not counted next to what the next phase builds."""
+    if not hasattr(mmap, "MADV_DONTNEED"):  # not Linux / macOS: leave it to the OS
+        return
+    tensors = ([v.const_value for v in source.graph.initializers.values()] if isinstance(source, ir.Model)
+               else [source])
+    for tensor in tensors:
+        if isinstance(tensor, ir.ExternalTensor) and tensor.raw is not None:
+            tensor.raw.madvise(mmap.MADV_DONTNEED)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to call
+        return None
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free pages back to the OS. glibc keeps what ORT sessions freed (their weight copies and
+    pre-packed buffers), which would otherwise be counted under the next phase's float weights."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

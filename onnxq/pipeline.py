@@ -19,9 +19,11 @@ from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
-from onnxq.io import check_output_path, external_data_files, load_model, model_size_bytes, save_model
+from onnxq.io import (check_output_path, external_data_files, load_model, model_size_bytes, page_out,
+                      save_model, trim_heap)
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
+from onnxq.passes.builder import shared_weight_quantization
 from onnxq.recipe import choose_recipe
 from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
@@ -72,6 +74,14 @@ def quantize(
         be this model's), else written after calibrating, with histograms, for every candidate activation.
     progress: called with the number of samples after each calibration batch.
     """
+    with shared_weight_quantization():
+        return _quantize(model, calibration, output, config, verify_data, calibration_cache, progress)
+
+
+def _quantize(model: ModelInput, calibration: DataSource | None, output: str | os.PathLike | None,
+              config: QuantConfig | None, verify_data: DataSource | None,
+              calibration_cache: str | os.PathLike | CalibrationSummary | None,
+              progress: Callable[[int], None] | None) -> QuantResult:
     config = config or QuantConfig()
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -126,6 +136,7 @@ def quantize(
                                                             verify_data, calibration_cache, holdout, progress,
                                                             notes)
         timings["calibrate"] = time.perf_counter() - start
+    page_out(reference)  # the rewrite reads each float weight once
     start = time.perf_counter()
     rewritten = apply_plans(work, plans, ranges, config, mode, moments)
     bias_fallbacks = rewritten.bias_fallbacks
@@ -138,8 +149,7 @@ def quantize(
     if config.verify.enabled:
         start = time.perf_counter()
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
-        float_source = input_path or reference
-        ref = Reference(float_source, batches)
+        ref = Reference(reference, batches)  # shares the float weights' memory map with every other session
         placement = quantized_nodes(work) if config.verify.check_kernels else None
         verification = verify_models(ref, work, config.verify, label, placement, config.target)
         timings["verify"] = time.perf_counter() - start
@@ -163,6 +173,7 @@ def quantize(
             timings["recipe"] = time.perf_counter() - start
         elif config.recipe == "auto":
             notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
+        trim_heap()  # the verification sessions' buffers are free: do not count them under the next phase
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
@@ -195,6 +206,7 @@ def quantize(
     speed = ()
     if config.verify.enabled and config.verify.check_speed:
         start = time.perf_counter()
+        page_out(reference)
         speed = check_speed(input_path or reference, work, batches[0], resolve_providers(config.verify.providers)[0])
         for check in speed:
             if not check.faster:
@@ -205,6 +217,7 @@ def quantize(
     saved, written = None, []
     if output is not None:
         start = time.perf_counter()
+        page_out(reference)  # the float weights are not needed to save the quantized model
         written = save_model(work, output, protected=set(input_files))
         saved = written[0]
         timings["save"] = time.perf_counter() - start

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxq.config import QScheme
+from onnxq.io import page_out
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import quantize_pair_limited
 
-__all__ = ["QuantizedWeight", "GraphBuilder"]
+__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization"]
+
+# (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
+_Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
+_MEMO: contextvars.ContextVar[_Memo | None] = contextvars.ContextVar("onnxq_weight_memo", default=None)
+
+
+@contextlib.contextmanager
+def shared_weight_quantization():
+    """Within it, every graph rewritten from the same float weights (clones share their tensors: the model, the
+    sensitivity twins, each fallback probe) reuses each weight's int8 array: quantized once, held once."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,14 +85,8 @@ class GraphBuilder:
         pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs)."""
         key = (id(value), axis, transpose, pair_limit_axis)
         if key not in self._weights:
-            array = ir.convenience.get_const_tensor(value).numpy().astype(np.float32, copy=False)
-            if transpose:
-                array = np.ascontiguousarray(array.T)
-            qparams = _weight_qparams(array, axis, self.weight_scheme)
-            if pair_limit_axis is None:
-                quantized = quantize(array, qparams)
-            else:
-                quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
+            quantized, qparams = self._quantize(ir.convenience.get_const_tensor(value), axis, transpose,
+                                                pair_limit_axis)
             base = value.name or "weight"
             self._weights[key] = QuantizedWeight(
                 quantized=self.initializer(f"{base}_quantized", quantized),
@@ -83,6 +95,26 @@ class GraphBuilder:
                 qparams=qparams,
             )
         return self._weights[key]
+
+    def _quantize(self, tensor: ir.TensorProtocol, axis: int | None, transpose: bool,
+                  pair_limit_axis: int | None) -> tuple[np.ndarray, QParams]:
+        memo = _MEMO.get()
+        key = (id(tensor), axis, transpose, pair_limit_axis, self.weight_scheme)
+        if memo is not None and key in memo:
+            return memo[key][1:]
+        array = tensor.numpy().astype(np.float32, copy=False)
+        if transpose:
+            array = np.ascontiguousarray(array.T)
+        qparams = _weight_qparams(array, axis, self.weight_scheme)
+        if pair_limit_axis is None:
+            quantized = quantize(array, qparams)
+        else:
+            quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
+        page_out(tensor)  # a memory-mapped float weight is not read again here
+        if memo is not None:
+            quantized.flags.writeable = False  # shared by graphs: a write would change them all
+            memo[key] = (tensor, quantized, qparams)  # the tensor is held so that its id stays its own
+        return quantized, qparams
 
     def dequantized_weight(self, value: ir.Value, axis: int | None, before: ir.Node,
                            pair_limit_axis: int | None = None) -> QuantizedWeight:

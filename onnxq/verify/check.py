@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from onnxq.calibration.data import Batch, samples_in
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
-from onnxq.io import load_model
+from onnxq.io import load_model, page_out
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.metrics import MetricsAccumulator
 from onnxq.verify.outcome import OutputCheck, failures_for
@@ -102,6 +102,7 @@ class Reference:
     kept while small enough."""
 
     def __init__(self, float_model: ModelSource, batches: Sequence[Batch]) -> None:
+        self.float_model = float_model
         self.session = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
         self.batches = list(batches)
@@ -126,6 +127,14 @@ class Reference:
     def samples(self) -> int:
         return sum(samples_in(b) for b in self.batches)
 
+    def prefetch(self) -> None:
+        """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized
+        sessions that follow are not resident beside them (they come back from the file if needed again)."""
+        for _ in self:
+            pass
+        if self._cache is not None and isinstance(self.float_model, ir.Model):
+            page_out(self.float_model)
+
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
                   quantized_nodes: Mapping[str, str] | None = None, target: str = "portable") -> Verification:
@@ -134,6 +143,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     target: the CPUs the model is meant for; each is checked by running, by the exact quantization or by
     emulation (verify.coverage), and gates like the providers do."""
     providers, unavailable = resolve_providers(config.providers)
+    reference.prefetch()
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
     accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
     agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
