@@ -11,6 +11,7 @@ import mmap
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -85,9 +86,7 @@ def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None
 def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
     """Refuse, before reading any of it, external data that escapes the model's folder or is not all there."""
     root = base_dir.resolve()
-    tensors = [*proto.graph.initializer, *(a.t for node in proto.graph.node for a in node.attribute
-                                            if a.HasField("t"))]
-    for tensor in tensors:
+    for tensor in _all_tensors(proto):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
@@ -123,6 +122,25 @@ def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
                                  "file belongs to another model")
 
 
+def _all_tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor the model holds: initializers and tensor attributes, in subgraphs (If / Loop / Scan bodies)
+    and functions too."""
+    graphs, nodes = [proto.graph], [node for function in proto.functions for node in function.node]
+    while graphs or nodes:
+        if graphs:
+            graph = graphs.pop()
+            yield from graph.initializer
+            nodes.extend(graph.node)
+            continue
+        for attribute in nodes.pop().attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                graphs.append(attribute.g)
+            graphs.extend(attribute.graphs)
+
+
 def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
     try:
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
@@ -136,15 +154,17 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
 def external_data_files(model: ir.Model) -> set[Path]:
     """The external data files the model's tensors point at."""
     files = set()
-    for value in model.graph.initializers.values():
-        tensor = value.const_value
-        if isinstance(tensor, ir.ExternalTensor):
-            files.add(Path(tensor.base_dir) / tensor.location)
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                files.add(Path(tensor.base_dir) / tensor.location)
     return files
 
 
 def model_size_bytes(model: ir.Model) -> int:
-    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    return sum(v.const_value.nbytes for graph in model.graphs() for v in graph.initializers.values()
+               if v.const_value is not None)
 
 
 def _prepare_for_save(model: ir.Model) -> None:
@@ -209,13 +229,14 @@ def _umask() -> int:
     return mask
 
 
-def _inline_external_tensors(model: ir.Model) -> None:
+def _inline_external_tensors(model: ir.Model, graphs: Iterable[ir.Graph] | None = None) -> None:
     """Saved without external_data, an external tensor would keep pointing at the input's data file; load it
-    into the model instead (it fits: the whole model is under 2 GB)."""
-    for value in model.graph.initializers.values():
-        tensor = value.const_value
-        if isinstance(tensor, ir.ExternalTensor):
-            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+    into the model instead (it fits: the whole model is under 2 GB). Subgraphs (If / Loop / Scan bodies) too."""
+    for graph in model.graphs() if graphs is None else graphs:
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
 
 
 _INLINE_TYPES = (ir.DataType.STRING, ir.DataType.INT4, ir.DataType.UINT4)
@@ -240,6 +261,8 @@ class OrtModel:
     def __init__(self, model: ir.Model) -> None:
         light = model.clone()
         _prepare_for_save(light)
+        # Only the main graph's initializers can be handed over; a body's external tensors go in the graph.
+        _inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
         self.names: list[str] = []
         self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
         for name, value in light.graph.initializers.items():

@@ -117,22 +117,38 @@ def _external(work: Path, location: str, offset: int = 0, length: int | None = N
     """The weight stored as external data at `location` (relative to the model's folder), written at `offset`;
     the model may declare another offset or length than the file has."""
     model = matmul_model()
-    tensor = model.graph.initializer[0]
-    raw = numpy_helper.to_array(tensor).tobytes()
-    tensor.ClearField("float_data")
-    tensor.ClearField("raw_data")
-    tensor.data_location = TensorProto.EXTERNAL
-    entries = {"location": location, "offset": str(offset if declared_offset is None else declared_offset),
-               "length": str(len(raw) if length is None else length)}
-    for key, value in entries.items():
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
+    declared = offset if declared_offset is None else declared_offset
+    raw = _make_external(model.graph.initializer[0], location, declared, length)
     models = work / "models"
     models.mkdir(exist_ok=True)
     if write_data:
         target = Path(location) if os.path.isabs(location) else models / location
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(b"\0" * offset + raw)
+    return [save(model, models / "m.onnx")]
+
+
+def _make_external(tensor: TensorProto, location: str, offset: int = 0, length: int | None = None) -> bytes:
+    """Declare the tensor's data external (at location, offset, length); return the bytes it held."""
+    raw = numpy_helper.to_array(tensor).tobytes()
+    tensor.ClearField("float_data")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entries = {"location": location, "offset": str(offset), "length": str(len(raw) if length is None else length)}
+    for key, value in entries.items():
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return raw
+
+
+def _external_in_body(work: Path, location: str, length: int | None = None) -> list[str]:
+    """The If's then-branch weight stored as external data (the data file written beside the model)."""
+    model = _subgraph_model("If")
+    then_branch = next(a.g for a in model.graph.node[-1].attribute if a.name == "then_branch")
+    raw = _make_external(then_branch.initializer[0], location, length=length)
+    models = work / "models"
+    models.mkdir(exist_ok=True)
+    (models / location).write_bytes(raw)
     return [save(model, models / "m.onnx")]
 
 
@@ -365,6 +381,11 @@ CASES: dict[str, Case] = {
     "external data past the end": Case(lambda w: _external(w, "w.bin", length=K * N * 4 * 2), "past the end"),
     "external data offset past the end": Case(lambda w: _external(w, "w.bin", declared_offset=10**9), "past the end"),
     "external data missing": Case(lambda w: _external(w, "w.bin", write_data=False), "is missing"),
+    # The body stays float; its weight is read from beside the input and stored in the output itself.
+    "external data in an If body": Case(lambda w: _external_in_body(w, "bw.bin"), check=_runs({"MatMul": 0})),
+    "external data .. in an If body": Case(lambda w: _external_in_body(w, "../bw.bin"), "outside the model's"),
+    "external data past the end in an If body": Case(lambda w: _external_in_body(w, "bw.bin", length=N * N * 8),
+                                                     "past the end"),
     # -- output paths
     "output = input": Case(lambda w: [_good_model(w), "-o", str(w / "m.onnx")], "would overwrite the input"),
     "output folder missing": Case(lambda w: [_good_model(w), "-o", str(w / "no" / "q.onnx")], "does not exist"),

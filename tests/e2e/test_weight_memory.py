@@ -1,0 +1,136 @@
+"""How onnxq keeps a big model's weights in memory once: ORT sessions without graph optimizations compute on the
+weights' own memory map (no copy), the float pages can be dropped between phases, the exact quantization's
+DequantizeLinear nodes run next to their MatMul (not all first), and a weight is quantized once per run however
+many graphs are rewritten from it. Linux only (reads /proc/self/status). The end-to-end figure, peak RSS of a
+2.28 GB model, is tests/e2e/test_large_model.py (slow)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from large_model import write_large_model
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxq.config import QScheme
+from onnxq.io import OrtModel, load_model, page_out
+from onnxq.passes.builder import GraphBuilder, shared_weight_quantization
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+
+MB = 2**20
+
+
+def _rss() -> dict[str, int]:
+    """Resident anonymous memory and resident file pages, in bytes."""
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return {key: int(fields[key].split()[0]) * 1024 for key in ("RssAnon", "RssFile")}
+
+
+def _session(model: OrtModel, optimize: bool) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return model.session(options, ["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    """8 × 2048² float32 weights (128 MiB) in an external data file, loaded lazily."""
+    folder = tmp_path_factory.mktemp("mapped")
+    model = load_model(write_large_model(folder, layers=8, width=2048))
+    x = np.random.default_rng(0).standard_normal((2, 2048)).astype(np.float32)
+    expected = x
+    for value in model.graph.initializers.values():
+        expected = expected @ value.const_value.numpy()
+    return model, x, expected
+
+
+def test_unoptimized_sessions_compute_on_the_memory_map_without_a_copy(mapped):
+    model, x, expected = mapped
+    weights = 8 * 2048 * 2048 * 4
+    shared = OrtModel(model)
+    page_out(model)  # the fixture read the weights
+    before = _rss()
+    first, second = _session(shared, optimize=False), _session(shared, optimize=False)
+    for session in (first, second):
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+    after = _rss()
+    # Two sessions, and the weights are resident once: as file pages, not as ORT's own copies.
+    assert after["RssAnon"] - before["RssAnon"] < 0.15 * weights  # measured ~1 MiB
+    assert after["RssFile"] - before["RssFile"] > 0.9 * weights  # the map, read once for both
+    assert after["RssFile"] - before["RssFile"] < 1.1 * weights
+    # With optimizations ORT owns its copy (optimizers may read the data): here the copy is counted.
+    copied = _session(shared, optimize=True)
+    copied.run(None, {"x": x})
+    assert _rss()["RssAnon"] - after["RssAnon"] > 0.9 * weights
+    del copied
+
+
+def test_paged_out_weights_leave_resident_memory_and_come_back_intact(mapped):
+    model, x, expected = mapped
+    weights = 8 * 2048 * 2048 * 4
+    session = _session(OrtModel(model), optimize=False)
+    session.run(None, {"x": x})
+    resident = _rss()["RssFile"]
+    page_out(model)
+    assert resident - _rss()["RssFile"] > 0.9 * weights
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)  # read back
+
+
+def _dequantize_chain(layers: int, width: int) -> tuple[onnx.ModelProto, np.ndarray]:
+    """x → (DequantizeLinear(int8 w_i) → MatMul) × layers, each weight's DequantizeLinear listed before its MatMul
+    and depending only on initializers, as the exact quantization has them."""
+    rng = np.random.default_rng(0)
+    nodes, initializers, previous = [], [], "x"
+    for i in range(layers):
+        w = rng.integers(-127, 128, (width, width), dtype=np.int8)
+        initializers += [numpy_helper.from_array(w, f"w{i}"),
+                         numpy_helper.from_array(np.array(1 / (127 * np.sqrt(width)), np.float32), f"s{i}")]
+        nodes += [helper.make_node("DequantizeLinear", [f"w{i}", f"s{i}"], [f"f{i}"]),
+                  helper.make_node("MatMul", [previous, f"f{i}"], [f"h{i}"])]
+        previous = f"h{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, width])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [2, width])], initializers)
+    x = rng.standard_normal((2, width)).astype(np.float32)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), x
+
+
+def test_exact_quantization_dequantizes_each_weight_next_to_its_use():
+    layers, width = 16, 2048
+    proto, x = _dequantize_chain(layers, width)
+    session = _session(OrtModel(ir.serde.deserialize_model(proto)), optimize=False)
+    before = _rss()["RssAnon"]
+    session.run(None, {"x": x})
+    # ORT's default order would run all 16 DequantizeLinear nodes first: 16 float weights (256 MiB) at once.
+    all_float = layers * width * width * 4
+    assert _rss()["RssAnon"] - before < 0.25 * all_float  # measured: about two float weights
+
+
+def test_a_weight_is_quantized_once_per_run_for_every_graph_made_from_it(rng):
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, [2, 64])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (64, 64)).astype(np.float32), name="w"))
+    y = tape.op("MatMul", [x, w])
+    model = ir.Model(ir.Graph([x], [y], nodes=tape.nodes, initializers=tape.initializers,
+                              opset_imports={"": 17}), ir_version=8)
+
+    def quantized(clone: ir.Model) -> np.ndarray:
+        builder = GraphBuilder(clone.graph, QScheme())
+        return builder.quantized_weight(clone.graph.initializers["w"], axis=1).quantized.const_value.numpy()
+
+    with shared_weight_quantization():
+        first, second = quantized(model.clone()), quantized(model.clone())
+        assert first is second and not first.flags.writeable  # one array, read-only: shared by both graphs
+        other_axis = GraphBuilder(model.clone().graph, QScheme()).quantized_weight(
+            model.graph.initializers["w"], axis=None).quantized.const_value.numpy()
+        assert other_axis is not first  # another layout is another entry
+    outside = quantized(model.clone())
+    assert outside is not first
+    np.testing.assert_array_equal(outside, first)
