@@ -33,7 +33,13 @@ def _pairs(q: np.ndarray, k_axis: int) -> tuple[np.ndarray, np.ndarray]:
 
 def pair_sum_violations(q: np.ndarray, k_axis: int, limit: int = PAIR_LIMIT) -> np.ndarray:
     """Boolean [K // 2, ...]: the pairs whose same-sign sum exceeds the limit (those that can saturate)."""
-    even, odd = _pairs(q.astype(np.int16), k_axis)  # |sums| ≤ 256: int16 holds them
+    even, odd = _pairs(q, k_axis)
+    if limit >= 127:
+        # A mixed-sign pair, or one with a zero, sums to within [-128, 127]: beyond ±limit only a same-sign
+        # pair can go, and its sum is then its same-sign sum. One int16 add instead of four.
+        total = np.add(even, odd, dtype=np.int16)
+        return (total > limit) | (total < -limit)
+    even, odd = even.astype(np.int16), odd.astype(np.int16)  # |sums| ≤ 256: int16 holds them
     positive = np.maximum(even, 0) + np.maximum(odd, 0)
     negative = np.minimum(even, 0) + np.minimum(odd, 0)
     return (positive > limit) | (negative < -limit)
@@ -45,19 +51,23 @@ def limit_pair_sums(q: np.ndarray, real: np.ndarray, k_axis: int, limit: int = P
     A violating pair has both values of one sign (a mixed pair is bounded by one value, ≤ 127): its real values
     (r0, r1) are projected onto |r0 + r1| = limit and rounded so that the integers add to exactly ±limit."""
     out = np.array(q, copy=True)
-    bad = pair_sum_violations(out, k_axis, limit)
+    _limit_in_place(out, real, k_axis, limit)
+    return out
+
+
+def _limit_in_place(q: np.ndarray, real: np.ndarray, k_axis: int, limit: int) -> None:
+    bad = pair_sum_violations(q, k_axis, limit)
     if not bad.any():
-        return out
-    q_even, q_odd = _pairs(out, k_axis)  # views into out
-    r_even, r_odd = _pairs(np.asarray(real, dtype=np.float64), k_axis)
+        return
+    q_even, q_odd = _pairs(q, k_axis)  # views into q
+    r_even, r_odd = _pairs(real, k_axis)
     sign = np.sign(q_even[bad].astype(np.int32))
-    a0 = np.clip(np.abs(r_even[bad]), 0, 127)
-    a1 = np.clip(np.abs(r_odd[bad]), 0, 127)
+    a0 = np.clip(np.abs(r_even[bad].astype(np.float64)), 0, 127)
+    a1 = np.clip(np.abs(r_odd[bad].astype(np.float64)), 0, 127)
     # Projection onto a0 + a1 = limit keeps a0 - a1: a0' = (a0 - a1 + limit) / 2; both stay in [1, 127].
     new0 = np.clip(np.rint((a0 - a1 + limit) / 2), limit - 127, 127)
-    q_even[bad] = (sign * new0).astype(out.dtype)
-    q_odd[bad] = (sign * (limit - new0)).astype(out.dtype)
-    return out
+    q_even[bad] = (sign * new0).astype(q.dtype)
+    q_odd[bad] = (sign * (limit - new0)).astype(q.dtype)
 
 
 # Scale widenings tried per channel: 1 (full range, pairs limited) to 2 (7 bits: the limit never binds).
@@ -73,18 +83,22 @@ def quantize_pair_limited(x: np.ndarray, qparams: QParams, k_axis: int) -> tuple
     axis = qparams.axis
     other_axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
     best_q = best_scale = best_err = None
+    q = np.empty(x.shape, np.int8)
     for widening in _WIDENINGS:
         scale = (qparams.scale.astype(np.float64) * widening).astype(np.float32)
         real = x / broadcast_along(scale, x.ndim, axis)  # as quantize() computes it (zero point 0)
-        q = np.clip(np.rint(real), -128, 127).astype(np.int8)
-        q = limit_pair_sums(q, real, k_axis)
+        rounded = np.rint(real)
+        np.clip(rounded, -128, 127, out=rounded)
+        q[...] = rounded
+        del rounded
+        _limit_in_place(q, real, k_axis, PAIR_LIMIT)
         real -= q  # the rounding error in units of the scale; its square times scale² is the weight error
         err = np.square(real, out=real).sum(axis=other_axes) * np.square(scale.astype(np.float64))
         if best_err is None:
-            best_q, best_scale, best_err = q, scale, err
+            best_q, best_scale, best_err = q.copy(), scale, err
             continue
         better = err < best_err
-        best_q = np.where(broadcast_along(better, x.ndim, axis), q, best_q)
+        np.copyto(best_q, q, where=broadcast_along(better, x.ndim, axis))
         best_scale = np.where(better, scale, best_scale)
         best_err = np.where(better, err, best_err)
     return best_q, QParams(np.asarray(best_scale, dtype=np.float32), qparams.zero_point, axis)
