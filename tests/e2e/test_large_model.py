@@ -2,8 +2,8 @@
 (calibration, verification, sensitivity), in a peak RSS of at most 1.5 × its size: the float weights stay in
 their memory map, shared by every ONNX Runtime session, and are paged out between phases.
 
-Slow: ~2 min on the 2-core AVX2 machine (101 s in the child, ~40 s of it the AVX2-safe weight search), 2.3 GB written to
-tmp_path plus the 0.57 GB result; ~3 GB of RAM in the child."""
+Slow: ~2 min on the 2-core AVX2 machine (101 s in the child, ~40 s of it the AVX2-safe weight search); 2.3 GB
+written to tmp_path plus the 0.57 GB result; ~3 GB of RAM in the child."""
 
 from __future__ import annotations
 
