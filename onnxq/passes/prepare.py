@@ -28,12 +28,16 @@ def check_model(model: ir.Model) -> None:
     _check_operators(model)
 
 
+def _onnx_opset(model: ir.Model) -> int | None:
+    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+
+
 def _check_versions(model: ir.Model) -> None:
     if model.ir_version is not None and model.ir_version > onnx.IR_VERSION:
         raise UnsupportedModelError(
             f"the model's ir_version {model.ir_version} is newer than onnx {onnx.__version__} knows "
             f"({onnx.IR_VERSION}) — upgrade onnx and onnxruntime, or re-export with an older onnx")
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    opset = _onnx_opset(model)
     if opset is None:
         raise UnsupportedModelError("the model imports no ONNX opset — re-export it with a standard opset (>= 13)")
     if opset < MIN_OPSET:
@@ -81,7 +85,7 @@ def _check_wiring(graph: ir.Graph) -> None:
 
 
 def _check_operators(model: ir.Model) -> None:
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    opset = _onnx_opset(model)
     functions = set(model.functions)
     quantized: dict[str, int] = {}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):

@@ -129,10 +129,12 @@ class Reference:
 
     def prefetch(self) -> None:
         """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized
-        sessions that follow are not resident beside them (they come back from the file if needed again)."""
+        sessions that follow are not resident beside them (they come back from the file if needed again). Stops
+        as soon as they are too big to keep: they will be computed batch by batch during the check."""
         for _ in self:
-            pass
-        if self._cache is not None and isinstance(self.float_model, ir.Model):
+            if self._cache is None:
+                return
+        if isinstance(self.float_model, ir.Model):
             page_out(self.float_model)
 
 
