@@ -8,12 +8,15 @@ import logging
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
-from onnxq.cli_args import add_calibration_flags, add_tolerance_flags, config_from_args
+from onnxq.cli_args import Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args
 from onnxq.commands import SUBCOMMANDS
-from onnxq.errors import OnnxqError, OutputPathError
+from onnxq.errors import ConfigError, OnnxqError, one_line
 from onnxq.html_report import render_html
+from onnxq.io import run_files, write_output
+from onnxq.io.faults import sigbus_as_error
 from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.progress import ProgressBar, count_samples
@@ -33,10 +36,11 @@ EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m onnxq",
         description="Quantize a float ONNX model to int8 (MatMul/Gemm/Gather) and verify it on ONNX Runtime.",
-        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input. Other commands: "
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 130 "
+               "interrupted. Other commands: "
                "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "
                "quantized model); each takes --help.")
     p.add_argument("model", help="float .onnx model")
@@ -97,70 +101,77 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time float vs quantized on each provider; warn when the quantized model is not faster")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does")
+    add_verbose_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Every failure ends in one line on stderr and an exit code, never a traceback (-v shows one for an internal
-    error): 2 bad input (OnnxqError, or a model onnxruntime refuses), 3 an internal error, 130 interrupted. Outputs
-    are written atomically at the end, so none of these leaves a file behind."""
+    """Every failure ends in one line on stderr and an exit code, never a traceback (-v prints one above the line for
+    an internal error; the exit code stays 3): 2 bad input (OnnxqError, or a model onnxruntime refuses), 3 an
+    internal error, 130 interrupted. Outputs are staged and moved into place only when the run succeeds, so none of
+    these leaves a file behind."""
     argv = sys.argv[1:] if argv is None else argv
+    verbose = "-v" in argv or "--verbose" in argv
     previous = None
     if threading.current_thread() is threading.main_thread():  # SIGTERM (a CI timeout, kill) cleans up like Ctrl-C
         previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return _run(argv)
+        with sigbus_as_error():
+            return _run(argv, verbose)
     except OnnxqError as e:
-        print(f"onnxq: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(f"onnxq: error: {e}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        print("onnxq: interrupted; nothing was written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _fail("onnxq: interrupted; nothing was written", EXIT_INTERRUPTED)
     except _ORT_ERRORS as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"onnxq: error: onnxruntime cannot run the model: {first.removeprefix('[ONNXRuntimeError] : ')}",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(f"onnxq: error: onnxruntime cannot run the model: {first.removeprefix('[ONNXRuntimeError] : ')}",
+                     EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 — the one place that turns a bug into a line instead of a traceback
-        if "-v" in argv or "--verbose" in argv:
-            raise
-        print(f"onnxq: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} — rerun "
-              "with -v for the traceback and report it", file=sys.stderr)
-        return EXIT_INTERNAL
+        if verbose:
+            traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        hint = "the traceback is above" if verbose else "rerun with -v for the traceback"
+        return _fail(f"onnxq: internal error: {type(e).__name__}: {first} — {hint} and report it", EXIT_INTERNAL)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(line: str, code: int) -> int:
+    print(one_line(line), file=sys.stderr)
+    return code
 
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _run(argv: list[str]) -> int:
+def _run(argv: list[str], verbose: bool) -> int:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     if argv and argv[0] in SUBCOMMANDS:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
         return SUBCOMMANDS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
-    progress = None
-    try:
+    with run_files() as files:  # every output checked now, written together at the end (or none)
+        if args.config:
+            files.read(args.config, "the config file", ConfigError)
+        for path, flag in ((args.report, "--report"), (args.html, "--html")):
+            if path:
+                files.claim(path, flag)
         config = config_from_args(args)
-        for side_file in (args.report, args.html):  # checked now: they are written after the model
-            if side_file and not Path(side_file).absolute().parent.is_dir():
-                raise OutputPathError(f"the folder of {side_file} does not exist — create it or choose another path")
         output = Path(args.output) if args.output else default_output_path(args.model)
         progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
-        result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,
-                          calibration_cache=args.calib_cache, progress=progress)
-    finally:
-        if progress is not None:
+        try:
+            result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,
+                              calibration_cache=args.calib_cache, progress=progress)
+        finally:
             progress.close()
-    report = result.report
-    if args.report:
-        Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    if args.html:
-        Path(args.html).write_text(render_html(report))
+        report = result.report
+        if args.report:
+            text = json.dumps(report.to_dict(), indent=2) + "\n"
+            write_output(args.report, lambda staged: staged.write_text(text))
+        if args.html:
+            page = render_html(report)
+            write_output(args.html, lambda staged: staged.write_text(page))
     if args.quiet:
         print(f"onnxq: wrote {result.output}; " + {None: "not verified", True: "within tolerance",
                                                    False: "OUT OF TOLERANCE"}[report.passed])

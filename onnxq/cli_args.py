@@ -8,7 +8,20 @@ import dataclasses
 from onnxq.config import QScheme, QuantConfig, VerifyConfig
 from onnxq.errors import ConfigError
 
-__all__ = ["add_tolerance_flags", "add_calibration_flags", "config_from_args", "verify_config_from_args"]
+__all__ = ["Parser", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
+           "verify_config_from_args"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (the usage block would bury the problem) with a pointer to --help."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message} — see {self.prog} --help")
+
+
+def add_verbose_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does (and the traceback of an "
+                                                                "internal error)")
 
 
 def add_tolerance_flags(p: argparse.ArgumentParser) -> None:

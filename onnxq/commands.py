@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from onnxq.calibration.api import calibrate, merge_calibrations
-from onnxq.cli_args import add_calibration_flags, add_tolerance_flags, config_from_args, verify_config_from_args
+from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
+                            verify_config_from_args)
+from onnxq.errors import CalibrationDataError, ConfigError
+from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.report import SCHEMA_VERSION
@@ -21,7 +23,7 @@ EXIT_OK, EXIT_OUT_OF_TOLERANCE = 0, 1
 
 
 def build_verify_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m onnxq verify",
         description="Check a quantized model against its float model on every provider present: every output "
                     "against its tolerance, the providers against each other, and where each node ran.",
@@ -36,11 +38,12 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=list(TARGETS),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
+    add_verbose_flag(p)
     return p
 
 
 def build_calibrate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m onnxq calibrate",
         description="Calibrate once (every candidate activation, with histograms) and write the summary: reuse it "
                     "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
@@ -51,49 +54,64 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="also keep the per-channel statistics SmoothQuant needs (any value but off)")
     add_calibration_flags(p)
+    add_verbose_flag(p)
     return p
 
 
 def build_merge_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m onnxq merge",
+    p = Parser(prog="python -m onnxq merge",
                                 description="Merge calibration summaries of shards of the data into one.")
     p.add_argument("summaries", nargs="+", metavar="JSON")
     p.add_argument("-o", "--output", metavar="JSON", required=True)
+    add_verbose_flag(p)
     return p
 
 
 def _calibrate_command(argv: list[str]) -> int:
     args = build_calibrate_parser().parse_args(argv)
-    config = config_from_args(args)
-    progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
-    try:
-        summary = calibrate(args.model, args.calib, config=config, progress=progress)
-        path = summary.save(args.output)
-    finally:
-        progress.close()
-    print(f"onnxq: wrote {path}: {len(summary.observers)} tensors, {summary.samples} samples, "
+    with run_files() as files:  # the summary is written when the run ends well, or not at all
+        if args.config:
+            files.read(args.config, "the config file", ConfigError)
+        files.claim(args.output, "output")
+        config = config_from_args(args)
+        progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
+        try:
+            summary = calibrate(args.model, args.calib, config=config, progress=progress)
+            summary.save(args.output)
+        finally:
+            progress.close()
+    print(f"onnxq: wrote {args.output}: {len(summary.observers)} tensors, {summary.samples} samples, "
           f"model {summary.model_fingerprint[:24]}…")
     return EXIT_OK
 
 
 def _merge_command(argv: list[str]) -> int:
     args = build_merge_parser().parse_args(argv)
-    summary = merge_calibrations(args.summaries)
-    path = summary.save(args.output)
-    print(f"onnxq: merged {len(args.summaries)} summaries into {path}: {summary.samples} samples")
+    with run_files() as files:
+        for path in args.summaries:
+            files.read(path, "a calibration summary to merge", CalibrationDataError)
+        files.claim(args.output, "output")
+        summary = merge_calibrations(args.summaries)
+        summary.save(args.output)
+    print(f"onnxq: merged {len(args.summaries)} summaries into {args.output}: {summary.samples} samples")
     return EXIT_OK
 
 
 def _verify_command(argv: list[str]) -> int:
     args = build_verify_parser().parse_args(argv)
-    base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
-    verification = verify(args.float_model, args.quant_model, args.data,
-                          config=verify_config_from_args(base.verify, args), target=args.target or base.target)
+    with run_files() as files:
+        if args.config:
+            files.read(args.config, "the config file", ConfigError)
+        if args.report:
+            files.claim(args.report, "--report")
+        base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+        verification = verify(args.float_model, args.quant_model, args.data,
+                              config=verify_config_from_args(base.verify, args), target=args.target or base.target)
+        if args.report:
+            text = json.dumps({"schema_version": SCHEMA_VERSION, "verification": verification.to_dict()}, indent=2)
+            write_output(args.report, lambda staged: staged.write_text(text + "\n"))
     print("\n".join(format_verification(verification)))
     print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
-    if args.report:
-        Path(args.report).write_text(json.dumps({"schema_version": SCHEMA_VERSION,
-                                                 "verification": verification.to_dict()}, indent=2) + "\n")
     return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
 
 

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from onnxq.errors import ConfigError
+from onnxq.errors import ConfigError, one_line
+from onnxq.io.reads import regular_file
 from onnxq.targets import TARGETS, Target
 
 if sys.version_info >= (3, 11):
@@ -266,13 +267,18 @@ class QuantConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> QuantConfig:
+        regular_file(path, "config file", ConfigError)
         try:
             with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
+                text = f.read().decode("utf-8")
+            data = tomllib.loads(text)
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {one_line(path)} is not UTF-8 text (byte {e.start}) — save it as UTF-8 "
+                              "TOML") from None
+        except OSError as e:
+            raise ConfigError(f"config file {one_line(path)} cannot be read ({e.strerror or e})") from None
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+            raise ConfigError(f"config file {one_line(path)} is not valid TOML: {one_line(e)}") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:

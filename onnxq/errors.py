@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 __all__ = [
     "OnnxqError",
     "ModelLoadError",
@@ -9,6 +11,8 @@ __all__ = [
     "CalibrationDataError",
     "ConfigError",
     "OutputPathError",
+    "InputChangedError",
+    "one_line",
 ]
 
 
@@ -34,3 +38,13 @@ class ConfigError(OnnxqError):
 
 class OutputPathError(OnnxqError):
     """The output path is unusable (it is the input, or its folder does not exist)."""
+
+
+class InputChangedError(OnnxqError):
+    """A file the run reads was changed, truncated or replaced while it ran."""
+
+
+def one_line(text: object) -> str:
+    """The text with every control character escaped (a newline in a node name or a path shows as \\n), so that a
+    message stays on one line whatever names it quotes."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in str(text))

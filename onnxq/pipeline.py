@@ -19,8 +19,11 @@ from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
-from onnxq.io import (check_output_path, external_data_files, load_model, model_size_bytes, page_out,
+from onnxq.calibration.data import declare_data_files
+from onnxq.errors import CalibrationDataError
+from onnxq.io import (LOAD_NOTES, external_data_files, load_model, model_size_bytes, page_out, run_files,
                       save_model, trim_heap)
+from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
 from onnxq.passes.apply import apply_plans
 from onnxq.passes.builder import shared_weight_quantization
@@ -74,7 +77,7 @@ def quantize(
         be this model's), else written after calibrating, with histograms, for every candidate activation.
     progress: called with the number of samples after each calibration batch.
     """
-    with shared_weight_quantization():
+    with shared_weight_quantization(), run_files():  # every output written together at the end, or none
         return _quantize(model, calibration, output, config, verify_data, calibration_cache, progress)
 
 
@@ -89,8 +92,8 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
     input_path = Path(model) if isinstance(model, (str, os.PathLike)) else None
     check_model(reference)
     input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
-    if output is not None:  # an unusable output path should stop the run now, not after calibrating
-        check_output_path(output, set(input_files))
+    # Unusable output paths stop the run now, not after calibrating.
+    _declare_files(input_files, calibration, verify_data, calibration_cache, output)
     work = reference.clone()
     mode = _resolve_mode(config, calibration, calibration_cache)
     if mode == "weight-only":
@@ -218,7 +221,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
     if output is not None:
         start = time.perf_counter()
         page_out(reference)  # the float weights are not needed to save the quantized model
-        written = save_model(work, output, protected=set(input_files))
+        written = save_model(work, output)
         saved = written[0]
         timings["save"] = time.perf_counter() - start
 
@@ -232,7 +235,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
         ranges=ranges,
         calibration_samples=calibration_samples,
         float_bytes=_total_bytes(input_files) if input_files else model_size_bytes(reference),
-        quant_bytes=_total_bytes(written) if written else model_size_bytes(work),
+        quant_bytes=active_run().staged_bytes(written) if written else model_size_bytes(work),
         seconds=timings,
         verification=verification,
         sensitivity=sensitivity,
@@ -243,6 +246,24 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
         recipe=recipe,
     )
     return QuantResult(model=work, output=saved, report=report)
+
+
+def _declare_files(input_files: list[Path], calibration: DataSource | None, verify_data: DataSource | None,
+                   cache: str | os.PathLike | CalibrationSummary | None, output: str | os.PathLike | None) -> None:
+    """What the run reads and writes, each output checked against every input and every other output (io.outputs)."""
+    files = active_run()
+    for i, path in enumerate(input_files):
+        files.add_input(path, "the input model" if i == 0 else "the input model's external data")
+    declare_data_files(files, calibration, "the calibration data")
+    declare_data_files(files, verify_data, "the verification data")
+    if cache is not None and not isinstance(cache, CalibrationSummary):
+        if os.path.lexists(cache):  # read, never rewritten
+            files.read(cache, "the calibration cache", CalibrationDataError)
+        else:
+            files.claim(cache, "calibration cache")
+    if output is not None:
+        output = Path(output)
+        files.claim(output, "output", also=[output.with_name(output.name + ".data")])
 
 
 def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 
 from onnxq.calibration.data import Batch, samples_in
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
+from onnxq.io.sessions import session_options
 from onnxq.passes.apply import insert_quantization
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 
@@ -100,7 +100,8 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
             budgets[output.name] = 1.0 - tolerance.min_cosine
     model, twins = _switch_model(float_model, plans, ranges, config, mode, moments)
     names = [o.name for o in float_model.graph.outputs]
-    session = OrtModel(model).session(_options(), ["CPUExecutionProvider"])
+    # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
+    session = OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
     switches = [_SWITCH.format(i) for i in range(len(twins))]
     local_outputs = [name for twin in twins for name in twin[2:]]
 
@@ -140,14 +141,6 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
     return Sensitivity(samples=sum(samples_in(b) for b in batches),
                        nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))))
-
-
-def _options() -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return options
 
 
 def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, config: QuantConfig,

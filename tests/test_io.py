@@ -9,6 +9,7 @@ import pytest
 from conftest import to_model, weight
 
 import onnxq.io
+import onnxq.io.model
 from onnxq.errors import ModelLoadError, OutputPathError
 from onnxq.io import load_model, save_model
 from onnxq.verify import make_session
@@ -40,7 +41,7 @@ def test_external_data_input_loads_lazily_and_output_is_self_contained(rng, tmp_
 
 def test_model_over_the_protobuf_limit_is_saved_with_external_data(rng, tmp_path, monkeypatch):
     # Building a real 2 GB model would take minutes; lowering the limit exercises the same path.
-    monkeypatch.setattr(onnxq.io, "_PROTO_LIMIT_BYTES", 1000)
+    monkeypatch.setattr(onnxq.io.model, "_PROTO_LIMIT_BYTES", 1000)
     out, data = save_model(_model(rng), tmp_path / "big.onnx")
     assert data == tmp_path / "big.onnx.data" and data.stat().st_size == 64 * 64 * 4
     assert onnx.load(out, load_external_data=False).graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
@@ -54,8 +55,8 @@ def test_failed_save_leaves_nothing_behind(rng, tmp_path, monkeypatch):
             f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(onnxq.io.ir, "save", broken_save)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(onnxq.io.model.ir, "save", broken_save)
+    with pytest.raises(OutputPathError, match="could not write output .*out.onnx: disk full"):
         save_model(_model(rng), tmp_path / "out.onnx")
     assert list(tmp_path.iterdir()) == []
 

@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterable
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch, DataSource, SampleCounter, input_specs, validated_batches
+from onnxq.calibration.data import Batch, DataSource, SampleCounter, declare_data_files, input_specs, validated_batches
 from onnxq.calibration.channels import ChannelStats
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
 from onnxq.handlers import activation_names, plan_model
-from onnxq.io import load_model
+from onnxq.io import external_data_files, load_model, run_files
 from onnxq.passes import check_model
 from onnxq.smoothing import smoothable_groups
 
@@ -42,7 +42,13 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable).
     """
     config = config or QuantConfig()
-    float_model = load_model(model)
+    with run_files() as files:  # what it reads, so that no output of the run lands on it
+        float_model = load_model(model)
+        if isinstance(model, (str, os.PathLike)):
+            files.add_input(model, "the input model")
+            for path in external_data_files(float_model):
+                files.add_input(path, "the input model's external data")
+        declare_data_files(files, data, "the calibration data")
     check_model(float_model)
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:

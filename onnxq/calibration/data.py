@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -11,11 +10,13 @@ from typing import Any, Union
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.errors import CalibrationDataError
+from onnxq.calibration.npz import NpzMember, open_npz
+from onnxq.errors import CalibrationDataError, one_line
+from onnxq.io import RunFiles, regular_file
 
 __all__ = [
     "Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "validated_batches",
-    "SampleCounter", "Holdout", "samples_in",
+    "SampleCounter", "Holdout", "samples_in", "declare_data_files", "data_files",
 ]
 
 Batch = dict[str, np.ndarray]
@@ -93,12 +94,36 @@ def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Bat
             "a dict of arrays or an iterable of dicts")
 
 
-def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
-    shards, arrays = sorted(path.glob("*.npz")), sorted(path.glob("*.npy"))
+def data_files(folder: Path, what: str) -> tuple[list[Path], list[Path]]:
+    """The .npz shards and the .npy arrays of a data folder, each checked to be a regular file (a FIFO in the
+    folder would block the read forever)."""
+    shards, arrays = sorted(folder.glob("*.npz")), sorted(folder.glob("*.npy"))
     if shards and arrays:
-        raise CalibrationDataError(f"{what} folder {path} mixes .npz and .npy files — use one kind")
+        raise CalibrationDataError(f"{what} folder {one_line(folder)} mixes .npz and .npy files — use one kind")
     if not shards and not arrays:
-        raise CalibrationDataError(f"{what} folder {path} holds no .npz or .npy files — add files or pass one .npz")
+        raise CalibrationDataError(f"{what} folder {one_line(folder)} holds no .npz or .npy files — add files or "
+                                   "pass one .npz")
+    for file in shards + arrays:
+        regular_file(file, f"{what} file", CalibrationDataError)
+    return shards, arrays
+
+
+def declare_data_files(files: RunFiles, source: DataSource | None, what: str) -> None:
+    """Record a data path as an input of the run (a folder: it and every file in it), checking each is regular."""
+    if not isinstance(source, (str, Path)):
+        return
+    path = Path(source)
+    if not path.is_dir():
+        files.read(path, what, CalibrationDataError)
+        return
+    files.add_data_folder(path, what)
+    shards, arrays = data_files(path, what)
+    for file in shards + arrays:
+        files.add_input(file, f"{what} file")
+
+
+def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
+    shards, arrays = data_files(path, what)
     for file in shards:
         yield from _slices(_load_npz(file, what), batch_size, what)
     if arrays:
@@ -107,32 +132,14 @@ def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
             try:  # memory-mapped: only the batch being fed is read
                 loaded[file.stem] = np.load(file, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError, MemoryError) as e:
-                raise CalibrationDataError(f"{what} file {file} is not a readable .npy array ({e}) — save it with "
-                                           "numpy.save") from None
+                raise CalibrationDataError(f"{what} file {one_line(file)} is not a readable .npy array "
+                                           f"({one_line(e)}) — save it with numpy.save") from None
         yield from _slices(loaded, batch_size, what)
 
 
-def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise CalibrationDataError(f"{what} data not found: {path} — check the path")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ValueError
-            arrays = {}
-            for key in archive.files:
-                try:
-                    arrays[key] = archive[key]
-                except ValueError as e:
-                    if "allow_pickle" not in str(e):
-                        raise
-                    raise CalibrationDataError(
-                        f"{what} file {path} holds a Python-object array {key!r}; onnxq never unpickles data — "
-                        "save numeric arrays") from None
-            return arrays
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError):
-        raise CalibrationDataError(
-            f"{what} file {path} is not a readable .npz archive — save arrays with numpy.savez") from None
+def _load_npz(path: Path, what: str) -> dict[str, NpzMember]:
+    regular_file(path, f"{what} file" if path.exists() else f"{what} data", CalibrationDataError)
+    return open_npz(path, what)
 
 
 def _slices(arrays: dict[str, np.ndarray], batch_size: int, what: str) -> Iterator[Batch]:

@@ -13,6 +13,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.calibration.data import Batch, samples_in
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
+from onnxq.io.sessions import session_options
 from onnxq.config import QScheme
 from onnxq.numerics import TensorObserver
 from onnxq.passes.builder import GraphBuilder
@@ -101,11 +102,9 @@ def session_exposing(model: ir.Model, names: list[str],
     else:
         exposed.graph.outputs.extend(values[n] for n in names)
     RemoveUnusedNodesPass()(exposed)
-    options = ort.SessionOptions()
     # Optimizations off: fused kernels would hide the tensors we observe.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return OrtModel(exposed).session(options, ["CPUExecutionProvider"]), [v.name for v in exposed.graph.outputs]
+    session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
+    return session, [v.name for v in exposed.graph.outputs]
 
 
 def _first_line(error: Exception) -> str:

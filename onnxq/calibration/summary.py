@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,7 +28,8 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import ChannelStats
-from onnxq.errors import CalibrationDataError
+from onnxq.errors import CalibrationDataError, one_line
+from onnxq.io import regular_file, write_output
 from onnxq.numerics import TensorObserver
 
 __all__ = ["CalibrationSummary", "model_fingerprint", "FORMAT", "VERSION"]
@@ -104,33 +104,22 @@ class CalibrationSummary:
         return data
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (temporary file beside the target, then rename)."""
-        path = Path(path)
-        if not path.absolute().parent.is_dir():
-            raise CalibrationDataError(f"folder of {path} does not exist — create it first")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.absolute().parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f, separators=(",", ":"))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        """Write through the output guard (io.outputs): staged beside the target, in place when the run ends."""
+        text = json.dumps(self.to_json(), separators=(",", ":"))
+        return write_output(path, lambda staged: staged.write_text(text), "calibration cache")
 
     def copy(self) -> CalibrationSummary:
         return self.from_json(self.to_json(), "a copy")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CalibrationSummary:
-        path = Path(path)
+        path = regular_file(path, "calibration summary", CalibrationDataError)
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise CalibrationDataError(f"calibration summary not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CalibrationDataError(f"{path} is not an onnxq calibration summary (not JSON)") from None
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise CalibrationDataError(f"{one_line(path)} is not an onnxq calibration summary (not JSON)") from None
+        except OSError as e:
+            raise CalibrationDataError(f"calibration summary {one_line(path)} cannot be read ({e.strerror})") from None
         return cls.from_json(data, str(path))
 
     @classmethod
@@ -144,5 +133,5 @@ class CalibrationSummary:
             observers = {n: TensorObserver.from_state(s) for n, s in data["tensors"].items()}
             channels = {n: ChannelStats.from_state(s) for n, s in data.get("channels", {}).items()}
             return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"], channels)
-        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, binascii.Error) as e:
             raise CalibrationDataError(f"{path} is a damaged calibration summary ({type(e).__name__}: {e})") from None

@@ -8,10 +8,10 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import DataSource, input_specs, validated_batches
+from onnxq.calibration.data import DataSource, declare_data_files, input_specs, validated_batches
 from onnxq.config import VerifyConfig
-from onnxq.errors import CalibrationDataError
-from onnxq.io import load_model
+from onnxq.errors import CalibrationDataError, UnsupportedModelError
+from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
 from onnxq.verify.check import Reference, Verification, verify_models
 from onnxq.verify.placement import quantized_nodes
 
@@ -29,15 +29,32 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     config = config or VerifyConfig()
     if providers is not None:
         config = dataclasses.replace(config, providers=tuple(providers))
-    float_ir = load_model(float_model)
-    quant_ir = load_model(quant_model)
+    with run_files() as files:  # what it reads, so that no output of the run (a report) lands on it
+        float_ir = _load(files, float_model, "the float model")
+        quant_ir = _load(files, quant_model, "the quantized model")
+        declare_data_files(files, data, "the verification data")
     specs = input_specs(float_ir)
     quant_inputs = {s.name for s in input_specs(quant_ir)}
     if quant_inputs != {s.name for s in specs}:
         raise CalibrationDataError(f"the two models have different inputs ({sorted(quant_inputs)} vs "
                                    f"{sorted(s.name for s in specs)}) — pass the float model and its quantized form")
+    missing = [o.name for o in float_ir.graph.outputs if o.name not in {q.name for q in quant_ir.graph.outputs}]
+    if missing:
+        raise UnsupportedModelError(f"the quantized model has no output {missing[0]!r}, which the float model has — "
+                                    "pass the float model and its own quantized form")
     batches = list(validated_batches(data, specs, batch_size, what="verification"))
     float_source = float_model if isinstance(float_model, (str, os.PathLike)) else float_ir
-    quant_source = quant_model if isinstance(quant_model, (str, os.PathLike)) else quant_ir
+    # A file whose nodes had to be named is run as loaded (named), so that placement finds every node.
+    renamed = quant_ir.meta[LOAD_NOTES]["renamed_nodes"]
+    quant_source = quant_model if isinstance(quant_model, (str, os.PathLike)) and not renamed else quant_ir
     return verify_models(Reference(float_source, batches), quant_source, config, "the given data",
                          quantized_nodes(quant_ir), target)
+
+
+def _load(files, source: ModelInput, what: str) -> ir.Model:
+    model = load_model(source)
+    if isinstance(source, (str, os.PathLike)):
+        files.add_input(source, what)
+        for data in external_data_files(model):
+            files.add_input(data, f"{what}'s external data")
+    return model

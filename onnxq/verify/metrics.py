@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from onnxq.errors import UnsupportedModelError
+
 __all__ = ["OutputMetrics", "MetricsAccumulator"]
 
 
@@ -38,7 +40,8 @@ class MetricsAccumulator:
         ref = np.asarray(reference, dtype=np.float64)
         got = np.asarray(quantized, dtype=np.float64)
         if ref.shape != got.shape:
-            raise ValueError(f"output shapes differ: {ref.shape} vs {got.shape}")
+            raise UnsupportedModelError(f"an output has shape {ref.shape} in the float model but {got.shape} in the "
+                                        "quantized one — pass the float model and its own quantized form")
         diff = np.abs(ref - got)
         if diff.size:
             self.max_abs = max(self.max_abs, float(diff.max()))

@@ -113,6 +113,7 @@ def test_activation_clip_without_data_is_refused(samples_dir, tmp_path, capsys):
     assert "needs calibration data" in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.real_models
 def test_minilm_int4_block32_acceptance(shared_models, tmp_path):
     m = shared_models / "minilm"
     config = onnxq.QuantConfig(weights=INT4, verify=onnxq.VerifyConfig(sensitivity_samples=0))

@@ -1,6 +1,6 @@
 """Interrupted runs leave nothing half-written: Ctrl-C during calibration exits 130 with one line and no file; a
 kill (SIGKILL) or SIGTERM while the model is being saved leaves the output path as it was — the model is written
-to a temporary file beside it and renamed only when complete (SIGTERM also removes the temporary file)."""
+to a hidden staging folder beside it and renamed only when complete (SIGTERM also removes the staging folder)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_a_kill_while_saving_leaves_the_output_as_it_was(samples_dir, tmp_path, 
     if sig == signal.SIGTERM:  # handled: a line, exit 130, the temporary file removed
         assert child.returncode == 130 and err.strip().splitlines()[-1] == "onnxq: interrupted; nothing was written"
         assert leftovers == []
-    else:  # SIGKILL cannot be handled: at most the hidden temporary file stays beside it
+    else:  # SIGKILL cannot be handled: at most the hidden staging folder stays beside it
         assert child.returncode == -signal.SIGKILL
-        assert all(name.startswith(".q.onnx.") and name.endswith(".tmp") for name in leftovers)
+        assert len(leftovers) == 1 and leftovers[0].startswith(".onnxq-")
 

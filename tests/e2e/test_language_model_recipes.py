@@ -7,7 +7,7 @@ import pytest
 
 import onnxq
 
-pytestmark = pytest.mark.shared_models
+pytestmark = [pytest.mark.shared_models, pytest.mark.real_models]
 
 
 def _embedding(report):

@@ -10,6 +10,7 @@ from onnxq.verify import make_session
 pytestmark = pytest.mark.shared_models
 
 
+@pytest.mark.real_models
 def test_minilm_static(shared_models, tmp_path):
     m = shared_models / "minilm"
     result = onnxq.quantize(m / "all-MiniLM-L6-v2.onnx", m / "calib_docs.npz", output=tmp_path / "q.onnx",

@@ -1,0 +1,156 @@
+"""Loading and saving models through onnx_ir; external data stays lazy; saves go through the output guard."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from onnxq.errors import ModelLoadError, one_line
+from onnxq.io.naming import name_nodes
+from onnxq.io.outputs import run_files
+from onnxq.io.reads import regular_file
+from onnxq.io.tensors import check_external_data, check_tensors, densify_sparse_initializers
+
+__all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "prepare_for_save",
+           "inline_external_tensors", "MAX_IR_VERSION", "LOAD_NOTES"]
+
+logger = logging.getLogger(__name__)
+
+# Protobuf cannot hold more than 2 GiB; keep a margin for the graph itself.
+_PROTO_LIMIT_BYTES = 2**31 - 64 * 2**20
+# ORT 1.31 accepts IR versions up to 13 (onnx 1.23 writes 14 by default).
+MAX_IR_VERSION = 13
+# model.meta key: what loading changed, for the report (names given to nodes, sparse weights made dense).
+LOAD_NOTES = "onnxq.load"
+
+
+def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
+    """Load a model from a path, a ModelProto or an ir.Model, never touching the caller's object.
+
+    A path must be a regular file. Every tensor's shape must match its bytes; a path's external data is checked
+    before any of it is read (every location inside the model's folder — no absolute path, no "..", no symlink out
+    — and every declared byte range present). Sparse initializers are made dense, and every node gets a unique
+    name (model.meta[LOAD_NOTES] says which)."""
+    if isinstance(source, ir.Model):
+        model = source.clone()
+    elif isinstance(source, onnx.ModelProto):
+        model = _from_proto(source, "the model", None)
+    else:
+        model = _from_proto(_read(Path(source)), one_line(source), Path(source).parent)
+    model.meta[LOAD_NOTES] = (model.meta.get(LOAD_NOTES) or {}) | {"renamed_nodes": name_nodes(model)}
+    return model
+
+
+def _read(path: Path) -> onnx.ModelProto:
+    if path.is_dir():
+        raise ModelLoadError(f"{one_line(path)} is a folder — pass the .onnx model file inside it")
+    regular_file(path, "model file", ModelLoadError)
+    if path.stat().st_size == 0:
+        raise ModelLoadError(f"{one_line(path)} is empty — pass an .onnx model file")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError, OSError) as e:
+        raise ModelLoadError(
+            f"{one_line(path)} is not a readable ONNX model ({type(e).__name__}); it may be truncated or another "
+            "file type") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{one_line(path)} holds no graph (a truncated or non-ONNX file?) — re-export the model")
+    check_external_data(proto, path.parent.absolute())
+    return proto
+
+
+def _from_proto(proto: onnx.ModelProto, what: str, base_dir: Path | None) -> ir.Model:
+    check_tensors(proto)
+    proto, densified = densify_sparse_initializers(proto)
+    model = _deserialize(proto, what, base_dir)
+    if len(model.graph) == 0:
+        raise ModelLoadError(f"{what} has no nodes: nothing to quantize — pass the float model itself")
+    model.meta[LOAD_NOTES] = {"densified": tuple(densified)}
+    return model
+
+
+def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None) -> ir.Model:
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except (ir.serde.SerdeError, ValueError) as e:
+        cause = e
+        while cause.__cause__ is not None:  # onnx_ir wraps the real reason
+            cause = cause.__cause__
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ModelLoadError(f"{what} is not a valid ONNX graph: {one_line(first)} — re-export the model") from None
+    # A graph input that is also a graph output: onnx_ir takes the output's declaration, which may lack the shape.
+    declared = {i.name: i for i in proto.graph.input}
+    for value in model.graph.inputs:
+        if value.shape is None and value.name in declared and declared[value.name].type.tensor_type.HasField("shape"):
+            value.shape = ir.serde.deserialize_type_proto_for_shape(declared[value.name].type)
+    if base_dir is not None:  # what ir.load does: external data relative to the model's folder
+        ir.external_data.set_base_dir(model.graph, str(base_dir))
+    return model
+
+
+def external_data_files(model: ir.Model) -> set[Path]:
+    """The external data files the model's tensors point at."""
+    files = set()
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                files.add(Path(tensor.base_dir) / tensor.location)
+    return files
+
+
+def model_size_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for graph in model.graphs() for v in graph.initializers.values()
+               if v.const_value is not None)
+
+
+def prepare_for_save(model: ir.Model) -> None:
+    """An IR version ORT accepts and the opsets allow (an exporter's ir_version 2 with opset 17 is raised to 8)."""
+    if model.ir_version is None or model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()
+              if domain in ("", "ai.onnx")]
+    model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+
+
+def save_model(model: ir.Model, path: str | os.PathLike, *, protected: Iterable[Path] = ()) -> list[Path]:
+    """Write the model through the output guard (io.outputs: staged beside the target, renamed when the run ends;
+    at once outside a run); return the files it writes.
+
+    A model whose tensors exceed protobuf's 2 GB limit is written with external data in `<name>.data`.
+    `protected` lists files that must never be overwritten (the input model and its data files)."""
+    given = Path(path)
+    data = given.with_name(given.name + ".data")
+    prepare_for_save(model)
+    needs_external = model_size_bytes(model) > _PROTO_LIMIT_BYTES
+
+    def write(staged: Path) -> None:
+        if needs_external:
+            logger.info("model is over 2 GB: saving tensors to %s", data.name)
+            ir.save(model, staged, external_data=data.name)
+        else:
+            inline_external_tensors(model)
+            ir.save(model, staged)
+
+    with run_files() as files:
+        for file in protected:
+            files.add_input(file, "the input model")
+        files.claim(given, "output", also=[data])
+        files.stage(given, write)
+    return [given, data] if needs_external else [given]
+
+
+def inline_external_tensors(model: ir.Model, graphs: Iterable[ir.Graph] | None = None) -> None:
+    """Saved without external_data, an external tensor would keep pointing at the input's data file; load it
+    into the model instead (it fits: the whole model is under 2 GB). Subgraphs (If / Loop / Scan bodies) too."""
+    for graph in model.graphs() if graphs is None else graphs:
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)

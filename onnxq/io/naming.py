@@ -1,0 +1,68 @@
+"""Every node gets a unique name at load: sensitivity, fallback, recipes, placement and the exclude options all key
+nodes by name, and hand-built or older exported graphs leave names empty or repeat them. Named nodes keep their
+names (the first of a repeated name keeps it); the rest are named after their op type and position, and each
+rename is recorded so that the report can map a generated name back to the node in the input file."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+__all__ = ["RenamedNode", "name_nodes"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RenamedNode:
+    name: str  # the name onnxq gave it
+    original: str | None  # None: it had none; else the repeated name it had
+    op_type: str
+    graph: str  # "main", or the body's place: "<node name>.<attribute>"
+    position: int  # index of the node in that graph, as in the input file
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def name_nodes(model: ir.Model) -> tuple[RenamedNode, ...]:
+    """Give unnamed and repeated nodes unique names, across the main graph, its bodies and functions."""
+    graphs = [("main", model.graph)]
+    taken = {node.name for graph in _all_graphs(graphs, model) for node in graph[1] if node.name}
+    seen: set[str] = set()
+    renamed = []
+    for label, graph in _all_graphs(graphs, model):
+        for position, node in enumerate(graph):
+            if node.name and node.name not in seen:
+                seen.add(node.name)
+                continue
+            original = node.name or None
+            node.name = _unique(original or f"{node.op_type}_{position}", taken)
+            seen.add(node.name)
+            renamed.append(RenamedNode(node.name, original, node.op_type, label, position))
+    return tuple(renamed)
+
+
+def _all_graphs(main: list[tuple[str, ir.Graph]], model: ir.Model):
+    """(label, graph) for the main graph, each body inside it (depth first) and each function."""
+    pending = list(main)
+    while pending:
+        label, graph = pending.pop(0)
+        yield label, graph
+        for node in graph:
+            for attribute in node.attributes.values():
+                if attribute.type == ir.AttributeType.GRAPH:
+                    pending.append((f"{node.name or node.op_type}.{attribute.name}", attribute.value))
+                elif attribute.type == ir.AttributeType.GRAPHS:
+                    pending.extend((f"{node.name or node.op_type}.{attribute.name}[{i}]", g)
+                                   for i, g in enumerate(attribute.value))
+    for key, function in model.functions.items():
+        yield f"function {key[1]}", function
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name

@@ -1,0 +1,90 @@
+"""A model as onnxruntime.InferenceSession takes it without copying the weights."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnxq.io.model import inline_external_tensors, prepare_for_save
+
+__all__ = ["OrtModel"]
+
+_INLINE_TYPES = (ir.DataType.STRING, ir.DataType.INT4, ir.DataType.UINT4)
+
+
+class OrtModel:
+    """A model as onnxruntime.InferenceSession takes it without copying the weights: the serialized graph declares
+    each sizeable initializer as external data and ORT receives the tensors' own (possibly memory-mapped) buffers.
+    No protobuf copy of the weights, no files written, no 2 GB limit.
+
+    How the buffers reach ORT depends on the session:
+    - no graph optimizations (calibration, the float reference, the exact quantization, sensitivity): shared
+      through SessionOptions.add_initializer with pre-packing off, so ORT computes on our buffers in place. Every
+      such session, and onnx_ir itself, reads one memory map of the model's data file: the float weights are
+      resident once however many sessions hold them.
+    - graph optimizations on (the deployed kernels): through add_external_initializers, which copies. Optimizers
+      may read or fold an initializer's data, so ORT must own it; pre-packing then replaces the quantized weights
+      with the kernels' own layout, as deployed."""
+
+    _MIN_EXTERNAL_BYTES = 1024
+
+    def __init__(self, model: ir.Model) -> None:
+        light = model.clone()
+        prepare_for_save(light)
+        # Only the main graph's initializers can be handed over; a body's external tensors go in the graph.
+        inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
+        self.names: list[str] = []
+        self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
+        for name, value in light.graph.initializers.items():
+            tensor = value.const_value
+            # Small tensors, strings and 4-bit types (ORT makes no OrtValue from their numpy arrays) stay in the
+            # graph — read into it when the input keeps them as external data (saved with size_threshold=0): ORT
+            # would look for their file in the placeholder's folder.
+            if tensor is None or tensor.nbytes < self._MIN_EXTERNAL_BYTES or tensor.dtype in _INLINE_TYPES:
+                if isinstance(tensor, ir.ExternalTensor):
+                    value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+                continue
+            self.names.append(name)
+            self.arrays.append(np.ascontiguousarray(tensor.numpy()))
+            value.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+                                                  name=name)
+        self.proto_bytes = ir.serde.serialize_model(light).SerializeToString()
+
+    def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays]
+        if options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            # ORT checks that an external location exists before it sees that add_initializer supplies the
+            # tensor; the placeholder is an empty file, so a read of it would fail loudly, never give wrong data.
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                             str(_placeholder_folder()))
+            options.add_session_config_entry("session.disable_prepacking", "1")  # packing copies the weights
+            # The default order runs every node whose inputs are all initializers first: every weight's
+            # DequantizeLinear, holding all the float weights at once. Priority order keeps them next to their use.
+            options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+            for name, value in zip(self.names, values):
+                options.add_initializer(name, value)
+        elif self.names:
+            options.add_external_initializers(self.names, values)
+        session = ort.InferenceSession(self.proto_bytes, options, providers=providers)
+        session._onnxq_buffers = (self.arrays, values)  # the session reads these buffers: tie their lifetime to it
+        return session
+
+
+_PLACEHOLDER = "onnxq-shared-initializer"
+
+
+@functools.cache
+def _placeholder_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="onnxq-"))
+    (folder / _PLACEHOLDER).touch()
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
