@@ -25,6 +25,7 @@ from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.passes.apply import apply_plans
 from onnxq.probing import smallest_passing
 from onnxq.sensitivity import Sensitivity
+from onnxq.verify.metrics import finite_or_none
 from onnxq.verify.check import Verification
 
 __all__ = ["FallbackResult", "Attempt", "fall_back"]
@@ -56,8 +57,8 @@ class FallbackResult:
         def cpu(v: Verification | None):
             return None if v is None else {o.name: o.to_dict() for o in v.outputs}
 
-        return {"met": self.met, "kept_float": [{"name": n, "harm": h} for n, h in self.kept_float],
-                "kept_int8": [{"name": n, "harm": h} for n, h in self.kept_int8],
+        return {"met": self.met, "kept_float": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_float],
+                "kept_int8": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_int8],
                 "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes}
 
 

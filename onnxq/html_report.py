@@ -55,9 +55,10 @@ def render_html(report: QuantReport) -> str:
              f"float; {report.float_bytes / 1e6:.1f} MB → {report.quant_bytes / 1e6:.1f} MB.</p>"]
     v = report.verification
     if v is not None:
-        verdict = "within tolerance" if v.passed else "OUT OF TOLERANCE"
-        parts.append(f"<h2>Verification: <span class='{'ok' if v.passed else 'fail'}'>{verdict}</span></h2>"
+        verdict = "within tolerance" if report.passed else "OUT OF TOLERANCE"
+        parts.append(f"<h2>Verification: <span class='{'ok' if report.passed else 'fail'}'>{verdict}</span></h2>"
                      f"<p>{v.samples} samples of {_e(v.data)}; the float model on CPU is the reference.</p>")
+        parts += [f"<p class='fail'>{_e(failure)}</p>" for failure in report.gate_failures]
         for message in v.unavailable:
             parts.append(f"<p class='fail'>{_e(message)}</p>")
         for check in v.providers:

@@ -35,6 +35,7 @@ from onnxq.smoothing_steps import check_recipe, recipe_groups, smooth_model
 from onnxq.targets import integer_types_reason
 from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
                           with_placement)
+from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.speed import check_speed
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
@@ -91,6 +92,8 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
     reference = load_model(model)
     input_path = Path(model) if isinstance(model, (str, os.PathLike)) else None
     check_model(reference)
+    check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
+    densified = reference.meta[LOAD_NOTES]["densified"]
     input_files = [input_path, *external_data_files(reference)] if input_path is not None else []
     # Unusable output paths stop the run now, not after calibrating.
     _declare_files(input_files, calibration, verify_data, calibration_cache, output)
@@ -102,7 +105,8 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
     if not plans:
         raise UnsupportedModelError(_nothing_to_quantize(skips, config))
     specs = input_specs(work)
-    notes: list[str] = []
+    notes: list[str] = [f"{len(densified)} sparse initializer(s) made dense to be quantized ({', '.join(densified[:3])}"
+                        f"{', …' if len(densified) > 3 else ''})"] if densified else []
     # Read and check given verification data before anything is written: bad input must leave no files behind.
     verification_inputs = _upfront_verification_inputs(reference, config, mode, specs, calibration, verify_data,
                                                         notes)
@@ -149,6 +153,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
 
     verification = sensitivity = fallback = recipe = None
     eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights: the nodes at 8 bits (by config or fallback)
+    gate_failures: list[str] = []
     if config.verify.enabled:
         start = time.perf_counter()
         batches, label = verification_inputs or _held_out_inputs(reference, config, specs, holdout, notes)
@@ -188,6 +193,9 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
                              f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
             sensitivity = layer_sensitivity(quantized_from, plans, ranges, config, mode, samples, per_node,
                                             moments)
+            if sensitivity.nonfinite():
+                gate_failures.append(f"sensitivity: quantizing {', '.join(sensitivity.nonfinite()[:3])} alone makes "
+                                     "an output NaN or inf — keep it float (--exclude NAME) or check the data")
             timings["sensitivity"] = time.perf_counter() - start
         if wants_fallback:
             start = time.perf_counter()
@@ -244,6 +252,8 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
         speed=speed,
         smoothing=smoothing,
         recipe=recipe,
+        renamed_nodes=reference.meta[LOAD_NOTES]["renamed_nodes"],
+        gate_failures=tuple(gate_failures),
     )
     return QuantResult(model=work, output=saved, report=report)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from onnxq.io.naming import RenamedNode
 from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
@@ -15,7 +16,9 @@ if TYPE_CHECKING:  # imported for annotations only: report must not pull in the 
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation"]
 
-SCHEMA_VERSION = 4  # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing
+# 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes, gate_failures, metrics'
+# nonfinite counts, null for a figure that is not finite
+SCHEMA_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +62,14 @@ class QuantReport:
     speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
     smoothing: tuple[SmoothedActivation, ...] = ()  # --smooth: one entry per smoothable activation
     recipe: RecipeResult | None = None  # --recipe auto, when the all-static model missed the tolerance
+    # Nodes that had no name or a repeated one, named at load (io.naming): the name given, and where in the file.
+    renamed_nodes: tuple[RenamedNode, ...] = ()
+    # Reasons the run fails its gate beside the verification's own (a NaN sensitivity); each fails `passed`.
+    gate_failures: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool | None:
-        return None if self.verification is None else self.verification.passed
+        return None if self.verification is None else self.verification.passed and not self.gate_failures
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,4 +93,6 @@ class QuantReport:
             "speed": [c.to_dict() for c in self.speed],
             "smoothing": [a.to_dict() for a in self.smoothing],
             "recipe": None if self.recipe is None else self.recipe.to_dict(),
+            "renamed_nodes": [r.to_dict() for r in self.renamed_nodes],
+            "gate_failures": list(self.gate_failures),
         }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -23,7 +24,7 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.passes.apply import insert_quantization
-from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
+from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
 
@@ -34,7 +35,10 @@ _SWITCH = "onnxq_switch_{}"
 
 def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float]) -> float:
     """The ranking key: the worst output's 1 - mean cosine, as a share of that output's budget (1 - its
-    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most."""
+    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most. An output
+    that is not finite (NaN, inf) is infinitely harmful."""
+    if not all(m.finite for m in outputs.values()):
+        return math.inf
     return max(((1.0 - m.cosine_mean) / budgets.get(name, 1.0) for name, m in outputs.items()), default=0.0)
 
 
@@ -49,8 +53,8 @@ class NodeSensitivity:
     harm: float
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "op_type": self.op_type, "harm": self.harm,
-                "local_sqnr_db": _finite(self.local_sqnr_db),
+        return {"name": self.name, "op_type": self.op_type, "harm": finite_or_none(self.harm),
+                "local_sqnr_db": finite_or_none(self.local_sqnr_db),
                 "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
 
 
@@ -64,7 +68,7 @@ class GroupSensitivity:
     harm: float
 
     def to_dict(self) -> dict:
-        return {"pattern": self.pattern, "members": list(self.members), "harm": self.harm,
+        return {"pattern": self.pattern, "members": list(self.members), "harm": finite_or_none(self.harm),
                 "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
 
 
@@ -78,13 +82,14 @@ class Sensitivity:
         return {"samples": self.samples, "nodes": [n.to_dict() for n in self.nodes],
                 "groups": [g.to_dict() for g in self.groups]}
 
+    def nonfinite(self) -> list[str]:
+        """Nodes (or groups) whose quantization alone makes an output NaN or inf."""
+        return ([n.name for n in self.nodes if math.isinf(n.harm)]
+                + [g.pattern for g in self.groups if math.isinf(g.harm)])
+
 
 def group_pattern(name: str) -> str:
     return re.sub(r"\d+", "*", name)
-
-
-def _finite(x: float) -> float | None:
-    return None if not np.isfinite(x) else float(x)
 
 
 def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],

@@ -114,6 +114,11 @@ def format_summary(report: QuantReport) -> str:
         lines.append(f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
                      + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
                         "by an inserted Mul, the rest folded into what produces them)" if smoothed else ""))
+    if report.renamed_nodes:
+        first = report.renamed_nodes[0]
+        lines.append(f"node names:  {len(report.renamed_nodes)} node(s) had no name or a repeated one and were named "
+                     f"(e.g. {first.name} = node {first.position} of the {first.graph} graph); the JSON report's "
+                     "renamed_nodes lists them")
     for note in report.notes:
         lines.append(f"note:        {note}")
     if v is None:
@@ -147,5 +152,6 @@ def format_summary(report: QuantReport) -> str:
             lines.append(f"fallback: {f.probes} probes")
         else:
             lines.append("fallback: the tolerance cannot be met even with all but one node float")
-    lines.append("result: within tolerance" if v.passed else "result: OUT OF TOLERANCE")
+    lines += [f"  ! {failure}" for failure in report.gate_failures]
+    lines.append("result: within tolerance" if report.passed else "result: OUT OF TOLERANCE")
     return "\n".join(lines)

@@ -43,7 +43,8 @@ def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mod
         model = _from_proto(source, "the model", None)
     else:
         model = _from_proto(_read(Path(source)), one_line(source), Path(source).parent)
-    model.meta[LOAD_NOTES] = (model.meta.get(LOAD_NOTES) or {}) | {"renamed_nodes": name_nodes(model)}
+    notes = {"densified": (), **(model.meta.get(LOAD_NOTES) or {})}
+    model.meta[LOAD_NOTES] = notes | {"renamed_nodes": name_nodes(model)}
     return model
 
 

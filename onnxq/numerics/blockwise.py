@@ -149,7 +149,14 @@ def _symmetric_scales(blocks, clip_ratios, channel_weight, bits) -> np.ndarray:
     zero_point = np.float32(symmetric_zero_point(bits))
     # An all-zero block: any scale gives the zero point's code → 0; 1 avoids dividing by zero.
     base = np.where(extreme == 0, -zero_point, extreme).astype(np.float32) / -zero_point
-    scales, _ = _search(blocks, clip_ratios, channel_weight, bits, lambda r: (base * np.float32(r), zero_point))
+
+    def params_for(ratio: float):
+        # A block whose extreme is a few subnormals: extreme / 8 underflows to 0; 1 quantizes it to 0 like a zero
+        # block (within half a step), where a zero scale would divide by zero.
+        scale = base * np.float32(ratio)
+        return np.where(scale == 0, np.float32(1.0), scale), zero_point
+
+    scales, _ = _search(blocks, clip_ratios, channel_weight, bits, params_for)
     return scales
 
 

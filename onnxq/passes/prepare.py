@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
-from onnxq.errors import ModelLoadError, UnsupportedModelError
+from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
 
 __all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS"]
 
@@ -24,8 +24,20 @@ QUANTIZED_OPS = frozenset({
 def check_model(model: ir.Model) -> None:
     """The model's opsets, IR version, operators and wiring are ones onnxq and onnxruntime can work with."""
     _check_versions(model)
+    _check_inputs(model.graph)
     _check_wiring(model.graph)
     _check_operators(model)
+
+
+def _check_inputs(graph: ir.Graph) -> None:
+    """An input declared with a 0-sized dimension can hold no data: nothing could calibrate or verify it."""
+    for value in graph.inputs:
+        if value.name in graph.initializers or value.shape is None:
+            continue
+        if any(isinstance(d, int) and d == 0 for d in value.shape):
+            dims = [d if isinstance(d, int) else str(d) for d in value.shape]
+            raise UnsupportedModelError(f"model input {one_line(repr(value.name))} is declared with shape {dims}: a "
+                                        "0-sized dimension holds no data — re-export the model with its real shape")
 
 
 def _onnx_opset(model: ir.Model) -> int | None:

@@ -13,6 +13,7 @@ from onnxq.config import VerifyConfig
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
 from onnxq.verify.check import Reference, Verification, verify_models
+from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.placement import quantized_nodes
 
 __all__ = ["verify"]
@@ -42,6 +43,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     if missing:
         raise UnsupportedModelError(f"the quantized model has no output {missing[0]!r}, which the float model has — "
                                     "pass the float model and its own quantized form")
+    check_output_tolerances(config, [o.name for o in float_ir.graph.outputs])
     batches = list(validated_batches(data, specs, batch_size, what="verification"))
     float_source = float_model if isinstance(float_model, (str, os.PathLike)) else float_ir
     # A file whose nodes had to be named is run as loaded (named), so that placement finds every node.

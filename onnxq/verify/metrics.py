@@ -9,7 +9,12 @@ import numpy as np
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["OutputMetrics", "MetricsAccumulator"]
+__all__ = ["OutputMetrics", "MetricsAccumulator", "finite_or_none"]
+
+
+def finite_or_none(x: float) -> float | None:
+    """JSON has no NaN or infinity: such a figure is written as null."""
+    return float(x) if math.isfinite(x) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,9 +25,19 @@ class OutputMetrics:
     cosine_mean: float  # mean over samples of the per-sample cosine similarity
     cosine_min: float
     sqnr_db: float  # 10·log10(Σ ref² / Σ (ref − quant)²); inf when identical
+    # NaN / ±inf values in the quantized outputs and in the float reference: any makes the figures above meaningless.
+    nonfinite: int = 0
+    reference_nonfinite: int = 0
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in dataclasses.asdict(self).items()}
+        """JSON-ready: inf (identical outputs' SQNR) and NaN as null."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+    @property
+    def finite(self) -> bool:
+        return not self.nonfinite and not self.reference_nonfinite and not any(
+            math.isnan(v) for v in (self.max_abs_error, self.mean_abs_error, self.cosine_mean, self.sqnr_db))
 
 
 class MetricsAccumulator:
@@ -35,6 +50,8 @@ class MetricsAccumulator:
         self.noise = 0.0
         self.cosine_sum = 0.0
         self.cosine_min = 1.0
+        self.nonfinite = 0
+        self.reference_nonfinite = 0
 
     def add(self, reference: np.ndarray, quantized: np.ndarray) -> None:
         ref = np.asarray(reference, dtype=np.float64)
@@ -42,9 +59,12 @@ class MetricsAccumulator:
         if ref.shape != got.shape:
             raise UnsupportedModelError(f"an output has shape {ref.shape} in the float model but {got.shape} in the "
                                         "quantized one — pass the float model and its own quantized form")
+        self.nonfinite += int(np.count_nonzero(~np.isfinite(got)))
+        self.reference_nonfinite += int(np.count_nonzero(~np.isfinite(ref)))
         diff = np.abs(ref - got)
         if diff.size:
-            self.max_abs = max(self.max_abs, float(diff.max()))
+            largest = float(diff.max())
+            self.max_abs = largest if math.isnan(largest) else max(self.max_abs, largest)
         self.sum_abs += float(diff.sum())
         self.count += diff.size
         self.signal += float(np.square(ref).sum())
@@ -66,6 +86,8 @@ class MetricsAccumulator:
             cosine_mean=self.cosine_sum / max(self.samples, 1),
             cosine_min=self.cosine_min,
             sqnr_db=sqnr,
+            nonfinite=self.nonfinite,
+            reference_nonfinite=self.reference_nonfinite,
         )
 
 

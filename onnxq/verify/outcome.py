@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from onnxq.config import Tolerance
+from onnxq.config import Tolerance, VerifyConfig
+from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import OutputMetrics
 
-__all__ = ["OutputCheck", "failures_for"]
+__all__ = ["OutputCheck", "failures_for", "check_output_tolerances"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +26,16 @@ class OutputCheck:
 
 
 def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
+    """What fails the tolerance; a NaN or inf anywhere fails whatever the tolerance, since no figure means
+    anything then."""
     found = []
+    if metrics.reference_nonfinite:
+        found.append(f"the float model itself gives {metrics.reference_nonfinite} NaN/inf value(s) on these inputs — "
+                     "check the data")
+    if metrics.nonfinite:
+        found.append(f"{metrics.nonfinite} NaN/inf value(s) in the quantized outputs")
+    if not found and not metrics.finite:
+        found.append("the error figures are NaN")
     if tolerance.min_cosine is not None and not metrics.cosine_mean >= tolerance.min_cosine:
         found.append(f"cosine {metrics.cosine_mean:.4f} < {tolerance.min_cosine}")
     if tolerance.min_sqnr_db is not None and not metrics.sqnr_db >= tolerance.min_sqnr_db:
@@ -33,3 +43,11 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
     if tolerance.max_abs_error is not None and not metrics.max_abs_error <= tolerance.max_abs_error:
         found.append(f"max abs error {metrics.max_abs_error:.4g} > {tolerance.max_abs_error}")
     return tuple(found)
+
+
+def check_output_tolerances(config: VerifyConfig, outputs: list[str]) -> None:
+    """A tolerance naming an output the model does not have would never be applied: refuse it."""
+    unknown = [name for name in config.output_tolerances if name not in outputs]
+    if unknown:
+        raise ConfigError(f"a tolerance names output {one_line(repr(unknown[0]))}, which the model does not have; its "
+                          f"outputs are: {one_line(', '.join(outputs))}")

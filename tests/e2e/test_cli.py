@@ -33,7 +33,7 @@ def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
     assert (work / "mlp.int8.onnx").is_file()
     assert "3 Gemm" in out and "3 QGemm" in out and "result: within tolerance" in out
     report = json.loads((work / "r.json").read_text())
-    assert report["schema_version"] == 4 and report["passed"] is True
+    assert report["schema_version"] == 5 and report["passed"] is True
     cpu = report["verification"]["providers"]["CPUExecutionProvider"]
     assert cpu["outputs"]["logits"]["cosine_mean"] >= 0.999
 

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from onnxq.errors import ConfigError, one_line
-from onnxq.io.reads import regular_file
+from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
+from onnxq.config.load import build, read_toml
+from onnxq.errors import ConfigError
 from onnxq.targets import TARGETS, Target
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, from PyPI
-    import tomli as tomllib
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig", "PROVIDER_ALIASES"]
 
-PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+PROVIDER_ALIASES = KNOWN_PROVIDER_ALIASES
 
 Mode = Literal["auto", "static", "dynamic", "weight-only"]
 
@@ -71,6 +64,9 @@ class BlockConfig:
     # (verify.fallback) fills it from the sensitivity ranking before keeping anything float.
     int8_nodes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationConfig:
@@ -90,6 +86,9 @@ class CalibrationConfig:
     # Use only the first N samples (None: all).
     max_samples: int | None = None
 
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
     @property
     def needs_histogram(self) -> bool:
         return self.method in ("percentile", "entropy", "mse")
@@ -104,6 +103,9 @@ class Tolerance:
     min_cosine: float | None = 0.98
     min_sqnr_db: float | None = None
     max_abs_error: float | None = None
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +133,10 @@ class VerifyConfig:
     # Time float vs quantized on each provider (one verification batch, interleaved rounds); warn when the
     # quantized model is not faster. Off by default: it costs a few seconds and is noisy on shared machines.
     check_speed: bool = False
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        check_providers(self.providers)
 
     def tolerance_for(self, output: str) -> Tolerance:
         return self.output_tolerances.get(output, self.tolerance)
@@ -198,22 +204,6 @@ class QuantConfig:
             raise ConfigError(f"blocks settings ({', '.join(changed)}) apply to weight-only models; weights "
                               f"{self.weights.dtype} in mode {self.mode} quantize activations too — use --weights "
                               "int4 / uint4, or mode weight-only for 8-bit blocks")
-        if not 0.0 < self.calibration.percentile <= 100.0:
-            raise ConfigError("calibration.percentile must be in (0, 100], e.g. 99.999")
-        if self.calibration.histogram_bins < 256:
-            raise ConfigError("calibration.histogram_bins must be >= 256")
-        if self.calibration.batch_size < 1:
-            raise ConfigError("calibration.batch_size must be >= 1")
-        if self.calibration.max_samples is not None and self.calibration.max_samples < 1:
-            raise ConfigError("calibration.max_samples must be >= 1")
-        if self.verify.holdout_every < 2 or self.verify.max_samples < 1:
-            raise ConfigError("verify.holdout_every must be >= 2 and verify.max_samples >= 1")
-        if self.verify.sensitivity_samples < 0:
-            raise ConfigError("verify.sensitivity_samples must be >= 0")
-        unknown = [p for p in self.verify.providers if p.lower() not in PROVIDER_ALIASES and p != "auto"
-                   and not p.endswith("ExecutionProvider")]
-        if unknown:
-            raise ConfigError(f"unknown provider {unknown[0]!r}; use auto, cpu, cuda or an ORT provider name")
         if self.exclude_regex is not None:
             try:
                 re.compile(self.exclude_regex)
@@ -228,10 +218,6 @@ class QuantConfig:
         if self.weights.bits == 8 and not self.weights.symmetric:
             raise ConfigError("weight-only int8 weights are symmetric (zero point 128 in MatMulNBits): drop "
                               "symmetric = false, or use uint4 for zero points per block")
-        if blocks.size < 16 or blocks.size & (blocks.size - 1):
-            raise ConfigError(f"blocks.size = {blocks.size}: use a power of two >= 16 (32, 64, 128)")
-        if blocks.accuracy_level not in range(5):
-            raise ConfigError(f"blocks.accuracy_level = {blocks.accuracy_level}: use 0 to 4")
         if blocks.int8_nodes and self.weights.bits == 8:
             raise ConfigError("blocks.int8_nodes is the 8-bit tier of 4-bit weights; with int8 weights every "
                               "weight is 8-bit already — drop it, or use int4 / uint4")
@@ -263,79 +249,11 @@ class QuantConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QuantConfig:
-        return _build(cls, data, "")
+        return build(cls, data, "")
 
     @classmethod
     def from_toml(cls, path: str | Path) -> QuantConfig:
-        regular_file(path, "config file", ConfigError)
-        try:
-            with open(path, "rb") as f:
-                text = f.read().decode("utf-8")
-            data = tomllib.loads(text)
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"config file {one_line(path)} is not UTF-8 text (byte {e.start}) — save it as UTF-8 "
-                              "TOML") from None
-        except OSError as e:
-            raise ConfigError(f"config file {one_line(path)} cannot be read ({e.strerror or e})") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {one_line(path)} is not valid TOML: {one_line(e)}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_toml(path))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    """Build a frozen dataclass from a mapping, checking keys and types so typos fail loudly."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config section {where or 'top level'} must be a table, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"unknown config key {where}{unknown[0]}; known keys: {', '.join(sorted(names))}")
-    kwargs = {key: _convert(hints[key], value, f"{where}{key}") for key, value in data.items()}
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"invalid config {where or 'value'}: {e}") from None
-
-
-def _convert(hint: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, f"{key}.")
-    if origin is Literal:
-        if value not in typing.get_args(hint):
-            raise ConfigError(f"config {key} = {value!r} is not one of {list(typing.get_args(hint))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        for arg in args[:-1]:  # the first member the value fits; the last one's error when none does
-            try:
-                return _convert(arg, value, key)
-            except ConfigError:
-                pass
-        return _convert(args[-1], value, key)
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"config {key} must be a table")
-        value_type = typing.get_args(hint)[1]
-        return {str(k): _convert(value_type, v, f"{key}.{k}") for k, v in value.items()}
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"config {key} must be a list of strings")
-        return tuple(value)
-    if hint is bool and not isinstance(value, bool):
-        raise ConfigError(f"config {key} must be true or false, got {value!r}")
-    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"config {key} must be an integer, got {value!r}")
-    if hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ConfigError(f"config {key} must be a number, got {value!r}")
-    if hint is str and not isinstance(value, str):
-        raise ConfigError(f"config {key} must be a string, got {value!r}")
-    return float(value) if hint is float else value
