@@ -17,9 +17,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 
-import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.passes.apply import apply_plans
@@ -65,7 +65,7 @@ class FallbackResult:
 def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
               sensitivity: Sensitivity, before: Verification,
               check: Callable[[ir.Model], Verification],
-              moments: Mapping[str, np.ndarray] | None = None) -> tuple[FallbackResult, Attempt | None]:
+              moments: WeightMoments | None = None) -> tuple[FallbackResult, Attempt | None]:
     ranking = [(n.name, n.harm) for n in sensitivity.nodes]
     rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
     attempts: dict[tuple[int, int], Attempt] = {}

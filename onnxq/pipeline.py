@@ -13,8 +13,9 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import CalibrationSummary, DataSource, Holdout, input_specs, iter_batches, validated_batches
-from onnxq.calibration.channels import collect_second_moments
+from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, first_samples, fixed_batch_size, input_specs,
+                               validated_batches)
+from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
@@ -31,7 +32,7 @@ from onnxq.recipe import choose_recipe
 from onnxq.report import NodeEntry, QuantReport, SmoothedActivation
 from onnxq.sensitivity import layer_sensitivity
 from onnxq.ranges import calibrated_ranges, smoothed_ranges, smoothing_cache
-from onnxq.smoothing_steps import check_recipe, recipe_groups, smooth_model
+from onnxq.smoothing_steps import check_recipe, check_reusable, recipe_groups, smooth_model
 from onnxq.targets import integer_types_reason
 from onnxq.verify import (Reference, quantized_nodes, resolve_providers, synthetic_batches, verify_models,
                           with_placement)
@@ -112,7 +113,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
                                                         notes)
     timings["load_and_plan"] = time.perf_counter() - start
 
-    holdout = Holdout(config.verify.holdout_every, config.verify.max_samples)
+    holdout = Holdout(config.verify.holdout_every, config.verify.max_samples, fixed_batch_size(specs))
     smoothing: tuple[SmoothedActivation, ...] = ()
     quantized_from = reference  # the float graph the quantization starts from (smoothed, when asked)
     smoothed = config.recipe == "manual" and config.smooth != "off"
@@ -127,7 +128,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
 
     ranges: dict[str, tuple[float, float]] = {}
     calibration_samples = 0
-    # Weight-only: per activation, XᵀX / n (GPTQ) or its diagonal (clip = activation).
+    # Weight-only: per weight, XᵀX / n of its activations (GPTQ) or its diagonal (clip = activation).
     moments = None
     if mode == "weight-only" and (config.blocks.method == "gptq" or config.blocks.clip == "activation"):
         start = time.perf_counter()
@@ -185,8 +186,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
         wants_fallback = config.verify.fallback and not verification.passed
         if config.verify.sensitivity_samples or wants_fallback:
             start = time.perf_counter()
-            samples = list(iter_batches(batches, config.calibration.batch_size,
-                                        config.verify.sensitivity_samples or 16))
+            samples = first_samples(batches, config.verify.sensitivity_samples or 16, fixed_batch_size(specs))
             per_node = wants_fallback or len(plans) <= config.verify.sensitivity_max_nodes
             if not per_node:
                 notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
@@ -302,12 +302,30 @@ def _resolve_block_method(config: QuantConfig, calibration: DataSource | None) -
 
 
 def _second_moments(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
-                    holdout: Holdout) -> dict:
-    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-    if verify_data is None and config.verify.enabled:
-        batches = holdout.split(batches)
-    names = [p.node.inputs[0].name for p in plans if p.node.op_type != "Gather"]
-    return collect_second_moments(work, names, batches, full=config.blocks.method == "gptq")
+                    holdout: Holdout) -> WeightMoments:
+    """Per weight, the second moments of every activation reading it, computed now (the first pass also fills the
+    holdout); a model whose matrices exceed the budget needs a pass per chunk, so its data must be re-readable."""
+    passes = []
+
+    def batches():
+        stream = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
+        if verify_data is None and config.verify.enabled:  # later passes skip the same samples
+            split = holdout if not passes else Holdout(holdout.every, holdout.max_samples, holdout.fixed)
+            stream = split.split(stream)
+        passes.append(1)
+        return stream
+
+    readers: dict[WeightKey, dict[str, None]] = {}  # ordered sets
+    for plan in plans:
+        if plan.node.op_type != "Gather":
+            readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    moments = WeightMoments(work.clone(), {k: list(v) for k, v in readers.items()}, batches,
+                            full=config.blocks.method == "gptq")
+    if moments.chunks > 1:
+        check_reusable(calibration, f"GPTQ over {moments.chunks} chunks of weights (their matrices exceed "
+                                    f"{moments.budget >> 20} MiB at once)")
+    moments.prefetch()
+    return moments
 
 
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
@@ -342,11 +360,11 @@ def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode:
 
 def _held_out_inputs(reference: ir.Model, config: QuantConfig, specs, holdout: Holdout,
                      notes: list[str]) -> tuple[list, str]:
-    if holdout.held:
-        return holdout.held, f"held-out calibration samples (every {config.verify.holdout_every}th)"
-    if holdout.first is not None:
+    if holdout.verification_batches():
+        return holdout.verification_batches(), f"held-out calibration samples (every {config.verify.holdout_every}th)"
+    if holdout.first_batches():
         notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
-        return [holdout.first], "calibration samples"
+        return holdout.first_batches(), "calibration samples"
     return _synthetic_inputs(reference, specs, notes)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from onnxq.calibration import CalibrationSummary, Holdout, model_fingerprint, validated_batches
+from onnxq.calibration import CalibrationSummary, Holdout, fixed_batch_size, model_fingerprint, validated_batches
 from onnxq.calibration.api import activations_to_observe, smoothable_activations, summarize
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
@@ -64,7 +64,8 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, sp
     check_reusable(calibration, "smoothing with a calibration cache to write")
     batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
     if verify_data is None and config.verify.enabled:  # the samples calibration proper sees
-        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
+        holdout = Holdout(config.verify.holdout_every, config.verify.max_samples, fixed_batch_size(specs))
+        batches = holdout.split(batches)
     summary = summarize(work, activations_to_observe(work, config, every_candidate=True), batches,
                         config.calibration.histogram_bins, None, model_fingerprint(reference),
                         smoothable_activations(work, config))

@@ -16,8 +16,8 @@ if TYPE_CHECKING:  # imported for annotations only: report must not pull in the 
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation"]
 
-# 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes, gate_failures, metrics'
-# nonfinite counts, null for a figure that is not finite
+# 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
+# gate_failures, metrics' nonfinite counts, null for a figure that is not finite
 SCHEMA_VERSION = 5
 
 

@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch, samples_in
+from onnxq.calibration.batching import samples_in
+from onnxq.calibration.specs import Batch
+from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
@@ -94,7 +96,7 @@ def group_pattern(name: str) -> str:
 
 def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                       config: QuantConfig, mode: str, batches: Sequence[Batch], per_node: bool = True,
-                      moments: Mapping[str, np.ndarray] | None = None) -> Sensitivity:
+                      moments: WeightMoments | None = None) -> Sensitivity:
     """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic).
 
     per_node False ranks only the groups: one run per group instead of one per node."""

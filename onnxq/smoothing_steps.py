@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxq.calibration import Holdout, validated_batches
+from onnxq.calibration import Holdout, fixed_batch_size, validated_batches
 from onnxq.calibration.channels import collect_channel_stats
 from onnxq.config import QuantConfig
 from onnxq.calibration.summary import CalibrationSummary
@@ -45,7 +45,8 @@ def _channel_stats(model: ir.Model, candidates, config: QuantConfig, specs, cali
     back for verification (the same samples calibration proper sees)."""
     batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
     if verify_data is None and config.verify.enabled:
-        batches = Holdout(config.verify.holdout_every, config.verify.max_samples).split(batches)
+        holdout = Holdout(config.verify.holdout_every, config.verify.max_samples, fixed_batch_size(specs))
+        batches = holdout.split(batches)
     return collect_channel_stats(model, [c.activation.name for c in candidates], batches)
 
 

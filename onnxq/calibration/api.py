@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch, DataSource, SampleCounter, declare_data_files, input_specs, validated_batches
+from onnxq.calibration.batching import SampleCounter
+from onnxq.calibration.data import declare_data_files, validated_batches
+from onnxq.calibration.specs import Batch, DataSource, input_specs
 from onnxq.calibration.channels import ChannelStats
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint

@@ -1,5 +1,6 @@
 """Per-channel activation statistics for smoothing: max |x| per input channel (the last axis) and a bounded,
-seeded sample of rows, streamed batch by batch (memory does not grow with the data)."""
+seeded sample of rows, streamed batch by batch (memory does not grow with the data); the named values of a model
+batch by batch, for these and for the second moments (calibration.moments)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.specs import Batch
 from onnxq.calibration.runner import session_exposing
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["ChannelStats", "collect_channel_stats", "collect_second_moments"]
+__all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch"]
 
 
 class ChannelStats:
@@ -85,7 +86,7 @@ def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: 
     """One ChannelStats per named value (computed by the model, or a graph input), fed every batch."""
     names = list(dict.fromkeys(value_names))
     stats = {n: ChannelStats(max_rows) for n in names}
-    for arrays in _values_per_batch(model, names, batches):
+    for arrays in values_per_batch(model, names, batches):
         for name, array in arrays.items():
             try:
                 stats[name].observe(array)
@@ -98,30 +99,7 @@ def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: 
     return stats
 
 
-def collect_second_moments(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
-                           full: bool = False) -> dict[str, np.ndarray]:
-    """Per named value, over every row x of every batch (channels on the last axis): the mean of x_j² per channel
-    (how much an error in the weights reading channel j shows in the output: activation-aware 4-bit clipping), or
-    with full=True the matrix XᵀX / n (GPTQ's Hessian), float64."""
-    names = list(dict.fromkeys(value_names))
-    sums: dict[str, np.ndarray] = {}
-    rows: dict[str, int] = dict.fromkeys(names, 0)
-    for arrays in _values_per_batch(model, names, batches):
-        for name, array in arrays.items():
-            flat = np.asarray(array, np.float32).reshape(-1, array.shape[-1])
-            squares = (flat.T.astype(np.float64) @ flat if full
-                       else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
-            if not np.all(np.isfinite(squares)):
-                raise CalibrationDataError(
-                    f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs")
-            sums[name] = squares if name not in sums else sums[name] + squares
-            rows[name] += flat.shape[0]
-    if not sums:
-        raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
-    return {name: sums[name] / rows[name] for name in sums}
-
-
-def _values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
+def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
     """For each batch, the named values: computed by one ORT session of the model, or the batch's own inputs."""
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]

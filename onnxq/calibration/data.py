@@ -1,55 +1,20 @@
-"""Calibration / verification data: sources, batching, validation against the model's inputs, holdout."""
+"""Calibration / verification data: sources read (lazily), batches, validation against the model's inputs."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
-import onnx_ir as ir
 
+from onnxq.calibration.batching import exact_batches, fixed_batch_size
 from onnxq.calibration.npz import NpzMember, open_npz
+from onnxq.calibration.specs import Batch, DataSource, InputSpec
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
-__all__ = [
-    "Batch", "DataSource", "InputSpec", "input_specs", "iter_batches", "validate_batch", "validated_batches",
-    "SampleCounter", "Holdout", "samples_in", "declare_data_files", "data_files",
-]
-
-Batch = dict[str, np.ndarray]
-# A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
-# memory-mapped); a mapping of arrays (first axis = samples); an iterable of such mappings, each one batch; or a
-# callable returning any of these (called once per pass over the data).
-DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any]]
-
-
-@dataclasses.dataclass(frozen=True)
-class InputSpec:
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | str | None, ...] | None  # None: unknown rank; str/None entries: dynamic
-
-    def describe(self) -> str:
-        dims = "?" if self.shape is None else ", ".join(str(d) if d is not None else "?" for d in self.shape)
-        return f"{self.dtype} [{dims}]"
-
-
-def input_specs(model: ir.Model) -> list[InputSpec]:
-    """The inputs a user must feed (initializers that are also inputs have defaults and are left out)."""
-    specs = []
-    for value in model.graph.inputs:
-        if value.name in model.graph.initializers:
-            continue
-        dtype = value.dtype.numpy() if value.dtype is not None else np.dtype(np.float32)
-        shape = None
-        if value.shape is not None:
-            shape = tuple(d if isinstance(d, int) else (d.value if isinstance(d, ir.SymbolicDim) else None)
-                          for d in value.shape)
-        specs.append(InputSpec(value.name, np.dtype(dtype), shape))
-    return specs
+__all__ = ["iter_batches", "validate_batch", "validated_batches", "declare_data_files", "data_files"]
 
 
 def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = None,
@@ -199,60 +164,13 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
     return out
 
 
-def samples_in(batch: Batch) -> int:
-    """The number of samples in a batch (the first axis of its arrays)."""
-    return len(next(iter(batch.values())))
-
-
 def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
                       what: str = "calibration") -> Iterator[Batch]:
-    """iter_batches, each batch checked against the model's inputs as it arrives."""
-    for batch in iter_batches(source, batch_size, max_samples, what):
-        yield validate_batch(batch, specs, what)
-
-
-class SampleCounter:
-    """Counts the samples flowing through an iterable of batches."""
-
-    def __init__(self, batches: Iterable[Batch]) -> None:
-        self.batches = batches
-        self.samples = 0
-
-    def __iter__(self) -> Iterator[Batch]:
-        for batch in self.batches:
-            self.samples += samples_in(batch)
-            yield batch
-
-
-class Holdout:
-    """Splits a stream of batches by sample: every `every`-th sample (up to `max_samples`) is held back for
-    verification, the rest pass through for calibration. Memory: at most `max_samples` held samples."""
-
-    def __init__(self, every: int, max_samples: int) -> None:
-        self.every = every
-        self.max_samples = max_samples
-        self.held: list[Batch] = []
-        self.held_count = 0
-        self.seen = 0
-        # Too few samples to hold any back: verification falls back to the first calibration batch.
-        self.first: Batch | None = None
-
-    def split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
-        for batch in batches:
-            n = next(iter(batch.values())).shape[0]
-            index = np.arange(self.seen, self.seen + n)
-            self.seen += n
-            hold = (index % self.every == self.every - 1)
-            room = self.max_samples - self.held_count
-            if room <= 0:
-                hold[:] = False
-            elif hold.sum() > room:
-                hold[np.flatnonzero(hold)[room:]] = False
-            if hold.any():
-                self.held.append({k: v[hold] for k, v in batch.items()})
-                self.held_count += int(hold.sum())
-            if (~hold).any():
-                kept = {k: v[~hold] for k, v in batch.items()} if hold.any() else batch
-                if self.first is None:
-                    self.first = kept
-                yield kept
+    """iter_batches, each batch checked against the model's inputs as it arrives. A model with a fixed batch
+    dimension B gets batches of exactly B samples (batch_size and max_samples give way to it)."""
+    fixed = fixed_batch_size(specs)
+    if fixed is not None:
+        batch_size = fixed
+        max_samples = None if max_samples is None else max(fixed, max_samples // fixed * fixed)
+    batches = (validate_batch(batch, specs, what) for batch in iter_batches(source, batch_size, max_samples, what))
+    yield from batches if fixed is None else exact_batches(batches, fixed, what)

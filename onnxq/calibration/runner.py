@@ -10,7 +10,8 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from onnxq.calibration.data import Batch, samples_in
+from onnxq.calibration.batching import samples_in
+from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.passes.insert_blockwise import InsertBlockwisePass
@@ -26,7 +26,7 @@ class Rewritten:
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                config: QuantConfig, mode: str, moments: Mapping[str, np.ndarray] | None = None) -> Rewritten:
+                config: QuantConfig, mode: str, moments: WeightMoments | None = None) -> Rewritten:
     """Rewrite the model in place. Dynamic and weight-only models are operator form already (MatMulInteger,
     MatMulNBits): nothing to lower."""
     rewrite = insert_quantization(model, plans, ranges, config, mode, moments)
@@ -43,7 +43,7 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
 
 def insert_quantization(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                         config: QuantConfig, mode: str,
-                        moments: Mapping[str, np.ndarray] | None = None) -> InsertQdqPass | None:
+                        moments: WeightMoments | None = None) -> InsertQdqPass | None:
     """The rewrite proper, each plan by the pass of its kind: per-token plans (dynamic even in a static model) and
     a dynamic model's plans by InsertDynamicPass, the rest by InsertQdqPass (returned, for its bias notes); a
     weight-only model's (4- or 8-bit blocks) by InsertBlockwisePass, with the activations' second moments (method

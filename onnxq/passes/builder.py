@@ -14,22 +14,30 @@ from onnxq.io import page_out
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import quantize_pair_limited
 
-__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization"]
+__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
 _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
 _MEMO: contextvars.ContextVar[_Memo | None] = contextvars.ContextVar("onnxq_weight_memo", default=None)
+# The same for block-wise weights: (source tensor id, layout and method settings) → (source tensor, blocks).
+_BLOCK_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("onnxq_block_memo", default=None)
 
 
 @contextlib.contextmanager
 def shared_weight_quantization():
     """Within it, every graph rewritten from the same float weights (clones share their tensors: the model, the
-    sensitivity twins, each fallback probe) reuses each weight's int8 array: quantized once, held once."""
-    token = _MEMO.set({})
+    sensitivity twins, each fallback probe) reuses each weight's int8 array or blocks: quantized once, held once."""
+    token, block_token = _MEMO.set({}), _BLOCK_MEMO.set({})
     try:
         yield
     finally:
         _MEMO.reset(token)
+        _BLOCK_MEMO.reset(block_token)
+
+
+def shared_block_quantization() -> dict | None:
+    """The run's memo of block-quantized weights (None outside shared_weight_quantization)."""
+    return _BLOCK_MEMO.get()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import ml_dtypes
 import numpy as np
@@ -18,10 +18,10 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
-from onnxq.irquery import attribute
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
-from onnxq.passes.builder import GraphBuilder
+from onnxq.calibration.moments import WeightMoments, weight_key
+from onnxq.passes.builder import GraphBuilder, shared_block_quantization
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
 
@@ -29,15 +29,14 @@ BLOCK_DQ_OPSET = 21  # DequantizeLinear's block_size and int4 / uint4
 
 
 class InsertBlockwisePass(ir.passes.InPlacePass):
-    """moments: per activation name, XᵀX / n over the calibration rows (method gptq) or its diagonal, the mean
-    square of each channel (clip activation)."""
+    """moments: per weight, XᵀX / n over the calibration rows of every activation that reads it (method gptq) or
+    its diagonal, the mean square of each channel (clip activation) — calibration.moments.WeightMoments."""
 
-    def __init__(self, plans: Sequence[NodePlan], config: QuantConfig,
-                 moments: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(self, plans: Sequence[NodePlan], config: QuantConfig, moments: WeightMoments | None = None) -> None:
         super().__init__()
         self.plans = plans
         self.config = config
-        self.moments = moments or {}
+        self.moments = moments
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         blocks = self.config.blocks
@@ -49,54 +48,73 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
         model.opset_imports.setdefault("com.microsoft", 1)  # MatMulNBits, GatherBlockQuantized
         builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # names; no int8 weight is made
         ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
-        made: dict[tuple, ir.Value | tuple] = {}
+        made: dict[tuple, ir.Value | tuple] = {}  # one set of initializers per weight and bits, shared by its readers
         for plan in self.plans:
             node = plan.node
             bits = 8 if node.name in blocks.int8_nodes else self.config.weights.bits
             if node.op_type == "Gather":  # the handler planned even-width tables only
                 _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios, bits)
                 continue
-            transposed = node.op_type == "Gemm" and attribute(node, "transB") == 1
-            activation = node.inputs[0]
-            moments = self.moments.get(activation.name)
-            key = (id(node.inputs[1]), transposed, bits, None if moments is None else activation.name)
+            transposed = weight_key(node)[1]
+            key = (id(node.inputs[1]), transposed, bits)
             if key not in made:
-                weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32, copy=False)
-                weight = weight.T if transposed else weight
-                symmetric = self.config.weights.symmetric
-                if blocks.method == "gptq" and moments is not None:
-                    quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order,
-                                               bits)
-                else:
-                    importance = None
-                    if moments is not None and blocks.clip == "activation":
-                        importance = np.diag(moments) if moments.ndim == 2 else moments
-                    quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
+                quantized = self._quantized(node, transposed, bits, ratios)
                 base = node.inputs[1].name or "weight"
                 made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))
-            base = node.name or node.op_type
-            if blocks.format == "matmulnbits":
-                k, n = node.inputs[1].const_value.shape[::-1] if transposed else node.inputs[1].const_value.shape
-                product = builder.node("MatMulNBits", [activation, *made[key]], f"{base}_MatMulNBits", node,
-                                       domain="com.microsoft",
-                                       attributes={"K": k, "N": n, "bits": bits, "block_size": blocks.size,
-                                                   "accuracy_level": blocks.accuracy_level})
-            else:
-                product = builder.node("MatMul", [activation, made[key]], f"{base}_MatMul", node)
-            result = product.outputs[0]
-            if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
-                result = builder.node("Add", [result, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
-            _replace(model.graph, node, result)
+            _replace_product(builder, node, made[key], bits, transposed, blocks)
         RemoveUnusedNodesPass()(model)  # the float weights, now unread
         return ir.passes.PassResult(model, modified=bool(self.plans))
+
+    def _quantized(self, node: ir.Node, transposed: bool, bits: int, ratios: tuple[float, ...]) -> BlockQuantized:
+        """The weight's blocks, computed once per run (io: shared_block_quantization) whatever graph reads it."""
+        blocks, symmetric = self.config.blocks, self.config.weights.symmetric
+        tensor = ir.convenience.get_const_tensor(node.inputs[1])
+        moments = self.moments.get(weight_key(node)) if self.moments is not None else None
+        method = blocks.method if moments is not None else "rtn"
+        memo_key = (id(tensor), transposed, bits, symmetric, blocks.size, method, blocks.clip, blocks.act_order,
+                    ratios, moments is not None)
+        memo = shared_block_quantization()
+        if memo is not None and memo_key in memo:
+            return memo[memo_key][1]
+        weight = tensor.numpy().astype(np.float32, copy=False)
+        weight = weight.T if transposed else weight
+        if method == "gptq":
+            quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order, bits)
+        else:
+            importance = None
+            if moments is not None and blocks.clip == "activation":
+                importance = np.diag(moments) if moments.ndim == 2 else moments
+            quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
+        if memo is not None:
+            memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
+        return quantized
+
+
+def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, transposed: bool, blocks) -> None:
+    """The node's product from the block-quantized weight: MatMulNBits, or DequantizeLinear → MatMul (+ Gemm's C)."""
+    base = node.name or node.op_type
+    activation = node.inputs[0]
+    if blocks.format == "matmulnbits":
+        shape = tuple(ir.convenience.get_const_tensor(node.inputs[1]).shape)  # an initializer or a Constant
+        k, n = shape[::-1] if transposed else shape
+        product = builder.node("MatMulNBits", [activation, *made], f"{base}_MatMulNBits", node,
+                               domain="com.microsoft",
+                               attributes={"K": k, "N": n, "bits": bits, "block_size": blocks.size,
+                                           "accuracy_level": blocks.accuracy_level})
+    else:
+        product = builder.node("MatMul", [activation, made], f"{base}_MatMul", node)
+    result = product.outputs[0]
+    if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
+        result = builder.node("Add", [result, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
+    _replace(builder.graph, node, result)
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
                       ratios: tuple[float, ...], bits: int) -> None:
     """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
     B; only the gathered rows are dequantized."""
-    table = node.inputs[0].const_value.numpy().astype(np.float32, copy=False)
+    table = ir.convenience.get_const_tensor(node.inputs[0]).numpy().astype(np.float32, copy=False)
     quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios, bits=bits)  # N rows, K = H
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]

@@ -8,7 +8,8 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import DataSource, declare_data_files, input_specs, validated_batches
+from onnxq.calibration.data import declare_data_files, validated_batches
+from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import VerifyConfig
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files

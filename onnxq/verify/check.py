@@ -10,7 +10,8 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.data import Batch, samples_in
+from onnxq.calibration.batching import samples_in
+from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
 from onnxq.io import load_model, page_out
 from onnxq.verify.coverage import Coverage, CoverageRun

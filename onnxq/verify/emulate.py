@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.specs import Batch
 from onnxq.irquery import attribute, producer
 from onnxq.numerics.pairs import pair_sum_violations
 from onnxq.verify.sessions import make_session

@@ -17,7 +17,8 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.specs import Batch
+from onnxq.errors import OutputPathError
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "quantized_nodes"]
@@ -114,7 +115,12 @@ def profile_placement(model: ModelSource, provider: str, batch: Batch, quantized
         session = make_session(model, optimize=True, provider=provider,
                                profile_prefix=str(Path(scratch) / "profile"))
         session.run(None, batch)
-        events = json.loads(Path(session.end_profiling()).read_text())
+        try:
+            events = json.loads(Path(session.end_profiling()).read_text())
+        except (OSError, ValueError) as e:  # ORT wrote it into the temporary folder: a full disk cuts it short
+            raise OutputPathError(f"onnxruntime's profile of the quantized model could not be read back from the "
+                                  f"temporary folder ({type(e).__name__}) — is that disk full? Free some space, or "
+                                  "set verify.check_kernels = false") from None
     runs = {}
     for event in events:
         name = event.get("name", "")

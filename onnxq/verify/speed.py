@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnxq.calibration.data import Batch
+from onnxq.calibration.specs import Batch
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["SpeedCheck", "check_speed"]

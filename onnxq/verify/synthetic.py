@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.data import Batch, InputSpec
+from onnxq.calibration.specs import Batch, InputSpec
 
 __all__ = ["synthetic_batches"]
 

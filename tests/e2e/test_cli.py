@@ -161,3 +161,48 @@ def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
     warned = any("not faster than float" in n for n in report["notes"])
     assert warned == (speed["speedup"] <= 1.0)
     assert "speed on CPU:" in out
+
+
+def test_argparse_errors_are_one_line_with_a_pointer_to_help(work, capsys):
+    for args, command in (([str(work / "mlp.onnx"), "--mode", "turbo"], "python -m onnxq"),
+                          (["verify", str(work / "mlp.onnx")], "python -m onnxq verify"),
+                          (["calibrate", str(work / "mlp.onnx"), "--calib"], "python -m onnxq calibrate"),
+                          (["merge"], "python -m onnxq merge")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("onnxq: error: ") and f"see {command} --help" in err, err
+
+
+def test_every_command_takes_v_and_v_never_changes_the_exit_code(work, capsys, monkeypatch):
+    model, data = str(work / "mlp.onnx"), str(work / "mlp_calib.npz")
+    assert main(["calibrate", model, "--calib", data, "-o", str(work / "s.json"), "-v"]) == 0
+    assert main(["merge", str(work / "s.json"), "-o", str(work / "m.json"), "-v"]) == 0
+    assert main([model, "--calib", data, "-o", str(work / "q.onnx"), "-v"]) == 0
+    assert main(["verify", model, str(work / "q.onnx"), "--data", data, "--verbose"]) == 0
+    capsys.readouterr()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug\nwith a second line")
+
+    monkeypatch.setattr("onnxq.cli.quantize", broken)
+    assert main([model, "-o", str(work / "q2.onnx")]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["onnxq: internal error: RuntimeError: a bug — rerun with -v for the traceback and report it"]
+    assert main([model, "-o", str(work / "q2.onnx"), "-v"]) == 3  # the same code, the traceback above the line
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "Traceback (most recent call last):" and "RuntimeError: a bug" in "\n".join(err)
+    assert err[-1] == "onnxq: internal error: RuntimeError: a bug — the traceback is above and report it"
+    assert not (work / "q2.onnx").exists()
+
+
+def test_onnxruntime_logs_nothing_of_its_own_before_the_line(work, capfd):
+    """A model ORT fails to run (a Reshape to an impossible shape) ends in onnxq's line only: ORT's own error log
+    (on the C++ side's stderr) is silenced in every session onnxq makes."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 32])
+    y = tape.op("MatMul", [x, tape.initializer(ir.tensor(np.ones((32, 6), np.float32), name="w"))])
+    z = tape.op("Reshape", [y, tape.initializer(ir.tensor(np.array([5, -1], np.int64), name="shape"))])
+    ir.save(to_model(tape, [x], [z]), work / "bad_reshape.onnx")
+    code = main([str(work / "bad_reshape.onnx"), "--calib", str(work / "mlp_calib.npz"), "-o", str(work / "q.onnx")])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("onnxq: error: "), err

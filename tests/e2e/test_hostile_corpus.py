@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
-from corpus import CASES
+from corpus import CASES as FIRST
+from corpus_guard import CASES as GUARD
 
 from onnxq.cli import main
+from onnxq.commands import SUBCOMMANDS
+
+CASES = {**FIRST, **GUARD}
+assert len(CASES) == len(FIRST) + len(GUARD)  # no name used twice
+HANG_SECONDS = 120  # a FIFO read would block forever: a case past this fails instead of hanging the suite
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -23,8 +30,12 @@ def _snapshot(folder: Path) -> dict[str, str]:
     return out
 
 
-def test_the_corpus_has_at_least_40_cases():
-    assert len(CASES) >= 40
+def test_the_corpus_has_at_least_40_cases_in_each_part():
+    assert len(FIRST) >= 40 and len(GUARD) >= 40
+
+
+def _hung(signum, frame):
+    raise TimeoutError(f"the case ran past {HANG_SECONDS} s (a blocking read?)")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -35,13 +46,17 @@ def test_corpus_case(name, tmp_path, capsys):
     work = tmp_path / "work"
     work.mkdir()
     args = case.build(work)
-    if "-o" not in args:
+    if args[0] not in SUBCOMMANDS and "-o" not in args:
         args = [*args, "-o", str(work / case.output)]
     before = _snapshot(work)
     capsys.readouterr()
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(HANG_SECONDS)
     try:
         code = main(args)
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         for folder in work.rglob("*"):  # a read-only folder made by the case: let tmp_path clean up
             if folder.is_dir() and not os.access(folder, os.W_OK):
                 folder.chmod(0o755)

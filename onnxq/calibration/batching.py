@@ -1,0 +1,138 @@
+"""Batches as the model can take them, and the samples held back for verification.
+
+A model whose inputs fix their first dimension (a batch of exactly B) takes data only in batches of B: streams are
+re-cut to B samples (a remainder that makes no whole batch is left out, with a warning), whatever the calibration
+batch size, the holdout's gaps or the shards' sizes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from onnxq.calibration.specs import Batch, InputSpec
+from onnxq.errors import CalibrationDataError
+
+__all__ = ["samples_in", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter", "Holdout"]
+
+logger = logging.getLogger(__name__)
+
+
+def samples_in(batch: Batch) -> int:
+    """The number of samples in a batch (the first axis of its arrays)."""
+    return len(next(iter(batch.values())))
+
+
+def fixed_batch_size(specs: list[InputSpec]) -> int | None:
+    """The batch size the model's inputs fix (the same fixed first dimension wherever one is fixed), else None."""
+    fixed = {spec.shape[0] for spec in specs if spec.shape and isinstance(spec.shape[0], int) and spec.shape[0] > 0}
+    return fixed.pop() if len(fixed) == 1 else None
+
+
+def exact_batches(batches: Iterable[Batch], size: int, what: str = "calibration") -> Iterator[Batch]:
+    """The same samples, in order, in batches of exactly `size`."""
+    pending: list[Batch] = []
+    count = 0
+    for batch in batches:
+        n = samples_in(batch)
+        if n == size and not pending:
+            yield batch
+            continue
+        pending.append(batch)
+        count += n
+        while count >= size:
+            merged = _concatenate(pending, size, what)
+            yield {k: v[:size] for k, v in merged.items()}
+            count -= size
+            pending = [{k: v[size:] for k, v in merged.items()}] if count else []
+    if count:
+        logger.warning("%d %s sample(s) left out: not a whole batch of %d (the model's fixed batch size)", count,
+                       what, size)
+
+
+def _concatenate(pending: list[Batch], size: int, what: str) -> Batch:
+    if len(pending) == 1:
+        return pending[0]
+    try:
+        return {k: np.concatenate([b[k] for b in pending]) for k in pending[0]}
+    except ValueError:
+        raise CalibrationDataError(f"{what} samples of different shapes would have to share a batch of {size} (the "
+                                   "model's fixed batch size) — give each shard a whole number of batches") from None
+
+
+def first_samples(batches: Iterable[Batch], count: int, fixed: int | None) -> list[Batch]:
+    """At most `count` samples from the start of the batches (at least one whole batch of a fixed size)."""
+    if fixed is not None:
+        count = max(fixed, count // fixed * fixed)
+    out, taken = [], 0
+    for batch in exact_batches(batches, fixed, "verification") if fixed else batches:
+        if taken >= count:
+            break
+        batch = {k: v[:count - taken] for k, v in batch.items()}
+        out.append(batch)
+        taken += samples_in(batch)
+    return out
+
+
+class SampleCounter:
+    """Counts the samples flowing through an iterable of batches."""
+
+    def __init__(self, batches: Iterable[Batch]) -> None:
+        self.batches = batches
+        self.samples = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self.batches:
+            self.samples += samples_in(batch)
+            yield batch
+
+
+class Holdout:
+    """Splits a stream of batches by sample: every `every`-th sample (up to `max_samples`) is held back for
+    verification, the rest pass through for calibration. Memory: at most `max_samples` held samples. With a fixed
+    batch size, what passes and what is held come in whole batches of it."""
+
+    def __init__(self, every: int, max_samples: int, fixed: int | None = None) -> None:
+        self.every = every
+        self.max_samples = max_samples
+        self.fixed = fixed
+        self.held: list[Batch] = []
+        self.held_count = 0
+        self.seen = 0
+        # Too few samples to hold any back: verification falls back to the first calibration batch.
+        self.first: Batch | None = None
+
+    def split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        kept = self._split(batches)
+        return kept if self.fixed is None else exact_batches(kept, self.fixed)
+
+    def verification_batches(self) -> list[Batch]:
+        """The held samples in batches the model takes (none when they make no whole fixed batch)."""
+        return self.held if self.fixed is None else list(exact_batches(self.held, self.fixed, "held-out"))
+
+    def first_batches(self) -> list[Batch]:
+        """The first calibration batch, as batches the model takes."""
+        if self.first is None:
+            return []
+        return [self.first] if self.fixed is None else list(exact_batches([self.first], self.fixed, "held-out"))
+
+    def _split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        for batch in batches:
+            n = samples_in(batch)
+            index = np.arange(self.seen, self.seen + n)
+            self.seen += n
+            hold = (index % self.every == self.every - 1)
+            room = self.max_samples - self.held_count
+            if room <= 0:
+                hold[:] = False
+            elif hold.sum() > room:
+                hold[np.flatnonzero(hold)[room:]] = False
+            if hold.any():
+                self.held.append({k: v[hold] for k, v in batch.items()})
+                self.held_count += int(hold.sum())
+            if (~hold).any():
+                kept = {k: v[~hold] for k, v in batch.items()} if hold.any() else batch
+                if self.first is None:
+                    self.first = kept
+                yield kept
