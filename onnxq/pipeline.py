@@ -15,13 +15,12 @@ import onnx_ir as ir
 
 from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, first_samples, fixed_batch_size, input_specs,
                                validated_batches)
+from onnxq.calibration.data import declare_data_files
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.config import QuantConfig
-from onnxq.errors import ConfigError, UnsupportedModelError
+from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
-from onnxq.calibration.data import declare_data_files
-from onnxq.errors import CalibrationDataError
 from onnxq.io import (LOAD_NOTES, external_data_files, load_model, model_size_bytes, page_out, run_files,
                       save_model, trim_heap)
 from onnxq.io.outputs import active_run
@@ -305,14 +304,13 @@ def _second_moments(work: ir.Model, plans: list[NodePlan], config: QuantConfig, 
                     holdout: Holdout) -> WeightMoments:
     """Per weight, the second moments of every activation reading it, computed now (the first pass also fills the
     holdout); a model whose matrices exceed the budget needs a pass per chunk, so its data must be re-readable."""
-    passes = []
+    holdouts = iter([holdout])  # the first pass fills the run's holdout; later passes skip the same samples
 
     def batches():
         stream = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-        if verify_data is None and config.verify.enabled:  # later passes skip the same samples
-            split = holdout if not passes else Holdout(holdout.every, holdout.max_samples, holdout.fixed)
+        if verify_data is None and config.verify.enabled:
+            split = next(holdouts, None) or Holdout(holdout.every, holdout.max_samples, holdout.fixed)
             stream = split.split(stream)
-        passes.append(1)
         return stream
 
     readers: dict[WeightKey, dict[str, None]] = {}  # ordered sets
@@ -360,11 +358,12 @@ def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode:
 
 def _held_out_inputs(reference: ir.Model, config: QuantConfig, specs, holdout: Holdout,
                      notes: list[str]) -> tuple[list, str]:
-    if holdout.verification_batches():
-        return holdout.verification_batches(), f"held-out calibration samples (every {config.verify.holdout_every}th)"
-    if holdout.first_batches():
+    held, first = holdout.verification_batches(), holdout.first_batches()
+    if held:
+        return held, f"held-out calibration samples (every {config.verify.holdout_every}th)"
+    if first:
         notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
-        return holdout.first_batches(), "calibration samples"
+        return first, "calibration samples"
     return _synthetic_inputs(reference, specs, notes)
 
 

@@ -15,7 +15,8 @@ from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
 from onnxq.targets import TARGETS, Target
 
-__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig", "PROVIDER_ALIASES"]
+__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
+           "PROVIDER_ALIASES"]
 
 PROVIDER_ALIASES = KNOWN_PROVIDER_ALIASES
 

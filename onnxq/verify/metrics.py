@@ -54,8 +54,10 @@ class MetricsAccumulator:
         self.reference_nonfinite = 0
 
     def add(self, reference: np.ndarray, quantized: np.ndarray) -> None:
-        ref = np.asarray(reference, dtype=np.float64)
-        got = np.asarray(quantized, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf are counted, and fail the check
+            self._add(np.asarray(reference, dtype=np.float64), np.asarray(quantized, dtype=np.float64))
+
+    def _add(self, ref: np.ndarray, got: np.ndarray) -> None:
         if ref.shape != got.shape:
             raise UnsupportedModelError(f"an output has shape {ref.shape} in the float model but {got.shape} in the "
                                         "quantized one — pass the float model and its own quantized form")

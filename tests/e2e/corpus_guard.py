@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from corpus import K, N, Case, _external, _good_model, _make_external, _npz, _runs, _two_matmuls, _weight, matmul_model, save
+from corpus import (K, N, Case, _external, _good_model, _make_external, _npz, _runs, _two_matmuls, _weight,
+                    matmul_model, save)
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["CASES"]
@@ -54,6 +55,16 @@ def _quantized_pair(work: Path) -> tuple[str, str, str]:
     model, data = _good_model(work), _npz(work, x=_x())
     quantize(model, data, output=work / "q_made.onnx")
     return model, str(work / "q_made.onnx"), data
+
+
+def _other_output_shape(work: Path) -> list[str]:
+    """verify on a float model and the quantized form of another model: same input, outputs of another width."""
+    from onnxq import quantize
+
+    model, data = _good_model(work), _npz(work, x=_x())
+    other = save(matmul_model(_weight((K, 4), seed=8)), work / "other.onnx")
+    quantize(other, data, output=work / "q_other.onnx")
+    return ["verify", model, str(work / "q_other.onnx"), "--data", data]
 
 
 def _summaries(work: Path) -> list[str]:
@@ -221,6 +232,10 @@ CASES: dict[str, Case] = {
     "verify report is the quantized model": Case(lambda w: (lambda m, q, d: ["verify", m, q, "--data", d, "--report",
                                                                              q])(*_quantized_pair(w)),
                                                  "would overwrite the quantized model"),
+    "verify report folder missing": Case(lambda w: (lambda m, q, d: ["verify", m, q, "--data", d, "--report",
+                                                                     str(w / "no" / "r.json")])(*_quantized_pair(w)),
+                                         "does not exist"),
+    "verify on models whose outputs differ in shape": Case(_other_output_shape, "has shape (8, 8) in the float model"),
     "calibrate output is the calibration data": Case(lambda w: ["calibrate", _good_model(w), "--calib",
                                                                 _npz(w, x=_x()), "-o", str(w / "d.npz")],
                                                      "would overwrite the calibration data"),

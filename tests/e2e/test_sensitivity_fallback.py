@@ -1,11 +1,14 @@
 """Per-layer sensitivity and accuracy-aware fallback, on the samples and on MiniLM."""
 
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
 import onnxq
+import onnxq.pipeline
 from onnxq.cli import main
 
 
@@ -113,3 +116,23 @@ def test_large_models_rank_groups_only_by_default(samples_dir):
     [group] = report.sensitivity.groups
     assert group.pattern == "/fc*/Gemm" and group.members == ("/fc0/Gemm", "/fc1/Gemm", "/fc2/Gemm")
     assert any("groups ranked, not single nodes" in n for n in report.notes)
+
+
+def test_a_nan_sensitivity_fails_the_gate_with_the_reason(samples_dir, tmp_path, monkeypatch, capsys):
+    """Quantizing one node alone makes an output NaN (here forced, as an overflowing layer would): the run does not
+    end "within tolerance", and the summary says which node and why."""
+    real = onnxq.pipeline.layer_sensitivity
+
+    def with_nan(*args, **kwargs):
+        result = real(*args, **kwargs)
+        first = result.nodes[0]
+        broken = {k: dataclasses.replace(m, nonfinite=3) for k, m in first.outputs.items()}
+        nodes = (dataclasses.replace(first, outputs=broken, harm=math.inf), *result.nodes[1:])
+        return dataclasses.replace(result, nodes=nodes)
+
+    monkeypatch.setattr(onnxq.pipeline, "layer_sensitivity", with_nan)
+    code = main([str(samples_dir / "mlp.onnx"), "--calib", str(samples_dir / "mlp_calib.npz"), "-o",
+                 str(tmp_path / "q.onnx")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "alone makes an output NaN or inf" in out and "result: OUT OF TOLERANCE" in out

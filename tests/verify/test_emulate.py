@@ -147,11 +147,14 @@ def test_integer_operators_corrected_to_exact_and_to_avx2(samples_dir, mode):
     if mode == "static":
         qdq = onnxq.quantize(samples_dir / "mlp.onnx", dict(data), config=config.replace(format="qdq")).model
         exact_reference = make_session(qdq, optimize=False)
+        emulated_avx2 = []
         for batch, (base, avx2, exact) in zip(batches, runs):
             truth = exact_reference.run(names, batch)[0]
             got = (exact or base)[0]
             np.testing.assert_allclose(got, truth, atol=2e-4)  # first order: errors on saturated activations
             if here_saturates:
                 assert np.abs(base[0] - truth).max() > 0.05
-            else:
-                assert avx2 is None or np.abs(avx2[0] - truth).max() > 0
+            elif avx2 is not None:  # a batch whose products saturate on AVX2: the emulation must show it
+                emulated_avx2.append(np.abs(avx2[0] - truth).max())
+        # Off an AVX2 CPU, at least one batch saturates (sum of saturated > 0 above) and each one that does differs.
+        assert here_saturates or (emulated_avx2 and min(emulated_avx2) > 0)

@@ -37,3 +37,24 @@ def test_tolerance_failures_name_the_metric():
     acc.add(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]))
     failures = failures_for(acc.result(), Tolerance(min_cosine=0.98, min_sqnr_db=10.0, max_abs_error=0.5))
     assert failures == ("cosine 0.0000 < 0.98", "SQNR -3.0 dB < 10.0 dB", "max abs error 1 > 0.5")
+
+
+def test_nan_or_inf_anywhere_fails_whatever_the_tolerance():
+    no_bars = Tolerance(min_cosine=None)
+    quantized = MetricsAccumulator()
+    quantized.add(np.ones((2, 3)), np.array([[1.0, np.nan, 1.0], [1.0, 1.0, np.inf]]))
+    m = quantized.result()
+    assert m.nonfinite == 2 and not m.finite
+    assert failures_for(m, no_bars) == ("2 NaN/inf value(s) in the quantized outputs",)
+    assert m.to_dict()["cosine_mean"] is None  # JSON has no NaN: null
+    reference = MetricsAccumulator()
+    reference.add(np.array([[np.nan, 1.0]]), np.array([[0.0, 1.0]]))
+    (failure,) = failures_for(reference.result(), no_bars)
+    assert failure.startswith("the float model itself gives 1 NaN/inf value(s)")
+
+
+def test_a_nan_max_abs_error_is_not_hidden_by_an_earlier_batch():
+    acc = MetricsAccumulator()
+    acc.add(np.ones((1, 2)), np.ones((1, 2)) * 1.5)
+    acc.add(np.ones((1, 2)), np.array([[np.nan, 1.0]]))
+    assert math.isnan(acc.result().max_abs_error)
