@@ -25,8 +25,8 @@ from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.passes.apply import apply_plans
 from onnxq.probing import smallest_passing
 from onnxq.sensitivity import Sensitivity
-from onnxq.verify.metrics import finite_or_none
 from onnxq.verify.check import Verification
+from onnxq.verify.metrics import finite_or_none
 
 __all__ = ["FallbackResult", "Attempt", "fall_back"]
 

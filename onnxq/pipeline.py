@@ -19,8 +19,8 @@ from onnxq.calibration.data import declare_data_files
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
-from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.fallback import fall_back
+from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.io import (LOAD_NOTES, external_data_files, load_model, model_size_bytes, page_out, run_files,
                       save_model, trim_heap)
 from onnxq.io.outputs import active_run

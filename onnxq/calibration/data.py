@@ -90,7 +90,10 @@ def declare_data_files(files: RunFiles, source: DataSource | None, what: str) ->
 def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
     shards, arrays = data_files(path, what)
     for file in shards:
-        yield from _slices(_load_npz(file, what), batch_size, what)
+        arrays = _load_npz(file, what)
+        yield from _slices(arrays, batch_size, what)
+        for array in arrays.values():  # one shard's files open at a time, however many shards
+            array.close()
     if arrays:
         loaded = {}
         for file in arrays:
@@ -107,7 +110,7 @@ def _load_npz(path: Path, what: str) -> dict[str, NpzMember]:
     return open_npz(path, what)
 
 
-def _slices(arrays: dict[str, np.ndarray], batch_size: int, what: str) -> Iterator[Batch]:
+def _slices(arrays: Mapping[str, np.ndarray | NpzMember], batch_size: int, what: str) -> Iterator[Batch]:
     if not arrays:
         return
     if any(a.ndim == 0 for a in arrays.values()):

@@ -6,6 +6,7 @@ rename is recorded so that the report can map a generated name back to the node 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import onnx_ir as ir
 
@@ -26,11 +27,10 @@ class RenamedNode:
 
 def name_nodes(model: ir.Model) -> tuple[RenamedNode, ...]:
     """Give unnamed and repeated nodes unique names, across the main graph, its bodies and functions."""
-    graphs = [("main", model.graph)]
-    taken = {node.name for graph in _all_graphs(graphs, model) for node in graph[1] if node.name}
+    taken = {node.name for _, graph in _all_graphs(model) for node in graph if node.name}
     seen: set[str] = set()
     renamed = []
-    for label, graph in _all_graphs(graphs, model):
+    for label, graph in _all_graphs(model):
         for position, node in enumerate(graph):
             if node.name and node.name not in seen:
                 seen.add(node.name)
@@ -42,9 +42,9 @@ def name_nodes(model: ir.Model) -> tuple[RenamedNode, ...]:
     return tuple(renamed)
 
 
-def _all_graphs(main: list[tuple[str, ir.Graph]], model: ir.Model):
-    """(label, graph) for the main graph, each body inside it (depth first) and each function."""
-    pending = list(main)
+def _all_graphs(model: ir.Model) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+    """(label, graph) for the main graph, each body inside it (breadth first) and each function."""
+    pending: list[tuple[str, ir.Graph]] = [("main", model.graph)]
     while pending:
         label, graph = pending.pop(0)
         yield label, graph

@@ -117,7 +117,7 @@ class RunFiles:
         """Check, before any work, that the run may write this output (and its companions `also`, such as the
         external data file of a large model); returns the absolute path."""
         path = Path(path).absolute()
-        _check_folder(path, what)
+        _check_folder(_resolved(path) if path.is_symlink() else path, what)  # where it will be written
         for each in (path, *map(Path, also)):
             target = _resolved(each)
             if self._outputs.get(target, what) != what:

@@ -15,12 +15,12 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxq.calibration.moments import WeightMoments, weight_key
 from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
-from onnxq.calibration.moments import WeightMoments, weight_key
 from onnxq.passes.builder import GraphBuilder, shared_block_quantization
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]

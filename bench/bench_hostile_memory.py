@@ -1,0 +1,109 @@
+"""Memory bounded by the work, not by what the input claims (issue 17): each case is onnxq's command line in a
+child process (wall time, its own peak RSS), with a watchdog.
+
+    python bench/bench_hostile_memory.py [--dir /tmp/onnxq-hostile] [--cases zipbomb,rnn]
+
+zipbomb: a 2.2 MB .npz whose one array inflates to 2 GiB (32768 × 16384 float32, zeros but one column), read with
+`--calib-samples 16` (a MatMul 16384 → 8). rnn: an unrolled bidirectional RNN (tests/e2e/rnn_model.py: 20 steps,
+4 shared 4096 × 4096 weights read by 80 Gemms, 268 MB) to 4-bit with GPTQ on 32 calibration samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+from rnn_model import rnn_inputs, unrolled_rnn  # noqa: E402
+
+
+def _zipbomb(folder: Path) -> list[str]:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    width, rows = 16384, 32768
+    weight = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.01, (width, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, folder / "wide.onnx")
+    with zipfile.ZipFile(folder / "bomb.npz", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("x.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (rows, width)})
+            chunk = np.zeros((256, width), np.float32)
+            chunk[:, 0] = 1.0
+            for _ in range(rows // 256):
+                f.write(chunk.tobytes())
+    print(f"zipbomb: {(folder / 'bomb.npz').stat().st_size / 1e6:.1f} MB file, {rows * width * 4 / 2**30:.0f} GiB "
+          "array", flush=True)
+    return [str(folder / "wide.onnx"), "--calib", str(folder / "bomb.npz"), "--calib-samples", "16", "-o",
+            str(folder / "wide.int8.onnx")]
+
+
+def _rnn(folder: Path) -> list[str]:
+    import onnx
+
+    onnx.save(unrolled_rnn(steps=20, width=4096), folder / "rnn.onnx")
+    np.savez(folder / "rnn.npz", x=rnn_inputs(32, 20, 4096))
+    return [str(folder / "rnn.onnx"), "--calib", str(folder / "rnn.npz"), "--weights", "int4", "-o",
+            str(folder / "rnn.int4.onnx"), "--report", str(folder / "rnn.json")]
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):  # the peak resident set so far
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir", default="/tmp/onnxq-hostile")
+    parser.add_argument("--cases", default="zipbomb,rnn")
+    parser.add_argument("--max-rss-mb", type=float, default=16000)
+    parser.add_argument("--max-seconds", type=float, default=3600)
+    args = parser.parse_args()
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    makers = {"zipbomb": _zipbomb, "rnn": _rnn}
+    for case in args.cases.split(","):
+        result = _measured(makers[case](folder), args.max_rss_mb, args.max_seconds)
+        print(json.dumps({"case": case, **result}), flush=True)
+
+
+def _measured(cli: list[str], max_rss_mb: float, max_seconds: float) -> dict:
+    """The run, with the child's own peak RSS as the kernel counts it (wait4's ru_maxrss)."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "onnxq", *cli, "-q"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            break
+        if _rss_mb(child.pid) > max_rss_mb or time.perf_counter() - start > max_seconds:
+            child.kill()
+            _, status, usage = os.wait4(child.pid, 0)
+            return {"killed": f"peak RSS {usage.ru_maxrss / 1024:.0f} MB, {time.perf_counter() - start:.0f} s"}
+        time.sleep(0.1)
+    out, err = child.stdout.read(), child.stderr.read()
+    return {"exit": os.waitstatus_to_exitcode(status), "seconds": round(time.perf_counter() - start, 1),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024), "result": out.strip()[-100:], "stderr": err.strip()[-200:]}
+
+
+if __name__ == "__main__":
+    main()
