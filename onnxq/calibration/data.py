@@ -90,10 +90,10 @@ def declare_data_files(files: RunFiles, source: DataSource | None, what: str) ->
 def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
     shards, arrays = data_files(path, what)
     for file in shards:
-        arrays = _load_npz(file, what)
-        yield from _slices(arrays, batch_size, what)
-        for array in arrays.values():  # one shard's files open at a time, however many shards
-            array.close()
+        members = _load_npz(file, what)
+        yield from _slices(members, batch_size, what)
+        for member in members.values():  # one shard's files open at a time, however many shards
+            member.close()
     if arrays:
         loaded = {}
         for file in arrays:

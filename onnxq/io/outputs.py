@@ -117,7 +117,7 @@ class RunFiles:
         """Check, before any work, that the run may write this output (and its companions `also`, such as the
         external data file of a large model); returns the absolute path."""
         path = Path(path).absolute()
-        _check_folder(_resolved(path) if path.is_symlink() else path, what)  # where it will be written
+        _check_folder(_resolved(path) if _is_symlink(path) else path, what)  # where it will be written
         for each in (path, *map(Path, also)):
             target = _resolved(each)
             if self._outputs.get(target, what) != what:
@@ -210,6 +210,13 @@ class RunFiles:
 
 def _resolved(path: str | os.PathLike) -> Path:
     return Path(path).absolute().resolve()
+
+
+def _is_symlink(path: Path) -> bool:
+    try:
+        return path.is_symlink()
+    except OSError:  # a name too long for the file system: _check_folder says so
+        return False
 
 
 def _is_data_file(path: Path) -> bool:
