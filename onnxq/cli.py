@@ -11,7 +11,8 @@ import threading
 import traceback
 from pathlib import Path
 
-from onnxq.cli_args import Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args
+from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
+                            path_arg)
 from onnxq.commands import SUBCOMMANDS
 from onnxq.errors import ConfigError, OnnxqError, one_line
 from onnxq.html_report import render_html
@@ -43,14 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
                "interrupted. Other commands: "
                "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "
                "quantized model); each takes --help.")
-    p.add_argument("model", help="float .onnx model")
-    p.add_argument("--calib", metavar="DATA", help=".npz (arrays keyed by input name, first axis = samples) or a "
-                   "folder of .npz; without it activations are quantized dynamically at run time")
-    p.add_argument("-o", "--output", help="output path (default: MODEL.int8.onnx beside the model)")
-    p.add_argument("--verify-data", metavar="DATA", help="held-out inputs for verification (default: every 10th "
-                   "calibration sample is held back)")
-    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML; flags override it")
-    p.add_argument("--report", metavar="JSON", help="write the report as JSON")
+    p.add_argument("model", type=path_arg, help="float .onnx model")
+    p.add_argument("--calib", type=path_arg, metavar="DATA",
+                   help=".npz (arrays keyed by input name, first axis = samples) or a folder of .npz; without it "
+                        "activations are quantized dynamically at run time")
+    p.add_argument("-o", "--output", type=path_arg,
+                   help="output path (default: MODEL.int8.onnx beside the model)")
+    p.add_argument("--verify-data", type=path_arg, metavar="DATA",
+                   help="held-out inputs for verification (default: every 10th calibration sample is held back)")
+    p.add_argument("--config", type=path_arg, metavar="TOML", help="QuantConfig as TOML; flags override it")
+    p.add_argument("--report", type=path_arg, metavar="JSON", help="write the report as JSON")
     p.add_argument("--mode", choices=["auto", "static", "dynamic", "weight-only"],
                    help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
                         "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
@@ -87,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=list(METHODS),
                    help="how activation ranges are chosen from the calibration data (default percentile)")
     p.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
-    p.add_argument("--calib-cache", metavar="JSON", help="calibration summary: read if it exists (no calibration "
-                   "pass), else written after calibrating; see python -m onnxq calibrate / merge")
+    p.add_argument("--calib-cache", type=path_arg, metavar="JSON",
+                   help="calibration summary: read if it exists (no calibration pass), else written after "
+                        "calibrating; see python -m onnxq calibrate / merge")
     add_tolerance_flags(p)
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
                    help="accuracy target (metric: cosine, sqnr, max_abs), e.g. cosine=0.995 or "
@@ -96,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "most sensitive nodes are kept float, fewest first, until the target is met")
     p.add_argument("--no-fallback", action="store_true", help="with --tolerance: only gate, do not fall back")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")
-    p.add_argument("--html", metavar="HTML", help="write a human report with a per-layer error chart")
+    p.add_argument("--html", type=path_arg, metavar="HTML",
+                   help="write a human report with a per-layer error chart")
     p.add_argument("--check-speed", action="store_true", default=None,
                    help="time float vs quantized on each provider; warn when the quantized model is not faster")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
@@ -155,10 +160,10 @@ def _run(argv: list[str], verbose: bool) -> int:
         if args.config:
             files.read(args.config, "the config file", ConfigError)
         for path, flag in ((args.report, "--report"), (args.html, "--html")):
-            if path:
+            if path is not None:
                 files.claim(path, flag)
         config = config_from_args(args)
-        output = Path(args.output) if args.output else default_output_path(args.model)
+        output = Path(args.output) if args.output is not None else default_output_path(args.model)
         progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
         try:
             result = quantize(args.model, args.calib, output=output, config=config, verify_data=args.verify_data,

@@ -8,7 +8,7 @@ import dataclasses
 from onnxq.config import QScheme, QuantConfig, VerifyConfig
 from onnxq.errors import ConfigError
 
-__all__ = ["Parser", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
+__all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
            "verify_config_from_args"]
 
 
@@ -17,6 +17,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise ConfigError(f"{message} — see {self.prog} --help")
+
+
+def path_arg(text: str) -> str:
+    """A path flag's value: an empty one (an unset variable in a script) is refused, never read as the current
+    folder."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path — give a file name")
+    return text
 
 
 def add_verbose_flag(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import json
 
 from onnxq.calibration.api import calibrate, merge_calibrations
 from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
-                            verify_config_from_args)
+                            path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
@@ -28,13 +28,15 @@ def build_verify_parser() -> argparse.ArgumentParser:
         description="Check a quantized model against its float model on every provider present: every output "
                     "against its tolerance, the providers against each other, and where each node ran.",
         epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
-    p.add_argument("float_model")
-    p.add_argument("quant_model")
-    p.add_argument("--data", metavar="DATA", required=True, help="inputs: .npz, or a folder of .npz / <input>.npy")
-    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [verify] table applies)")
+    p.add_argument("float_model", type=path_arg)
+    p.add_argument("quant_model", type=path_arg)
+    p.add_argument("--data", type=path_arg, metavar="DATA", required=True,
+                   help="inputs: .npz, or a folder of .npz / <input>.npy")
+    p.add_argument("--config", type=path_arg, metavar="TOML",
+                   help="QuantConfig as TOML (its [verify] table applies)")
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
                    help="tolerance (metric: cosine, sqnr, max_abs); repeatable")
-    p.add_argument("--report", metavar="JSON", help="write the verification as JSON")
+    p.add_argument("--report", type=path_arg, metavar="JSON", help="write the verification as JSON")
     p.add_argument("--target", choices=list(TARGETS),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
@@ -47,10 +49,12 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
         prog="python -m onnxq calibrate",
         description="Calibrate once (every candidate activation, with histograms) and write the summary: reuse it "
                     "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
-    p.add_argument("model", help="float .onnx model")
-    p.add_argument("--calib", metavar="DATA", required=True, help=".npz, or a folder of .npz / <input>.npy")
-    p.add_argument("-o", "--output", metavar="JSON", required=True, help="summary file to write")
-    p.add_argument("--config", metavar="TOML", help="QuantConfig as TOML (its [calibration] table applies)")
+    p.add_argument("model", type=path_arg, help="float .onnx model")
+    p.add_argument("--calib", type=path_arg, metavar="DATA", required=True,
+                   help=".npz, or a folder of .npz / <input>.npy")
+    p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True, help="summary file to write")
+    p.add_argument("--config", type=path_arg, metavar="TOML",
+                   help="QuantConfig as TOML (its [calibration] table applies)")
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="also keep the per-channel statistics SmoothQuant needs (any value but off)")
     add_calibration_flags(p)
@@ -60,9 +64,9 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
 
 def build_merge_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m onnxq merge",
-                                description="Merge calibration summaries of shards of the data into one.")
-    p.add_argument("summaries", nargs="+", metavar="JSON")
-    p.add_argument("-o", "--output", metavar="JSON", required=True)
+               description="Merge calibration summaries of shards of the data into one.")
+    p.add_argument("summaries", type=path_arg, nargs="+", metavar="JSON")
+    p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True)
     add_verbose_flag(p)
     return p
 

@@ -324,6 +324,9 @@ CASES: dict[str, Case] = {
     "unknown provider": Case(lambda w: [_good_model(w), "--providers", "tpu"], "unknown execution provider"),
     "tolerance on a missing output": Case(lambda w: [_good_model(w), "--tolerance", "logits:cosine=0.9"],
                                           "which the model does not have; its outputs are: y"),
+    "empty calibration path": Case(lambda w: [_good_model(w), "--calib", ""], "--calib: an empty path"),
+    "empty output path": Case(lambda w: [_good_model(w), "-o", ""], "--output: an empty path"),
+    "empty report path": Case(lambda w: [_good_model(w), "--report", ""], "--report: an empty path"),
     "bad choice": Case(lambda w: [_good_model(w), "--mode", "turbo"], "invalid choice"),
     "unknown flag": Case(lambda w: [_good_model(w), "--frobnicate"], "unrecognized arguments"),
     # -- valid models that must quantize
