@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -60,17 +58,6 @@ def _rnn(folder: Path) -> list[str]:
             str(folder / "rnn.int4.onnx"), "--report", str(folder / "rnn.json")]
 
 
-def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):  # the peak resident set so far
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", default="/tmp/onnxq-hostile")
@@ -86,23 +73,42 @@ def main() -> None:
         print(json.dumps({"case": case, **result}), flush=True)
 
 
+# The child is spawned from a bare Python that watches it: a child's ru_maxrss starts from its parent's RSS at fork
+# (vfork shares the parent's memory until exec), and this script holds onnx and numpy.
+_WATCHER = """
+import json, os, subprocess, sys, time
+limit_mb, limit_s = float(sys.argv[1]), float(sys.argv[2])
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[3:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+def rss_mb():
+    try:
+        with open(f"/proc/{child.pid}/status") as f:
+            return next((int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:")), 0.0)
+    except OSError:
+        return 0.0
+
+killed = None
+while True:
+    pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    if pid:
+        break
+    if killed is None and (rss_mb() > limit_mb or time.perf_counter() - start > limit_s):
+        killed = f"over {limit_mb:.0f} MB or {limit_s:.0f} s"
+        child.kill()
+    time.sleep(0.1)
+print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "seconds": round(time.perf_counter() - start, 1),
+                  "peak_rss_mb": round(usage.ru_maxrss / 1024), "killed": killed,
+                  "result": child.stdout.read().decode().strip()[-100:],
+                  "stderr": child.stderr.read().decode().strip()[-200:]}))
+"""
+
+
 def _measured(cli: list[str], max_rss_mb: float, max_seconds: float) -> dict:
-    """The run, with the child's own peak RSS as the kernel counts it (wait4's ru_maxrss)."""
-    start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "onnxq", *cli, "-q"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    while True:
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid:
-            break
-        if _rss_mb(child.pid) > max_rss_mb or time.perf_counter() - start > max_seconds:
-            child.kill()
-            _, status, usage = os.wait4(child.pid, 0)
-            return {"killed": f"peak RSS {usage.ru_maxrss / 1024:.0f} MB, {time.perf_counter() - start:.0f} s"}
-        time.sleep(0.1)
-    out, err = child.stdout.read(), child.stderr.read()
-    return {"exit": os.waitstatus_to_exitcode(status), "seconds": round(time.perf_counter() - start, 1),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024), "result": out.strip()[-100:], "stderr": err.strip()[-200:]}
+    """The run's wall time and its own peak RSS (wait4's ru_maxrss), killed past the limits."""
+    watcher = subprocess.run([sys.executable, "-c", _WATCHER, str(max_rss_mb), str(max_seconds), sys.executable,
+                              "-m", "onnxq", *cli, "-q"], capture_output=True, text=True, check=True)
+    return json.loads(watcher.stdout)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import (CalibrationSummary, DataSource, Holdout, first_samples, fixed_batch_size, input_specs,
-                               validated_batches)
-from onnxq.calibration.data import declare_data_files
+from onnxq.calibration import (Batches, CalibrationSummary, DataSource, Holdout, first_samples, fixed_batch_size,
+                               input_specs, validated_batches)
+from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
@@ -171,7 +171,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
                 verification = chosen.verification
                 if config.verify.check_kernels:
-                    verification = with_placement(verification, work, batches[0], quantized_nodes(work))
+                    verification = with_placement(verification, work, batches.first(), quantized_nodes(work))
                 switched = set(recipe.per_token)
                 smoothing = tuple(SmoothedActivation(g.activation, g.alpha, chosen.absorbed.get(g.activation), {})
                                   for g in groups if g.activation in switched)
@@ -205,7 +205,7 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
                 work, plans, skips, bias_fallbacks = chosen.model, chosen.plans, chosen.skips, chosen.bias_fallbacks
                 verification = chosen.verification  # checked during the search; only its placement is new
                 if config.verify.check_kernels:
-                    verification = with_placement(verification, work, batches[0], quantized_nodes(work))
+                    verification = with_placement(verification, work, batches.first(), quantized_nodes(work))
                 notes.append(f"fallback: {_fallback_summary(chosen.excluded, chosen.eight_bit)} to meet the "
                              "tolerance")
                 eight_bit = eight_bit | set(chosen.eight_bit)
@@ -217,7 +217,8 @@ def _quantize(model: ModelInput, calibration: DataSource | None, output: str | o
     if config.verify.enabled and config.verify.check_speed:
         start = time.perf_counter()
         page_out(reference)
-        speed = check_speed(input_path or reference, work, batches[0], resolve_providers(config.verify.providers)[0])
+        speed = check_speed(input_path or reference, work, batches.first(),
+                            resolve_providers(config.verify.providers)[0])
         for check in speed:
             if not check.faster:
                 notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
@@ -340,37 +341,36 @@ def _total_bytes(files: list[Path]) -> int:
 
 
 def _upfront_verification_inputs(reference: ir.Model, config: QuantConfig, mode: str, specs, calibration,
-                                 verify_data, notes: list[str]) -> tuple[list, str] | None:
+                                 verify_data, notes: list[str]) -> tuple[Batches, str] | None:
     """Verification batches known before calibrating; None when they come from the calibration stream."""
     size = config.calibration.batch_size
     if not config.verify.enabled:
         return None
-    if verify_data is not None:
-        return list(validated_batches(verify_data, specs, size, what="verification")), "verification data"
+    if verify_data is not None:  # read again by each pass, a batch at a time; its first batch checked now
+        return reread_batches(verify_data, specs, size), "verification data"
     if calibration is not None and (mode == "static" or mode == "weight-only" and (
             config.blocks.method == "gptq" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams
     if calibration is not None:  # dynamic mode with data: verify on (the start of) it
-        batches = list(validated_batches(calibration, specs, size, config.verify.max_samples, "verification"))
-        return batches, "the given data"
+        return reread_batches(calibration, specs, size, config.verify.max_samples), "the given data"
     return _synthetic_inputs(reference, specs, notes)
 
 
 def _held_out_inputs(reference: ir.Model, config: QuantConfig, specs, holdout: Holdout,
-                     notes: list[str]) -> tuple[list, str]:
+                     notes: list[str]) -> tuple[Batches, str]:
     held, first = holdout.verification_batches(), holdout.first_batches()
     if held:
-        return held, f"held-out calibration samples (every {config.verify.holdout_every}th)"
+        return Batches.held(held), f"held-out calibration samples (every {config.verify.holdout_every}th)"
     if first:
         notes.append("too few samples to hold any back: verified on calibration data, which flatters the result")
-        return first, "calibration samples"
+        return Batches.held(first), "calibration samples"
     return _synthetic_inputs(reference, specs, notes)
 
 
-def _synthetic_inputs(reference: ir.Model, specs, notes: list[str]) -> tuple[list, str]:
+def _synthetic_inputs(reference: ir.Model, specs, notes: list[str]) -> tuple[Batches, str]:
     notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
                  "with real inputs for meaningful figures")
-    return synthetic_batches(reference, specs), "synthetic inputs"
+    return Batches.held(synthetic_batches(reference, specs)), "synthetic inputs"
 
 
 def _fallback_summary(floats: tuple[str, ...], eight_bit: tuple[str, ...]) -> str:

@@ -73,3 +73,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+# Spawns the command from a bare Python: a child's ru_maxrss starts from its parent's RSS at fork (vfork shares the
+# parent's memory until exec), so measured straight from pytest it could never read below pytest's own size.
+_PEAK_WRAPPER = """
+import resource, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+out, err = child.communicate()
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # its one child, waited for
+sys.stdout.write(out.decode(errors="replace"))
+sys.stderr.write(err.decode(errors="replace"))
+print()
+print(child.returncode, peak)
+"""
+
+
+def child_peak_rss(argv: list[str]) -> tuple[int, int, str, str]:
+    """(exit code, peak RSS in bytes, stdout, stderr) of a command run in the repository, its peak its own."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, *argv], cwd=REPO, capture_output=True, text=True)
+    *out, last = run.stdout.strip().splitlines()
+    code, peak = map(int, last.split())
+    return code, peak, "\n".join(out), run.stderr

@@ -7,14 +7,15 @@ batch size, the holdout's gaps or the shards' sizes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from onnxq.calibration.specs import Batch, InputSpec
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["samples_in", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter", "Holdout"]
+__all__ = ["samples_in", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter", "Holdout",
+           "Batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,29 @@ def first_samples(batches: Iterable[Batch], count: int, fixed: int | None) -> li
         out.append(batch)
         taken += samples_in(batch)
     return out
+
+
+class Batches:
+    """Batches that every pass reads again: a list held in memory (held-back samples, synthetic inputs), or a data
+    source re-read each time (given verification data: one batch in memory at a time, however large the file)."""
+
+    def __init__(self, read: Callable[[], Iterable[Batch]]) -> None:
+        self._read = read
+        self._first: Batch | None = None
+
+    @classmethod
+    def held(cls, batches: Sequence[Batch]) -> Batches:
+        batches = list(batches)
+        return cls(lambda: batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self._read())
+
+    def first(self) -> Batch | None:
+        """The first batch (read once, kept), or None when there is none."""
+        if self._first is None:
+            self._first = next(iter(self._read()), None)
+        return self._first
 
 
 class SampleCounter:

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from onnxq.calibration.batching import exact_batches, fixed_batch_size
+from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size
 from onnxq.calibration.npz import NpzMember, open_npz
 from onnxq.calibration.specs import Batch, DataSource, InputSpec
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
-__all__ = ["iter_batches", "validate_batch", "validated_batches", "declare_data_files", "data_files"]
+__all__ = ["iter_batches", "validate_batch", "validated_batches", "reread_batches", "declare_data_files",
+           "data_files"]
 
 
 def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = None,
@@ -71,6 +72,22 @@ def data_files(folder: Path, what: str) -> tuple[list[Path], list[Path]]:
     for file in shards + arrays:
         regular_file(file, f"{what} file", CalibrationDataError)
     return shards, arrays
+
+
+def reread_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
+                   what: str = "verification") -> Batches:
+    """validated_batches that each pass reads again from the source (a path, arrays or a callable: one batch in
+    memory at a time); a one-shot iterable is read once and held. The first batch is checked now, so that bad data
+    stops the run before any work."""
+    def read() -> Iterable[Batch]:
+        return validated_batches(source, specs, batch_size, max_samples, what)
+
+    if isinstance(source, (str, Path, Mapping)) or callable(source):
+        batches = Batches(read)
+    else:
+        batches = Batches.held(list(read()))
+    batches.first()
+    return batches
 
 
 def declare_data_files(files: RunFiles, source: DataSource | None, what: str) -> None:

@@ -8,7 +8,7 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.data import declare_data_files, validated_batches
+from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import VerifyConfig
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
@@ -45,7 +45,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
         raise UnsupportedModelError(f"the quantized model has no output {missing[0]!r}, which the float model has — "
                                     "pass the float model and its own quantized form")
     check_output_tolerances(config, [o.name for o in float_ir.graph.outputs])
-    batches = list(validated_batches(data, specs, batch_size, what="verification"))
+    batches = reread_batches(data, specs, batch_size)  # a batch at a time, however large the data
     float_source = float_model if isinstance(float_model, (str, os.PathLike)) else float_ir
     # A file whose nodes had to be named is run as loaded (named), so that placement finds every node.
     renamed = quant_ir.meta[LOAD_NOTES]["renamed_nodes"]

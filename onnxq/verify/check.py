@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import samples_in
+from onnxq.calibration.batching import Batches, samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
 from onnxq.io import load_model, page_out
@@ -102,16 +102,19 @@ class Reference:
     """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once and
     kept while small enough."""
 
-    def __init__(self, float_model: ModelSource, batches: Sequence[Batch]) -> None:
+    def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch]) -> None:
         self.float_model = float_model
         self.session = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
-        self.batches = list(batches)
+        self.batches = batches if isinstance(batches, Batches) else Batches.held(batches)
         self._cache: list[list[np.ndarray]] | None = []
         self._cached_bytes = 0
+        self._samples: int | None = None
 
     def __iter__(self):
+        samples = 0
         for i, batch in enumerate(self.batches):
+            samples += samples_in(batch)
             if self._cache is not None and i < len(self._cache):
                 yield batch, self._cache[i]
                 continue
@@ -123,10 +126,14 @@ class Reference:
                 else:
                     self._cache = None
             yield batch, outputs
+        self._samples = samples
 
     @property
     def samples(self) -> int:
-        return sum(samples_in(b) for b in self.batches)
+        """Samples in the batches (counted by the last full pass; a pass without running the model if none)."""
+        if self._samples is None:
+            self._samples = sum(samples_in(b) for b in self.batches)
+        return self._samples
 
     def prefetch(self) -> None:
         """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized
@@ -168,9 +175,10 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
                        for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
     verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable),
                                 coverage.result(checks[0].outputs))
-    if quantized_nodes is None or not reference.batches:
+    first = reference.batches.first()
+    if quantized_nodes is None or first is None:
         return verification
-    return with_placement(verification, quant_model, reference.batches[0], quantized_nodes)
+    return with_placement(verification, quant_model, first, quantized_nodes)
 
 
 def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,

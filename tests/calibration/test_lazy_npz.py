@@ -3,15 +3,13 @@ whose array inflates to hundreds of MB costs one batch of memory — whatever th
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import zipfile
 
 import numpy as np
 import onnx_ir as ir
 import pytest
-from conftest import REPO, to_model, weight
+from conftest import child_peak_rss, to_model, weight
 
 from onnxq.calibration.npz import open_npz
 from onnxq.errors import CalibrationDataError
@@ -59,23 +57,35 @@ def _model(folder):
 
 
 def _peak_rss(args: list[str]) -> int:
-    child = subprocess.Popen([sys.executable, "-m", "onnxq", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, child.stderr.read()
-    return usage.ru_maxrss * 1024
+    code, peak, _, err = child_peak_rss([sys.executable, "-m", "onnxq", *args])
+    assert code == 0, err
+    return peak
 
 
-def test_calib_samples_of_a_zip_bomb_reads_only_those_samples(tmp_path):
-    model = _model(tmp_path)
+def _bomb(tmp_path):
     bomb = np.zeros((16384, WIDTH), np.float32)  # 256 MiB of zeros (one 1.0 per row) in a file of about 300 KB
     bomb[:, 0] = 1.0
     np.savez_compressed(tmp_path / "bomb.npz", x=bomb)
     np.savez(tmp_path / "small.npz", x=bomb[:32])
-    del bomb
     assert (tmp_path / "bomb.npz").stat().st_size < 2**20
+
+
+def test_calib_samples_of_a_zip_bomb_reads_only_those_samples(tmp_path):
+    model = _model(tmp_path)
+    _bomb(tmp_path)
     common = ["--calib-samples", "16", "--no-verify", "-o", str(tmp_path / "q.onnx")]
     small = _peak_rss([str(model), "--calib", str(tmp_path / "small.npz"), *common])
     large = _peak_rss([str(model), "--calib", str(tmp_path / "bomb.npz"), *common])
     # Loading the array whole would add its 256 MiB; measured: +0.1 MB.
     assert large - small < 48 * 2**20, (small, large)
+
+
+def test_verification_data_is_read_a_batch_at_a_time(tmp_path):
+    """All 16384 samples of the 256 MiB array are verified, one batch in memory at a time."""
+    model = _model(tmp_path)
+    _bomb(tmp_path)
+    assert _peak_rss([str(model), "--calib", str(tmp_path / "small.npz"), "--no-verify", "-o",
+                      str(tmp_path / "q.onnx")]) > 0
+    small = _peak_rss(["verify", str(model), str(tmp_path / "q.onnx"), "--data", str(tmp_path / "small.npz")])
+    large = _peak_rss(["verify", str(model), str(tmp_path / "q.onnx"), "--data", str(tmp_path / "bomb.npz")])
+    assert large - small < 48 * 2**20, (small, large)  # holding the data whole would add 256 MiB
