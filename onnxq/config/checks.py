@@ -9,7 +9,7 @@ import math
 
 from onnxq.errors import ConfigError
 
-__all__ = ["Range", "RANGES", "check_ranges", "check_providers", "KNOWN_PROVIDER_ALIASES"]
+__all__ = ["Range", "RANGES", "check_ranges", "check_providers", "setting_name", "KNOWN_PROVIDER_ALIASES"]
 
 KNOWN_PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
@@ -38,9 +38,13 @@ class Range:
         return None
 
     def describe(self) -> str:
-        low = "-∞" if self.low is None else f"{self.low:g}"
-        high = "∞" if self.high is None else f"{self.high:g}"
+        low = "-∞" if self.low is None else _number(self.low)
+        high = "∞" if self.high is None else _number(self.high)
         return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high is None else ']'}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:g}"
 
 
 # (dataclass name, field) → its range. None values mean "off" where the field allows None and are not checked.
@@ -75,7 +79,12 @@ def check_ranges(config: object) -> None:
         problem = rule.problem(value)
         if problem is not None:
             where = f" ({rule.flag})" if rule.flag else ""
-            raise ConfigError(f"{_section(kind)}{field.name}{where} {problem}")
+            raise ConfigError(f"{setting_name(kind, field.name)}{where} {problem}")
+
+
+def setting_name(kind: str, field: str) -> str:
+    """How README and the messages name a setting: "calibration.percentile", "tolerance min_cosine"."""
+    return f"{_section(kind)}{field}"
 
 
 def _section(kind: str) -> str:
