@@ -9,39 +9,36 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from onnxq.calibration import CalibrationSummary, Holdout, fixed_batch_size, model_fingerprint, validated_batches
+from onnxq.calibration import CalibrationSummary, model_fingerprint
 from onnxq.calibration.api import activations_to_observe, smoothable_activations, summarize
+from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
 from onnxq.handlers import NodePlan, activation_names
 from onnxq.numerics import qrange
 from onnxq.smoothing_steps import check_reusable
 
-__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges"]
+__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "Ranges"]
 
 Ranges = dict[str, tuple[float, float]]
 
 
-def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs,
-                      calibration, verify_data, calibration_cache, holdout: Holdout, progress,
-                      notes: list[str]) -> tuple[Ranges, int]:
-    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache)."""
-    batches = None
-    if calibration is not None:
-        batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-        if verify_data is None and config.verify.enabled:
-            batches = holdout.split(batches)
-    summary = _load_cache(calibration_cache, reference)
-    if summary is None:
-        summary = _calibrate(reference, work, plans, config, batches, writes_cache=calibration_cache is not None,
-                             progress=progress)
-        if calibration_cache is not None:
-            summary.save(calibration_cache)
-    else:
-        for _ in batches or ():  # calibration is cached: the data only supplies the held-out samples
-            pass
-        notes.append(f"ranges from calibration cache {calibration_cache} ({summary.samples} samples)")
-    return _ranges(summary, plans, config), summary.samples
+def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig,
+                      stream: DataStream, cache, progress) -> tuple[Ranges, int, str | None]:
+    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); and a
+    note when they came from the cache."""
+    summary = _load_cache(cache, reference)
+    if summary is not None:
+        if stream.source is not None:  # the data only supplies the held-back samples
+            for _ in stream.batches():
+                pass
+        note = f"ranges from calibration cache {cache} ({summary.samples} samples)"
+        return _ranges(summary, plans, config), summary.samples, note
+    batches = stream.batches() if stream.source is not None else None
+    summary = _calibrate(reference, work, plans, config, batches, cache is not None, progress)
+    if cache is not None:
+        summary.save(cache)
+    return _ranges(summary, plans, config), summary.samples, None
 
 
 def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
@@ -51,42 +48,34 @@ def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantCon
                           symmetric=scheme.symmetric, percentile=config.calibration.percentile)
 
 
-def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, specs, calibration, verify_data,
-                    calibration_cache, notes: list[str]) -> CalibrationSummary | None:
+def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, stream: DataStream,
+                    cache) -> tuple[CalibrationSummary | None, str | None]:
     """The float model's calibration cache with smoothing statistics: read when it exists, else written now (every
-    candidate activation and the smoothing statistics, one pass); None without a cache."""
-    summary = _load_cache(calibration_cache, reference)
+    candidate activation and the smoothing statistics, one pass); None without a cache. And a note."""
+    summary = _load_cache(cache, reference)
     if summary is not None:
-        notes.append(f"smoothing statistics from calibration cache {calibration_cache} ({summary.samples} samples)")
-        return summary
-    if calibration_cache is None:
-        return None
-    check_reusable(calibration, "smoothing with a calibration cache to write")
-    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-    if verify_data is None and config.verify.enabled:  # the samples calibration proper sees
-        holdout = Holdout(config.verify.holdout_every, config.verify.max_samples, fixed_batch_size(specs))
-        batches = holdout.split(batches)
-    summary = summarize(work, activations_to_observe(work, config, every_candidate=True), batches,
+        return summary, f"smoothing statistics from calibration cache {cache} ({summary.samples} samples)"
+    if cache is None:
+        return None, None
+    check_reusable(stream.source, "smoothing with a calibration cache to write")
+    summary = summarize(work, activations_to_observe(work, config, every_candidate=True), stream.batches(),
                         config.calibration.histogram_bins, None, model_fingerprint(reference),
                         smoothable_activations(work, config))
-    summary.save(calibration_cache)
-    return summary
+    summary.save(cache)
+    return summary, None
 
 
-def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
-                    holdout: Holdout, progress) -> tuple[Ranges, int]:
-    """Static ranges on the smoothed graph, from the calibration data (which also yields the held-out samples)."""
+def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
+                    progress) -> tuple[Ranges, int]:
+    """Static ranges on the smoothed graph, from the calibration data."""
     names = activation_names(plans)
-    if calibration is None:
+    if stream.source is None:
         if names:
             raise ConfigError("static ranges after smoothing come from the smoothed graph and the calibration "
                               "cache holds the float model's: pass --calib DATA too, or use --activations per-token")
         return {}, 0
-    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-    if verify_data is None and config.verify.enabled:
-        batches = holdout.split(batches)
     bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    summary = summarize(work, names, batches, bins, progress, "")
+    summary = summarize(work, names, stream.batches(), bins, progress, "")
     return _ranges(summary, plans, config), summary.samples
 
 

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxq.calibration import Holdout, fixed_batch_size, validated_batches
 from onnxq.calibration.channels import collect_channel_stats
-from onnxq.config import QuantConfig
+from onnxq.calibration.stream import DataStream
 from onnxq.calibration.summary import CalibrationSummary
+from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
 from onnxq.passes.smooth import SmoothPass
@@ -40,26 +40,22 @@ def check_recipe(config: QuantConfig, mode: str, calibration) -> None:
                           "--mode static or auto and verification on")
 
 
-def _channel_stats(model: ir.Model, candidates, config: QuantConfig, specs, calibration, verify_data):
+def _channel_stats(model: ir.Model, candidates, stream: DataStream):
     """Per-channel statistics of the candidates' activations over the calibration data, less the samples held
     back for verification (the same samples calibration proper sees)."""
-    batches = validated_batches(calibration, specs, config.calibration.batch_size, config.calibration.max_samples)
-    if verify_data is None and config.verify.enabled:
-        holdout = Holdout(config.verify.holdout_every, config.verify.max_samples, fixed_batch_size(specs))
-        batches = holdout.split(batches)
-    return collect_channel_stats(model, [c.activation.name for c in candidates], batches)
+    return collect_channel_stats(model, [c.activation.name for c in candidates], stream.batches())
 
 
 def _alpha(config: QuantConfig) -> float | None:
     return None if isinstance(config.smooth, str) else float(config.smooth)
 
 
-def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, specs, calibration,
-                  verify_data) -> list[RecipeGroup]:
+def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
+                  stream: DataStream) -> list[RecipeGroup]:
     """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
     plans, _ = plan_model(reference.graph, config, mode)
     candidates = smoothable_groups(plans)
-    stats = _channel_stats(reference, candidates, config, specs, calibration, verify_data)
+    stats = _channel_stats(reference, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
     scales = {g.activation.name: g.scales for g in groups}
     return [RecipeGroup(c.activation.name, tuple(p.node.name for p in c.plans), choice.alpha,
@@ -68,7 +64,7 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges, s
             for c, choice in zip(candidates, choices)]
 
 
-def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, specs, calibration, verify_data,
+def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
                  cached: CalibrationSummary | None) -> tuple[SmoothedActivation, ...]:
     """SmoothQuant on the float graph `work` (in place), from the per-channel statistics of a calibration cache
     (of the float model) or, without one, of the calibration data."""
@@ -80,8 +76,8 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, spe
                                        "write it with smoothing on (python -m onnxq calibrate --smooth auto)")
         stats = {c.activation.name: cached.channels[c.activation.name] for c in candidates}
     else:
-        check_reusable(calibration, "smoothing")
-        stats = _channel_stats(work, candidates, config, specs, calibration, verify_data)
+        check_reusable(stream.source, "smoothing")
+        stats = _channel_stats(work, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config))
     smooth = SmoothPass(groups)
     smooth(work)

@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 from conftest import REPO, to_model
 
-import onnxq.pipeline
+import onnxq.steps.rewrite
 from onnxq.cli import main
 from onnxq.io.faults import SIGBUS_MESSAGE
 
@@ -61,14 +61,14 @@ def test_external_data_truncated_mid_run_ends_in_one_line_and_writes_nothing(tmp
 
 def test_an_input_changed_mid_run_is_caught_before_anything_is_written(tmp_path, monkeypatch, capsys):
     model = _external_model(tmp_path)
-    original = onnxq.pipeline.apply_plans
+    original = onnxq.steps.rewrite.apply_plans
 
     def touching(*args, **kwargs):  # another program writes the calibration data while onnxq rewrites the model
         with open(tmp_path / "calib.npz", "ab") as f:
             f.write(b"\0")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(onnxq.pipeline, "apply_plans", touching)
+    monkeypatch.setattr(onnxq.steps.rewrite, "apply_plans", touching)
     code = main([str(model), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / "q.onnx"),
                  "--report", str(tmp_path / "r.json")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -80,14 +80,14 @@ def test_an_input_changed_mid_run_is_caught_before_anything_is_written(tmp_path,
 
 def test_the_model_file_replaced_mid_run_is_caught(tmp_path, monkeypatch, capsys):
     model = _external_model(tmp_path)
-    original = onnxq.pipeline.apply_plans
+    original = onnxq.steps.rewrite.apply_plans
 
     def replacing(*args, **kwargs):
         (tmp_path / "m.onnx.new").write_bytes(model.read_bytes())
         os.replace(tmp_path / "m.onnx.new", model)  # same bytes, another file
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(onnxq.pipeline, "apply_plans", replacing)
+    monkeypatch.setattr(onnxq.steps.rewrite, "apply_plans", replacing)
     code = main([str(model), "-o", str(tmp_path / "q.onnx")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "the input model" in err[0] and "changed" in err[0]

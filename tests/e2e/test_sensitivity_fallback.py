@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import onnxq
-import onnxq.pipeline
+import onnxq.steps.sensitivity
 from onnxq.cli import main
 
 
@@ -121,7 +121,7 @@ def test_large_models_rank_groups_only_by_default(samples_dir):
 def test_a_nan_sensitivity_fails_the_gate_with_the_reason(samples_dir, tmp_path, monkeypatch, capsys):
     """Quantizing one node alone makes an output NaN (here forced, as an overflowing layer would): the run does not
     end "within tolerance", and the summary says which node and why."""
-    real = onnxq.pipeline.layer_sensitivity
+    real = onnxq.steps.sensitivity.layer_sensitivity
 
     def with_nan(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -130,7 +130,7 @@ def test_a_nan_sensitivity_fails_the_gate_with_the_reason(samples_dir, tmp_path,
         nodes = (dataclasses.replace(first, outputs=broken, harm=math.inf), *result.nodes[1:])
         return dataclasses.replace(result, nodes=nodes)
 
-    monkeypatch.setattr(onnxq.pipeline, "layer_sensitivity", with_nan)
+    monkeypatch.setattr(onnxq.steps.sensitivity, "layer_sensitivity", with_nan)
     code = main([str(samples_dir / "mlp.onnx"), "--calib", str(samples_dir / "mlp_calib.npz"), "-o",
                  str(tmp_path / "q.onnx")])
     out = capsys.readouterr().out

@@ -1,0 +1,42 @@
+"""The calibration data as every pass over it sees it: read, validated against the model's inputs, cut into
+batches the model takes, less the samples held back for verification — defined once per run. The first pass
+collects the held-back samples; every later one skips the same samples by the same arithmetic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from onnxq.calibration.batching import Holdout, fixed_batch_size
+from onnxq.calibration.data import validated_batches
+from onnxq.calibration.specs import Batch, DataSource, InputSpec
+
+__all__ = ["DataStream"]
+
+
+class DataStream:
+    """source: the calibration data (None: there is none). holdout: where the held-back samples go (None: nothing
+    is held back — verification has data of its own, or is off)."""
+
+    def __init__(self, source: DataSource | None, specs: list[InputSpec], batch_size: int, max_samples: int | None,
+                 holdout: Holdout | None) -> None:
+        self.source, self.specs = source, specs
+        self.batch_size, self.max_samples = batch_size, max_samples
+        self.holdout = holdout
+        self._passes = 0
+
+    @classmethod
+    def for_run(cls, source: DataSource | None, specs: list[InputSpec], config, holds_back: bool) -> DataStream:
+        """The stream of a quantize() run (config: a QuantConfig): samples held back when holds_back."""
+        verify = config.verify
+        holdout = Holdout(verify.holdout_every, verify.max_samples, fixed_batch_size(specs)) if holds_back else None
+        return cls(source, specs, config.calibration.batch_size, config.calibration.max_samples, holdout)
+
+    def batches(self) -> Iterator[Batch]:
+        """One pass over the data, less the held-back samples."""
+        stream = validated_batches(self.source, self.specs, self.batch_size, self.max_samples)
+        if self.holdout is not None:
+            split = self.holdout if self._passes == 0 else Holdout(self.holdout.every, self.holdout.max_samples,
+                                                                    self.holdout.fixed)
+            stream = split.split(stream)
+        self._passes += 1
+        return stream

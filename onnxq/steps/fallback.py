@@ -1,0 +1,35 @@
+"""Step fallback: out of tolerance with fallback on, the most harmful nodes at 8 bits or float, fewest first,
+until the tolerance is met (onnxq.fallback)."""
+
+from __future__ import annotations
+
+from onnxq.fallback import fall_back as search
+from onnxq.steps.sensitivity import wants_fallback
+from onnxq.steps.state import RunState
+from onnxq.steps.verify import placed
+
+__all__ = ["fall_back"]
+
+
+def fall_back(state: RunState) -> bool:
+    if not wants_fallback(state):
+        return False
+    state.fallback, chosen = search(state.quantized_from, state.config, state.mode, state.ranges, state.sensitivity,
+                                    state.verification, state.verify, state.moments)
+    if chosen is None:
+        state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
+        return True
+    state.work, state.plans, state.skips = chosen.model, chosen.plans, chosen.skips
+    state.bias_fallbacks = chosen.bias_fallbacks
+    state.verification = chosen.verification  # checked during the search; only its placement is new
+    placed(state)
+    state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
+    state.eight_bit |= set(chosen.eight_bit)
+    return True
+
+
+def _summary(floats: tuple[str, ...], eight_bit: tuple[str, ...]) -> str:
+    parts = [f"{len(eight_bit)} sensitive node(s) at 8 bits"] if eight_bit else []
+    if floats or not eight_bit:
+        parts.append(f"{len(floats)} most sensitive node(s) kept float")
+    return " and ".join(parts)

@@ -1,0 +1,125 @@
+"""Step load_and_plan: load and check the model, declare every file the run reads and writes, resolve the mode,
+plan every node, and read the verification inputs known before calibrating."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
+from onnxq.calibration.data import declare_data_files, reread_batches
+from onnxq.calibration.stream import DataStream
+from onnxq.config import QuantConfig
+from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
+from onnxq.handlers import Skip, plan_model
+from onnxq.io import LOAD_NOTES, external_data_files, load_model
+from onnxq.io.outputs import active_run
+from onnxq.passes import check_model
+from onnxq.steps.state import RunState
+from onnxq.verify import synthetic_batches
+from onnxq.verify.outcome import check_output_tolerances
+
+__all__ = ["load_and_plan", "synthetic_inputs"]
+
+
+def load_and_plan(state: RunState) -> bool:
+    given, config = state.given, state.config
+    state.reference = reference = load_model(given.model)
+    state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
+    check_model(reference)
+    check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
+    if state.input_path is not None:
+        state.input_files = [state.input_path, *external_data_files(reference)]
+    _declare_files(state)  # unusable output paths stop the run now, not after calibrating
+    state.work = reference.clone()
+    state.quantized_from = reference
+    state.mode = _resolve_mode(config, given.calibration, given.cache)
+    if state.mode == "weight-only":
+        state.config = config = _resolve_block_method(config, given.calibration)
+    state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
+    if not state.plans:
+        raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
+    state.specs = input_specs(state.work)
+    state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
+    holds_back = given.verify_data is None and config.verify.enabled
+    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back)
+    densified = reference.meta[LOAD_NOTES]["densified"]
+    if densified:
+        state.notes.append(f"{len(densified)} sparse initializer(s) made dense to be quantized "
+                           f"({', '.join(densified[:3])}{', …' if len(densified) > 3 else ''})")
+    state.upfront_inputs = _upfront_verification_inputs(state)
+    return True
+
+
+def _declare_files(state: RunState) -> None:
+    """What the run reads and writes, each output checked against every input and every other output (io.outputs)."""
+    files, given = active_run(), state.given
+    for i, path in enumerate(state.input_files):
+        files.add_input(path, "the input model" if i == 0 else "the input model's external data")
+    declare_data_files(files, given.calibration, "the calibration data")
+    declare_data_files(files, given.verify_data, "the verification data")
+    if given.cache is not None and not isinstance(given.cache, CalibrationSummary):
+        if os.path.lexists(given.cache):  # read, never rewritten
+            files.read(given.cache, "the calibration cache", CalibrationDataError)
+        else:
+            files.claim(given.cache, "calibration cache")
+    if given.output is not None:
+        output = Path(given.output)
+        files.claim(output, "output", also=[output.with_name(output.name + ".data")])
+
+
+def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
+    if config.weight_only:
+        return "weight-only"
+    has_ranges = calibration is not None or isinstance(cache, CalibrationSummary) or (
+        cache is not None and Path(cache).is_file())
+    if config.mode == "auto":
+        return "static" if has_ranges else "dynamic"
+    if config.mode == "static" and not has_ranges:
+        raise ConfigError("static mode needs calibration data — pass --calib DATA (or an existing --calib-cache), "
+                          "or use --mode dynamic")
+    return config.mode
+
+
+def _resolve_block_method(config: QuantConfig, calibration: DataSource | None) -> QuantConfig:
+    blocks = config.blocks
+    if blocks.method == "auto":
+        blocks = dataclasses.replace(blocks, method="gptq" if calibration is not None else "rtn")
+    needs = "blocks.method = gptq" if blocks.method == "gptq" else (
+        "blocks.clip = activation" if blocks.clip == "activation" else None)
+    if needs and calibration is None:
+        raise ConfigError(f"{needs} fits the weights to their activations, so it needs calibration data: pass "
+                          "--calib DATA, or use blocks.method = rtn with blocks.clip = mse")
+    return config.replace(blocks=blocks)
+
+
+def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
+    if not skips:
+        return (f"nothing to quantize: the model has no {'/'.join(config.op_types)} node with a constant float32 "
+                "weight — onnxq quantizes MatMul, Gemm and Gather on constant weights")
+    first = skips[0]
+    return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
+            f"{first.reason}) — check the exclude options")
+
+
+def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
+    """Verification batches known before calibrating; None when they come from the calibration stream."""
+    config, given = state.config, state.given
+    size = config.calibration.batch_size
+    if not config.verify.enabled:
+        return None
+    if given.verify_data is not None:  # read again by each pass, a batch at a time; its first batch checked now
+        return reread_batches(given.verify_data, state.specs, size), "verification data"
+    if given.calibration is not None and (state.mode == "static" or state.mode == "weight-only" and (
+            config.blocks.method == "gptq" or config.blocks.clip == "activation")):
+        return None  # held back from the calibration data as it streams
+    if given.calibration is not None:  # dynamic mode with data: verify on (the start of) it
+        return reread_batches(given.calibration, state.specs, size, config.verify.max_samples), "the given data"
+    return synthetic_inputs(state)
+
+
+def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
+    state.notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
+                       "with real inputs for meaningful figures")
+    return Batches.held(synthetic_batches(state.reference, state.specs)), "synthetic inputs"

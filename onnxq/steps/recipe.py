@@ -1,0 +1,36 @@
+"""Step recipe: recipe auto, when the all-static model missed the tolerance — per group of layers, per token with
+smoothing where the tolerance needs it (onnxq.recipe)."""
+
+from __future__ import annotations
+
+from onnxq.recipe import choose_recipe
+from onnxq.report import SmoothedActivation
+from onnxq.smoothing_steps import recipe_groups
+from onnxq.steps.state import RunState
+from onnxq.steps.verify import placed
+
+__all__ = ["recipe"]
+
+
+def recipe(state: RunState) -> bool:
+    config = state.config
+    if config.recipe != "auto" or state.verification is None:
+        return False
+    if state.verification.passed:
+        state.notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
+        return False
+    groups = recipe_groups(state.reference, config, state.mode, state.ranges, state.stream)
+    result, chosen = choose_recipe(state.reference, config, state.mode, state.ranges, groups, state.verify)
+    state.recipe = result
+    if chosen is not None:  # None: no activation group can go per token
+        state.config, state.quantized_from = chosen.config, chosen.float_model
+        state.work, state.plans, state.skips = chosen.model, chosen.plans, chosen.skips
+        state.bias_fallbacks, state.verification = chosen.bias_fallbacks, chosen.verification
+        placed(state)
+        switched = set(result.per_token)
+        state.smoothing = tuple(SmoothedActivation(g.activation, g.alpha, chosen.absorbed.get(g.activation), {})
+                                for g in groups if g.activation in switched)
+    state.notes.append(f"recipe auto: {len(result.per_token)} of {result.candidates} activation group(s) per token "
+                       f"+ smoothing, the rest static per tensor ({result.probes} probes)"
+                       + ("" if result.met else "; the tolerance is not met even so"))
+    return True

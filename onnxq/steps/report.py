@@ -1,0 +1,79 @@
+"""The run's report, from the state its steps left: what was quantized and how, what stayed float and why, and
+every result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onnxq.handlers import NodePlan
+from onnxq.io import LOAD_NOTES, model_size_bytes
+from onnxq.io.outputs import active_run
+from onnxq.report import NodeEntry, QuantReport
+from onnxq.steps.state import RunState
+from onnxq.targets import integer_types_reason
+
+__all__ = ["build_report"]
+
+
+def build_report(state: RunState) -> QuantReport:
+    config, mode = state.config, state.mode
+    return QuantReport(
+        input=str(state.input_path) if state.input_path else "(in-memory model)",
+        output=str(state.written[0]) if state.written else None,
+        mode=mode,
+        config=config.to_dict(),
+        quantized=tuple(_entry(p, state) for p in state.plans),
+        left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type, s.reason) for s in state.skips),
+        ranges=state.ranges,
+        calibration_samples=state.calibration_samples,
+        float_bytes=(_total_bytes(state.input_files) if state.input_files
+                     else model_size_bytes(state.reference)),
+        quant_bytes=active_run().staged_bytes(state.written) if state.written else model_size_bytes(state.work),
+        seconds=state.timings,
+        verification=state.verification,
+        sensitivity=state.sensitivity,
+        fallback=state.fallback,
+        notes=tuple(state.notes),
+        speed=state.speed,
+        smoothing=state.smoothing,
+        recipe=state.recipe,
+        renamed_nodes=state.reference.meta[LOAD_NOTES]["renamed_nodes"],
+        gate_failures=tuple(state.gate_failures),
+    )
+
+
+def _total_bytes(files: list[Path]) -> int:
+    return sum(f.stat().st_size for f in files)
+
+
+def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
+    """How one node was quantized, in words."""
+    node, config = plan.node, state.config
+    parts = [_weight_words(plan, spec_axis, state) for spec_axis in (spec.axis for spec in plan.weights)]
+    if plan.activations:
+        if plan.per_token:
+            parts.append("activation per token (dynamic, symmetric, uint8 + 128)")
+        else:
+            kind = "dynamic" if state.mode == "dynamic" else "static"
+            parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
+        if plan.weights:  # an integer kernel reads this node: its types on the target, and why
+            parts.append(integer_types_reason(config.target, config.activations.dtype))
+    if plan.bias_index is not None:
+        parts.append(state.bias_fallbacks.get(node.name or "", "bias int32"))
+    elif plan.bias_note:
+        parts.append(f"bias float: {plan.bias_note}")
+    return NodeEntry(node.name or "", node.op_type, "; ".join(parts))
+
+
+def _weight_words(plan: NodePlan, axis: int | None, state: RunState) -> str:
+    config, node = state.config, plan.node
+    if state.mode != "weight-only":
+        where = "per tensor" if axis is None else f"per channel (axis {axis})"
+        return f"{'table' if plan.weight_only else 'weight'} int8 {where}"
+    blocks, dtype = config.blocks, config.weights.dtype
+    if node.name in state.eight_bit:
+        dtype = dtype.replace("4", "8")  # int4 → int8, uint4 → uint8
+    if node.op_type == "Gather":
+        return f"table {dtype}, blocks of {blocks.size} along each row (GatherBlockQuantized)"
+    kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
+    return f"weight {dtype}, blocks of {blocks.size} along K ({kernel}, {blocks.method}); activation float"

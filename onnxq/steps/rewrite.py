@@ -1,0 +1,16 @@
+"""Step rewrite: every plan applied to the working model (the mode's pass, then the format's lowering)."""
+
+from __future__ import annotations
+
+from onnxq.passes.apply import apply_plans
+from onnxq.steps.state import RunState
+
+__all__ = ["rewrite"]
+
+
+def rewrite(state: RunState) -> bool:
+    rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments)
+    state.bias_fallbacks = rewritten.bias_fallbacks
+    for name, reason in rewritten.kept_qdq.items():
+        state.notes.append(f"format qoperator: {name} kept in QDQ form ({reason})")
+    return True

@@ -1,0 +1,59 @@
+"""quantize() as a flat list of named steps over one RunState; timing and memory phases live here, not in the
+steps. A step returns whether it did any work (its time is reported under its name only then)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from onnxq.io import page_out, trim_heap
+from onnxq.steps.calibrate import calibrate
+from onnxq.steps.check_speed import check_speed
+from onnxq.steps.fallback import fall_back
+from onnxq.steps.load import load_and_plan
+from onnxq.steps.recipe import recipe
+from onnxq.steps.rewrite import rewrite
+from onnxq.steps.save import save
+from onnxq.steps.sensitivity import sensitivity
+from onnxq.steps.smooth import smooth
+from onnxq.steps.state import RunState
+from onnxq.steps.verify import verify
+
+__all__ = ["Step", "STEPS", "run_steps"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    run: Callable[[RunState], bool]
+    # Drop the float weights' memory-mapped pages first: the step does not read them (or reads each once).
+    page_out_before: bool = False
+    # Hand the C heap's free pages back first: the sessions before it are gone.
+    trim_heap_before: bool = False
+
+
+STEPS: tuple[Step, ...] = (
+    Step("load_and_plan", load_and_plan),
+    Step("smooth", smooth),
+    Step("calibrate", calibrate),
+    Step("rewrite", rewrite, page_out_before=True),
+    Step("verify", verify),
+    Step("recipe", recipe),
+    Step("sensitivity", sensitivity, trim_heap_before=True),
+    Step("fallback", fall_back),
+    Step("check_speed", check_speed, page_out_before=True),
+    Step("save", save, page_out_before=True),
+)
+
+
+def run_steps(state: RunState, steps: tuple[Step, ...] = STEPS) -> RunState:
+    for step in steps:
+        if step.page_out_before and state.reference is not None:
+            page_out(state.reference)
+        if step.trim_heap_before:
+            trim_heap()
+        start = time.perf_counter()
+        if step.run(state):
+            state.timings[step.name] = time.perf_counter() - start
+    return state

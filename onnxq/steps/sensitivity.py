@@ -1,0 +1,31 @@
+"""Step sensitivity: each quantized node's end-to-end error when quantized alone (onnxq.sensitivity), on the first
+verification samples; a node whose quantization alone makes an output NaN or inf fails the gate."""
+
+from __future__ import annotations
+
+from onnxq.calibration import first_samples, fixed_batch_size
+from onnxq.sensitivity import layer_sensitivity
+from onnxq.steps.state import RunState
+
+__all__ = ["sensitivity", "wants_fallback"]
+
+
+def wants_fallback(state: RunState) -> bool:
+    return state.config.verify.fallback and state.verification is not None and not state.verification.passed
+
+
+def sensitivity(state: RunState) -> bool:
+    config = state.config
+    if state.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
+        return False
+    samples = first_samples(state.batches, config.verify.sensitivity_samples or 16, fixed_batch_size(state.specs))
+    per_node = wants_fallback(state) or len(state.plans) <= config.verify.sensitivity_max_nodes
+    if not per_node:
+        state.notes.append(f"sensitivity: {len(state.plans)} quantized nodes > verify.sensitivity_max_nodes "
+                           f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
+    state.sensitivity = result = layer_sensitivity(state.quantized_from, state.plans, state.ranges, config,
+                                                   state.mode, samples, per_node, state.moments)
+    if result.nonfinite():
+        state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
+                                   "output NaN or inf — keep it float (--exclude NAME) or check the data")
+    return True

@@ -1,0 +1,23 @@
+"""Step smooth: SmoothQuant before quantizing, as the user set it (recipe auto smooths in its own step)."""
+
+from __future__ import annotations
+
+from onnxq.ranges import smoothing_cache
+from onnxq.smoothing_steps import check_recipe, smooth_model
+from onnxq.steps.state import RunState
+
+__all__ = ["smooth"]
+
+
+def smooth(state: RunState) -> bool:
+    config, given = state.config, state.given
+    if config.recipe == "auto":
+        check_recipe(config, state.mode, given.calibration)
+        return False
+    if not state.smoothed:
+        return False
+    cached, note = smoothing_cache(state.reference, state.work, config, state.stream, given.cache)
+    state.notes += [note] if note else []
+    state.smoothing = smooth_model(state.work, state.plans, config, state.stream, cached)
+    state.quantized_from = state.work.clone()
+    return True

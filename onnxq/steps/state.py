@@ -1,0 +1,83 @@
+"""What one quantize() run was given and what its steps have made so far: one value the steps read and fill."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from onnxq.calibration import Batches, CalibrationSummary, DataSource, InputSpec
+from onnxq.calibration.moments import WeightMoments
+from onnxq.calibration.stream import DataStream
+from onnxq.config import QuantConfig
+from onnxq.handlers import NodePlan, Skip
+from onnxq.report import SmoothedActivation
+from onnxq.verify import Reference, Verification
+
+__all__ = ["RunInputs", "RunState", "ModelInput"]
+
+ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What the caller passed to quantize()."""
+
+    model: ModelInput
+    calibration: DataSource | None
+    output: str | os.PathLike | None
+    verify_data: DataSource | None
+    cache: str | os.PathLike | CalibrationSummary | None
+    progress: Callable[[int], None] | None
+
+
+@dataclasses.dataclass(eq=False)
+class RunState:
+    given: RunInputs
+    config: QuantConfig
+    mode: str = ""
+    reference: ir.Model | None = None  # the float model as loaded; never rewritten
+    work: ir.Model | None = None  # the model being quantized: smoothed, then rewritten
+    quantized_from: ir.Model | None = None  # the float graph the quantization starts from (smoothed, when asked)
+    input_path: Path | None = None
+    input_files: list[Path] = dataclasses.field(default_factory=list)
+    plans: list[NodePlan] = dataclasses.field(default_factory=list)
+    skips: list[Skip] = dataclasses.field(default_factory=list)
+    specs: list[InputSpec] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The calibration data as every pass sees it (holding back verification samples when it must).
+    stream: DataStream | None = None
+    # Verification inputs known before calibrating (given data, synthetic); else held back while calibrating.
+    upfront_inputs: tuple[Batches, str] | None = None
+    batches: Batches | None = None
+    label: str = ""  # where the verification inputs came from, in words
+    float_outputs: Reference | None = None
+    smoothing: tuple[SmoothedActivation, ...] = ()
+    ranges: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    calibration_samples: int = 0
+    moments: WeightMoments | None = None
+    bias_fallbacks: dict[str, str] = dataclasses.field(default_factory=dict)
+    verification: Verification | None = None
+    sensitivity: object | None = None  # onnxq.sensitivity.Sensitivity
+    fallback: object | None = None  # onnxq.fallback.FallbackResult
+    recipe: object | None = None  # onnxq.recipe.RecipeResult
+    speed: tuple = ()
+    eight_bit: set[str] = dataclasses.field(default_factory=set)  # 4-bit weights: the nodes at 8 bits
+    gate_failures: list[str] = dataclasses.field(default_factory=list)
+    written: list[Path] = dataclasses.field(default_factory=list)
+
+    @property
+    def smoothed(self) -> bool:
+        """SmoothQuant as the user set it (recipe auto smooths only the groups it switches, itself)."""
+        return self.config.recipe == "manual" and self.config.smooth != "off"
+
+    def verify(self, model: ir.Model) -> Verification:
+        """The run's verification of another candidate model (recipe and fallback probes), on the same inputs."""
+        from onnxq.verify import verify_models
+
+        return verify_models(self.float_outputs, model, self.config.verify, self.label, target=self.config.target)

@@ -1,0 +1,43 @@
+"""Step verify: the float model's outputs on the verification inputs (computed once, shared by every later check
+of the run), then the quantized model against them on every provider, with placement and target coverage."""
+
+from __future__ import annotations
+
+from onnxq.calibration import Batches
+from onnxq.steps.load import synthetic_inputs
+from onnxq.steps.state import RunState
+from onnxq.verify import Reference, quantized_nodes, verify_models, with_placement
+
+__all__ = ["verify", "placed"]
+
+
+def verify(state: RunState) -> bool:
+    config = state.config
+    if not config.verify.enabled:
+        return False
+    state.batches, state.label = state.upfront_inputs or _held_out_inputs(state)
+    # Shares the float weights' memory map with every other session of the run.
+    state.float_outputs = Reference(state.reference, state.batches)
+    placement = quantized_nodes(state.work) if config.verify.check_kernels else None
+    state.verification = verify_models(state.float_outputs, state.work, config.verify, state.label, placement,
+                                       config.target)
+    return True
+
+
+def placed(state: RunState) -> None:
+    """The verification of a model a search chose (checked during the search) with its placement added."""
+    if state.config.verify.check_kernels:
+        state.verification = with_placement(state.verification, state.work, state.batches.first(),
+                                            quantized_nodes(state.work))
+
+
+def _held_out_inputs(state: RunState) -> tuple[Batches, str]:
+    holdout, config = state.stream.holdout, state.config
+    held, first = (holdout.verification_batches(), holdout.first_batches()) if holdout else ([], [])
+    if held:
+        return Batches.held(held), f"held-out calibration samples (every {config.verify.holdout_every}th)"
+    if first:
+        state.notes.append("too few samples to hold any back: verified on calibration data, which flatters the "
+                           "result")
+        return Batches.held(first), "calibration samples"
+    return synthetic_inputs(state)
