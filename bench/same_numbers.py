@@ -45,6 +45,8 @@ def _configs(onnxq) -> dict:
         "tiny dynamic, no data": (tiny, None, None, c.QuantConfig()),
         "tiny per-token smooth auto": (tiny, tiny_data, None, c.QuantConfig(activation_granularity="per-token",
                                                                             smooth="auto")),
+        "tiny recipe auto": (tiny, tiny_data, None, c.QuantConfig(
+            recipe="auto", verify=c.VerifyConfig(tolerance=c.Tolerance(min_cosine=0.9999)))),
         "tiny int4 with data": (tiny, tiny_data, None, c.QuantConfig(weights=int4)),
         "tiny int4 without data": (tiny, None, None, c.QuantConfig(weights=int4)),
         "tiny weight-only int8": (tiny, tiny_data, None, c.QuantConfig(mode="weight-only")),

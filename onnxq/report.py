@@ -10,9 +10,9 @@ from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
 if TYPE_CHECKING:  # imported for annotations only: report must not pull in the passes
-    from onnxq.fallback import FallbackResult
-    from onnxq.recipe import RecipeResult
-    from onnxq.sensitivity import Sensitivity
+    from onnxq.search.fallback import FallbackResult
+    from onnxq.search.recipe import RecipeResult
+    from onnxq.search.sensitivity import Sensitivity
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation"]
 

@@ -15,7 +15,7 @@ from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
 from onnxq.passes.smooth import SmoothPass
-from onnxq.recipe import RecipeGroup
+from onnxq.search.recipe import RecipeGroup
 from onnxq.report import SmoothedActivation
 from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
 

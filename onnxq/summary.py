@@ -80,7 +80,8 @@ def _coverage(c) -> list[str]:
 def format_summary(report: QuantReport) -> str:
     fmt = report.config.get("format", "qdq")
     kind = "per-token" if report.config.get("activation_granularity") == "per-token" else report.mode
-    if report.config.get("per_token_nodes") and kind != "per-token":
+    switched = report.recipe is not None and report.recipe.per_token
+    if (report.config.get("per_token_nodes") or switched) and kind != "per-token":
         kind += " + per-token"
     form = fmt if report.mode == "static" and kind != "per-token" else "integer operators"
     what = f"{kind} int8, {form}"

@@ -173,7 +173,7 @@ class QuantConfig:
     # activation; "auto": per activation the α of a grid (or none) with the least quantized output error.
     smooth: float | Literal["off", "auto"] = "off"
     # auto: per group of layers reading one activation, static per-tensor where the tolerance allows it, else
-    # per-token with smoothing (α searched), else float (onnxq.recipe); needs calibration data.
+    # per-token with smoothing (α searched), else float (onnxq.search.recipe); needs calibration data.
     recipe: Literal["manual", "auto"] = "manual"
     weights: QScheme = QScheme("int8", symmetric=True)
     blocks: BlockConfig = BlockConfig()

@@ -1,9 +1,9 @@
 """Step fallback: out of tolerance with fallback on, the most harmful nodes at 8 bits or float, fewest first,
-until the tolerance is met (onnxq.fallback)."""
+until the tolerance is met (onnxq.search.fallback)."""
 
 from __future__ import annotations
 
-from onnxq.fallback import fall_back as search
+from onnxq.search.fallback import fall_back as search
 from onnxq.steps.sensitivity import wants_fallback
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
@@ -14,14 +14,11 @@ __all__ = ["fall_back"]
 def fall_back(state: RunState) -> bool:
     if not wants_fallback(state):
         return False
-    state.fallback, chosen = search(state.quantized_from, state.config, state.mode, state.ranges, state.sensitivity,
-                                    state.verification, state.verify, state.moments)
+    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification, state.verify)
     if chosen is None:
         state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
         return True
-    state.work, state.plans, state.skips = chosen.model, chosen.plans, chosen.skips
-    state.bias_fallbacks = chosen.bias_fallbacks
-    state.verification = chosen.verification  # checked during the search; only its placement is new
+    state.adopt(chosen.built, chosen.verification)
     placed(state)
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
     state.eight_bit |= set(chosen.eight_bit)

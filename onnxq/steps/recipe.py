@@ -1,10 +1,10 @@
 """Step recipe: recipe auto, when the all-static model missed the tolerance — per group of layers, per token with
-smoothing where the tolerance needs it (onnxq.recipe)."""
+smoothing where the tolerance needs it (onnxq.search.recipe)."""
 
 from __future__ import annotations
 
-from onnxq.recipe import choose_recipe
 from onnxq.report import SmoothedActivation
+from onnxq.search.recipe import choose_recipe
 from onnxq.smoothing_steps import recipe_groups
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
@@ -20,12 +20,11 @@ def recipe(state: RunState) -> bool:
         state.notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
         return False
     groups = recipe_groups(state.reference, config, state.mode, state.ranges, state.stream)
-    result, chosen = choose_recipe(state.reference, config, state.mode, state.ranges, groups, state.verify)
+    result, chosen = choose_recipe(state.builder, groups, state.verify)
     state.recipe = result
     if chosen is not None:  # None: no activation group can go per token
-        state.config, state.quantized_from = chosen.config, chosen.float_model
-        state.work, state.plans, state.skips = chosen.model, chosen.plans, chosen.skips
-        state.bias_fallbacks, state.verification = chosen.bias_fallbacks, chosen.verification
+        state.overrides, state.quantized_from = state.overrides | chosen.per_token, chosen.float_model
+        state.adopt(chosen.built, chosen.verification)
         placed(state)
         switched = set(result.per_token)
         state.smoothing = tuple(SmoothedActivation(g.activation, g.alpha, chosen.absorbed.get(g.activation), {})

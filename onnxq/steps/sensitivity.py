@@ -1,10 +1,10 @@
-"""Step sensitivity: each quantized node's end-to-end error when quantized alone (onnxq.sensitivity), on the first
-verification samples; a node whose quantization alone makes an output NaN or inf fails the gate."""
+"""Step sensitivity: each quantized node's end-to-end error when quantized alone (onnxq.search.sensitivity), on the
+first verification samples; a node whose quantization alone makes an output NaN or inf fails the gate."""
 
 from __future__ import annotations
 
 from onnxq.calibration import first_samples, fixed_batch_size
-from onnxq.sensitivity import layer_sensitivity
+from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.steps.state import RunState
 
 __all__ = ["sensitivity", "wants_fallback"]
@@ -23,8 +23,7 @@ def sensitivity(state: RunState) -> bool:
     if not per_node:
         state.notes.append(f"sensitivity: {len(state.plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
-    state.sensitivity = result = layer_sensitivity(state.quantized_from, state.plans, state.ranges, config,
-                                                   state.mode, samples, per_node, state.moments)
+    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node)
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")

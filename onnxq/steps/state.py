@@ -16,6 +16,7 @@ from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip
 from onnxq.report import SmoothedActivation
+from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.verify import Reference, Verification
 
 __all__ = ["RunInputs", "RunState", "ModelInput"]
@@ -63,11 +64,12 @@ class RunState:
     moments: WeightMoments | None = None
     bias_fallbacks: dict[str, str] = dataclasses.field(default_factory=dict)
     verification: Verification | None = None
-    sensitivity: object | None = None  # onnxq.sensitivity.Sensitivity
-    fallback: object | None = None  # onnxq.fallback.FallbackResult
-    recipe: object | None = None  # onnxq.recipe.RecipeResult
+    sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
+    fallback: object | None = None  # onnxq.search.fallback.FallbackResult
+    recipe: object | None = None  # onnxq.search.recipe.RecipeResult
     speed: tuple = ()
     eight_bit: set[str] = dataclasses.field(default_factory=set)  # 4-bit weights: the nodes at 8 bits
+    overrides: Overrides = Overrides()  # what the searches decided (recipe auto's per-token nodes)
     gate_failures: list[str] = dataclasses.field(default_factory=list)
     written: list[Path] = dataclasses.field(default_factory=list)
 
@@ -75,6 +77,19 @@ class RunState:
     def smoothed(self) -> bool:
         """SmoothQuant as the user set it (recipe auto smooths only the groups it switches, itself)."""
         return self.config.recipe == "manual" and self.config.smooth != "off"
+
+    @property
+    def builder(self) -> Builder:
+        """How a search builds a candidate: from the float graph quantization starts from, the user's config, the
+        run's statistics and the decisions made so far."""
+        return Builder(self.quantized_from, self.config, self.mode, Statistics(self.ranges, self.moments),
+                       self.overrides)
+
+    def adopt(self, built: Built, verification: Verification) -> None:
+        """A search's chosen model becomes the run's (verified during the search; its placement is added)."""
+        self.work, self.plans, self.skips, self.bias_fallbacks = built.model, built.plans, built.skips, \
+            built.bias_fallbacks
+        self.verification = verification
 
     def verify(self, model: ir.Model) -> Verification:
         """The run's verification of another candidate model (recipe and fallback probes), on the same inputs."""

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.config import QuantConfig
-from onnxq.handlers import NodePlan, Skip, plan_model
-from onnxq.passes.apply import apply_plans
 from onnxq.passes.smooth import SmoothGroup, SmoothPass
-from onnxq.probing import smallest_passing
+from onnxq.search.build import Builder, Built, Overrides
+from onnxq.search.probing import smallest_passing
 from onnxq.verify.check import Verification
 
 __all__ = ["RecipeGroup", "RecipeResult", "RecipeAttempt", "choose_recipe"]
@@ -54,25 +52,21 @@ class RecipeResult:
 
 @dataclasses.dataclass
 class RecipeAttempt:
-    config: QuantConfig  # with per_token_nodes set
+    per_token: Overrides  # the nodes switched to per-token activations
     float_model: ir.Model  # the (smoothed) float graph quantized
-    model: ir.Model
-    plans: list[NodePlan]
-    skips: list[Skip]
-    bias_fallbacks: dict[str, str]
+    built: Built
     verification: Verification
     absorbed: dict[str, str]  # smoothed activation → what took 1 / s
 
 
-def choose_recipe(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
-                  groups: Sequence[RecipeGroup],
+def choose_recipe(builder: Builder, groups: Sequence[RecipeGroup],
                   check: Callable[[ir.Model], Verification]) -> tuple[RecipeResult, RecipeAttempt | None]:
     ranked = sorted(groups, key=lambda g: (-g.gain, g.activation))
     attempts: dict[int, RecipeAttempt] = {}
 
     def attempt(k: int) -> RecipeAttempt:
         if k not in attempts:
-            attempts[k] = _quantize_with(reference, config, mode, ranges, ranked[:k], check)
+            attempts[k] = _quantize_with(builder, ranked[:k], check)
             logger.info("recipe: %d group(s) per token -> %s", k,
                         "pass" if attempts[k].verification.passed else "fail")
         return attempts[k]
@@ -88,17 +82,15 @@ def choose_recipe(reference: ir.Model, config: QuantConfig, mode: str, ranges: M
             attempt(high))
 
 
-def _quantize_with(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
-                   per_token: Sequence[RecipeGroup], check: Callable[[ir.Model], Verification]) -> RecipeAttempt:
-    model = reference.clone()
+def _quantize_with(builder: Builder, per_token: Sequence[RecipeGroup],
+                   check: Callable[[ir.Model], Verification]) -> RecipeAttempt:
+    """The float graph smoothed for the groups switched, then built with their nodes per token."""
+    model = builder.float_model.clone()
     values = {v.name: v for node in model.graph for v in node.outputs} | {v.name: v for v in model.graph.inputs}
     nodes = {node.name: node for node in model.graph}
     smooth = SmoothPass([SmoothGroup(values[g.activation], tuple(nodes[n] for n in g.nodes), g.scales)
                          for g in per_token if g.scales is not None])
     smooth(model)
-    float_model = model.clone()
-    probe_config = config.replace(per_token_nodes=config.per_token_nodes + tuple(n for g in per_token
-                                                                                  for n in g.nodes))
-    plans, skips = plan_model(model.graph, probe_config, mode)
-    bias = apply_plans(model, plans, ranges, probe_config, mode).bias_fallbacks
-    return RecipeAttempt(probe_config, float_model, model, plans, skips, bias, check(model), smooth.absorbed)
+    switched = Overrides(per_token=tuple(n for g in per_token for n in g.nodes))
+    built = builder.on(model).build(switched)
+    return RecipeAttempt(switched, model, built, check(built.model), smooth.absorbed)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxq.calibration.moments import WeightMoments
-from onnxq.config import QuantConfig
-from onnxq.handlers import NodePlan, Skip, plan_model
-from onnxq.passes.apply import apply_plans
-from onnxq.probing import smallest_passing
-from onnxq.sensitivity import Sensitivity
+from onnxq.handlers import Skip
+from onnxq.search.build import Builder, Built, Overrides
+from onnxq.search.probing import smallest_passing
+from onnxq.search.sensitivity import Sensitivity
 from onnxq.verify.check import Verification
 from onnxq.verify.metrics import finite_or_none
 
@@ -37,10 +35,7 @@ logger = logging.getLogger(__name__)
 class Attempt:
     excluded: tuple[str, ...]  # kept float
     eight_bit: tuple[str, ...]  # 4-bit weights only: kept at 8 bits
-    model: ir.Model
-    plans: list[NodePlan]
-    skips: list[Skip]
-    bias_fallbacks: dict[str, str]
+    built: Built  # its skips say which nodes the fallback kept float, and why
     verification: Verification
 
 
@@ -62,10 +57,8 @@ class FallbackResult:
                 "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes}
 
 
-def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mapping[str, tuple[float, float]],
-              sensitivity: Sensitivity, before: Verification,
-              check: Callable[[ir.Model], Verification],
-              moments: WeightMoments | None = None) -> tuple[FallbackResult, Attempt | None]:
+def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification,
+              check: Callable[[ir.Model], Verification]) -> tuple[FallbackResult, Attempt | None]:
     ranking = [(n.name, n.harm) for n in sensitivity.nodes]
     rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
     attempts: dict[tuple[int, int], Attempt] = {}
@@ -75,16 +68,11 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
         if (floats, eight_bit) not in attempts:
             excluded = tuple(name for name, _ in ranking[:floats])
             moved = tuple(name for name, _ in ranking[floats:floats + eight_bit])
-            probe_config = config.replace(exclude_nodes=config.exclude_nodes + excluded)
-            if moved:
-                probe_config = probe_config.replace(blocks=dataclasses.replace(
-                    config.blocks, int8_nodes=config.blocks.int8_nodes + moved))
-            model = reference.clone()
-            plans, skips = plan_model(model.graph, probe_config, mode)
-            skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
-                                  f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s for s in skips]
-            bias = apply_plans(model, plans, ranges, probe_config, mode, moments).bias_fallbacks
-            made = Attempt(excluded, moved, model, plans, skips, bias, check(model))
+            built = builder.build(Overrides(float_nodes=excluded, eight_bit=moved))
+            built.skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
+                                        f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s
+                           for s in built.skips]
+            made = Attempt(excluded, moved, built, check(built.model))
             attempts[floats, eight_bit] = made
             logger.info("fallback: %d node(s) float, %d at 8 bits -> %s", floats, eight_bit,
                         "pass" if made.verification.passed else "fail")
@@ -98,7 +86,7 @@ def fall_back(reference: ir.Model, config: QuantConfig, mode: str, ranges: Mappi
                               len(attempts), tuple((n, rank[n][1]) for n in chosen.eight_bit)), chosen
 
     n = len(ranking)
-    tiered = mode == "weight-only" and config.weights.bits == 4
+    tiered = builder.mode == "weight-only" and builder.config.weights.bits == 4
     if tiered and n and passes(0, n):  # 8-bit blocks alone suffice: the fewest of them
         return result(attempt(0, smallest_passing(0, n, lambda k: passes(0, k))))
     most = n - 1

@@ -20,12 +20,11 @@ import onnx_ir as ir
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
-from onnxq.calibration.moments import WeightMoments
-from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.passes.apply import insert_quantization
+from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
@@ -94,18 +93,19 @@ def group_pattern(name: str) -> str:
     return re.sub(r"\d+", "*", name)
 
 
-def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                      config: QuantConfig, mode: str, batches: Sequence[Batch], per_node: bool = True,
-                      moments: WeightMoments | None = None) -> Sensitivity:
-    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic).
+def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch],
+                      per_node: bool = True) -> Sensitivity:
+    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic): each
+    planned node of `plans` quantized alone, as `builder` quantizes it, against builder's float graph.
 
     per_node False ranks only the groups: one run per group instead of one per node."""
+    float_model, config = builder.float_model, builder.effective_config
     budgets = {}
     for output in float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
         if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
-    model, twins = _switch_model(float_model, plans, ranges, config, mode, moments)
+    model, twins = _switch_model(builder, plans)
     names = [o.name for o in float_model.graph.outputs]
     # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
     session = OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
@@ -150,10 +150,10 @@ def layer_sensitivity(float_model: ir.Model, plans: Sequence[NodePlan], ranges: 
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))))
 
 
-def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, config: QuantConfig,
-                  mode: str, moments=None) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
+def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
     """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type,
     quantized output name, float output name)])."""
+    float_model = builder.float_model
     model = float_model.clone()
     model_outputs = len(model.graph.outputs)
     by_name = {n.name: n for n in model.graph}
@@ -168,7 +168,8 @@ def _switch_model(float_model: ir.Model, plans: Sequence[NodePlan], ranges, conf
         model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
         own_plans.append(dataclasses.replace(plan, node=node))
         twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
-    insert_quantization(model, own_plans, ranges, config, mode, moments)
+    insert_quantization(model, own_plans, builder.stats.ranges, builder.effective_config, builder.mode,
+                        builder.stats.moments)
     values = {v.name: v for node in model.graph for v in node.outputs}
     result = []
     for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):

@@ -1,0 +1,90 @@
+"""One way to build a quantized model from a float graph, shared by every search (the fallback, recipe auto, the
+sensitivity twins): plan every node under the user's config and the search's decisions, then rewrite with the
+run's statistics. What a search decides (nodes kept float, 4-bit nodes at 8 bits, nodes per token) is an
+Overrides value: it never rewrites the user's config, so the report shows the config as given."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import onnx_ir as ir
+
+from onnxq.calibration.moments import WeightMoments
+from onnxq.config import QuantConfig
+from onnxq.handlers import NodePlan, Skip, plan_model
+from onnxq.passes.apply import apply_plans
+
+__all__ = ["Overrides", "Statistics", "Built", "Builder"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Overrides:
+    """A search's decisions, by node name, on top of the user's config."""
+
+    float_nodes: tuple[str, ...] = ()  # kept float (fallback)
+    eight_bit: tuple[str, ...] = ()  # 4-bit weights in 8-bit blocks (fallback's middle tier)
+    per_token: tuple[str, ...] = ()  # activations per token (recipe auto)
+
+    def __or__(self, other: Overrides) -> Overrides:
+        return Overrides(self.float_nodes + other.float_nodes, self.eight_bit + other.eight_bit,
+                         self.per_token + other.per_token)
+
+    def effective(self, config: QuantConfig) -> QuantConfig:
+        """The config the planner and the passes read: the user's, with these nodes added to its own lists."""
+        if self == Overrides():
+            return config
+        changes: dict = {}
+        if self.float_nodes:
+            changes["exclude_nodes"] = config.exclude_nodes + self.float_nodes
+        if self.per_token:
+            changes["per_token_nodes"] = config.per_token_nodes + self.per_token
+        if self.eight_bit:
+            changes["blocks"] = dataclasses.replace(config.blocks,
+                                                    int8_nodes=config.blocks.int8_nodes + self.eight_bit)
+        return config.replace(**changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Statistics:
+    """What calibration measured, the same for every model a run builds from one float graph."""
+
+    ranges: Mapping[str, tuple[float, float]]
+    moments: WeightMoments | None = None
+
+
+@dataclasses.dataclass
+class Built:
+    model: ir.Model
+    plans: list[NodePlan]
+    skips: list[Skip]
+    bias_fallbacks: dict[str, str]  # nodes whose int32 bias stayed float, with why
+    kept_qdq: dict[str, str]  # format qoperator: nodes left in QDQ form, with why
+
+
+@dataclasses.dataclass(frozen=True)
+class Builder:
+    """Everything a model is built from but a search's new decisions."""
+
+    float_model: ir.Model  # the float graph (smoothed, when asked); never rewritten
+    config: QuantConfig  # the user's
+    mode: str
+    stats: Statistics
+    overrides: Overrides = Overrides()  # decisions already made (recipe auto's per-token nodes)
+
+    @property
+    def effective_config(self) -> QuantConfig:
+        return self.overrides.effective(self.config)
+
+    def build(self, extra: Overrides = Overrides()) -> Built:
+        """A clone of the float graph, planned and rewritten (clones share the float weights; each weight's
+        quantization is shared across builds: passes.builder.shared_weight_quantization)."""
+        config = (self.overrides | extra).effective(self.config)
+        model = self.float_model.clone()
+        plans, skips = plan_model(model.graph, config, self.mode)
+        rewritten = apply_plans(model, plans, self.stats.ranges, config, self.mode, self.stats.moments)
+        return Built(model, plans, skips, rewritten.bias_fallbacks, rewritten.kept_qdq)
+
+    def on(self, float_model: ir.Model) -> Builder:
+        """The same, from another float graph (a smoothed one)."""
+        return dataclasses.replace(self, float_model=float_model)
