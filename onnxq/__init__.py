@@ -1,7 +1,7 @@
 """onnxq: float ONNX models to verified int8 ONNX models for ONNX Runtime."""
 
 from onnxq.calibration import CalibrationSummary
-from onnxq.calibration.api import calibrate, merge_calibrations
+from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.config import BlockConfig, CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize

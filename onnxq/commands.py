@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from onnxq.calibration.api import calibrate, merge_calibrations
+from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
                             path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError

@@ -10,13 +10,12 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, model_fingerprint
-from onnxq.calibration.api import activations_to_observe, smoothable_activations, summarize
-from onnxq.calibration.stream import DataStream
+from onnxq.calibration.stream import DataStream, check_reusable
+from onnxq.calibration_api import activations_to_observe, smoothable_activations, summarize
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
 from onnxq.handlers import NodePlan, activation_names
 from onnxq.numerics import qrange
-from onnxq.smoothing_steps import check_reusable
 
 __all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "Ranges"]
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from onnxq.io.naming import RenamedNode
 from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
-if TYPE_CHECKING:  # imported for annotations only: report must not pull in the passes
-    from onnxq.search.fallback import FallbackResult
-    from onnxq.search.recipe import RecipeResult
-    from onnxq.search.sensitivity import Sensitivity
+__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Section"]
 
-__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation"]
+
+class Section(Protocol):
+    """A search's result in the report (onnxq.search: Sensitivity, FallbackResult, RecipeResult): the report
+    needs only its JSON form, so it imports no search module."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite
@@ -56,12 +58,13 @@ class QuantReport:
     quant_bytes: int
     seconds: dict[str, float]
     verification: Verification | None
-    sensitivity: Sensitivity | None = None
-    fallback: FallbackResult | None = None
+    sensitivity: Section | None = None  # onnxq.search.sensitivity.Sensitivity
+    fallback: Section | None = None  # onnxq.search.fallback.FallbackResult
     notes: tuple[str, ...] = ()
     speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
     smoothing: tuple[SmoothedActivation, ...] = ()  # --smooth: one entry per smoothable activation
-    recipe: RecipeResult | None = None  # --recipe auto, when the all-static model missed the tolerance
+    # onnxq.search.recipe.RecipeResult: --recipe auto, when the all-static model missed the tolerance
+    recipe: Section | None = None
     # Nodes that had no name or a repeated one, named at load (io.naming): the name given, and where in the file.
     renamed_nodes: tuple[RenamedNode, ...] = ()
     # Reasons the run fails its gate beside the verification's own (a NaN sensitivity); each fails `passed`.

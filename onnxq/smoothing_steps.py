@@ -3,34 +3,20 @@ ranges) and the candidates of recipe auto."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
 import onnx_ir as ir
 
 from onnxq.calibration.channels import collect_channel_stats
-from onnxq.calibration.stream import DataStream
+from onnxq.calibration.stream import DataStream, check_reusable
 from onnxq.calibration.summary import CalibrationSummary
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
 from onnxq.passes.smooth import SmoothPass
-from onnxq.search.recipe import RecipeGroup
 from onnxq.report import SmoothedActivation
+from onnxq.search.recipe import RecipeGroup
 from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
 
-__all__ = ["check_reusable", "check_recipe", "recipe_groups", "smooth_model"]
-
-
-def check_reusable(calibration, what: str) -> None:
-    if calibration is None:
-        raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
-                          "--calib DATA")
-    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
-            and iter(calibration) is calibration:
-        raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
-                          "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
-                          "batches")
+__all__ = ["check_recipe", "recipe_groups", "smooth_model"]
 
 
 def check_recipe(config: QuantConfig, mode: str, calibration) -> None:

@@ -15,9 +15,7 @@ from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
-from onnxq.config import QScheme
 from onnxq.numerics import TensorObserver
-from onnxq.passes.builder import GraphBuilder
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
     from onnxq.calibration.channels import ChannelStats
@@ -92,20 +90,31 @@ def session_exposing(model: ir.Model, names: list[str],
         raise ValueError(f"values not produced by any node: {missing[:3]}")
     exposed.graph.outputs.clear()
     if reduce_in_graph:
-        builder = GraphBuilder(exposed.graph, QScheme())
-        last = exposed.graph.node(len(exposed.graph) - 1)
+        taken = {v.name for node in exposed.graph for v in node.outputs} | {v.name for v in exposed.graph.inputs}
+        taken |= {node.name for node in exposed.graph}
         for n in names:
             for op in ("ReduceMin", "ReduceMax", "Size"):
                 attributes = {} if op == "Size" else {"keepdims": 0}
-                node = builder.node(op, [values[n]], f"{n}_onnxq_{op}", last, attributes=attributes)
+                name = _unique(f"{n}_onnxq_{op}", taken)
+                node = ir.node(op, [values[n]], attributes, name=name,
+                               outputs=[ir.Value(name=_unique(f"{name}_output", taken))])
+                exposed.graph.append(node)
                 exposed.graph.outputs.append(node.outputs[0])
-        exposed.graph.sort()
     else:
         exposed.graph.outputs.extend(values[n] for n in names)
     RemoveUnusedNodesPass()(exposed)
     # Optimizations off: fused kernels would hide the tensors we observe.
     session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
     return session, [v.name for v in exposed.graph.outputs]
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
 
 
 def _first_line(error: Exception) -> str:

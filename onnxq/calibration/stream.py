@@ -4,13 +4,15 @@ collects the held-back samples; every later one skips the same samples by the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 
 from onnxq.calibration.batching import Holdout, fixed_batch_size
 from onnxq.calibration.data import validated_batches
 from onnxq.calibration.specs import Batch, DataSource, InputSpec
+from onnxq.errors import ConfigError
 
-__all__ = ["DataStream"]
+__all__ = ["DataStream", "check_reusable"]
 
 
 class DataStream:
@@ -40,3 +42,15 @@ class DataStream:
             stream = split.split(stream)
         self._passes += 1
         return stream
+
+
+def check_reusable(calibration: DataSource | None, what: str) -> None:
+    """Calibration data a step must read more than once: a one-shot iterator cannot be."""
+    if calibration is None:
+        raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
+                          "--calib DATA")
+    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
+            and iter(calibration) is calibration:
+        raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
+                          "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
+                          "batches")

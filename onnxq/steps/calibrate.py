@@ -4,8 +4,8 @@ moments of its activations (weight-only GPTQ, activation-aware clipping). Its fi
 from __future__ import annotations
 
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
+from onnxq.calibration.stream import check_reusable
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
-from onnxq.smoothing_steps import check_reusable
 from onnxq.steps.state import RunState
 
 __all__ = ["calibrate"]

@@ -1,4 +1,5 @@
-"""calibrate() and merge_calibrations(): calibration on its own, for a cache or one shard of a larger run."""
+"""calibrate() and merge_calibrations(): calibration on its own, for a cache or one shard of a larger run. Above
+calibration/ (it plans the model to know what to observe), beside pipeline.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import onnx
 import onnx_ir as ir
 
 from onnxq.calibration.batching import SampleCounter
-from onnxq.calibration.data import declare_data_files, validated_batches
-from onnxq.calibration.specs import Batch, DataSource, input_specs
 from onnxq.calibration.channels import ChannelStats
+from onnxq.calibration.data import declare_data_files, validated_batches
 from onnxq.calibration.runner import collect_observers
+from onnxq.calibration.specs import Batch, DataSource, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
