@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                "interrupted. Other commands: "
                "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "
                "quantized model); each takes --help.")
+    for flags in (_file_flags, _scheme_flags, _selection_flags, _calibration_and_check_flags):
+        flags(p)
+    add_verbose_flag(p)
+    return p
+
+
+def _file_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=path_arg, help="float .onnx model")
     p.add_argument("--calib", type=path_arg, metavar="DATA",
                    help=".npz (arrays keyed by input name, first axis = samples) or a folder of .npz; without it "
@@ -54,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out inputs for verification (default: every 10th calibration sample is held back)")
     p.add_argument("--config", type=path_arg, metavar="TOML", help="QuantConfig as TOML; flags override it")
     p.add_argument("--report", type=path_arg, metavar="JSON", help="write the report as JSON")
+
+
+def _scheme_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["auto", "static", "dynamic", "weight-only"],
                    help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
                         "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
@@ -79,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block", type=int, metavar="N", help="weight-only: values per block along K (default 32)")
     p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
                    help="weight-only: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
+
+
+def _selection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-tensor", action="store_true", default=None, help="one weight scale per tensor")
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")
@@ -86,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
     p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
     p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")
+
+
+def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
     add_calibration_flags(p)
     p.add_argument("--method", choices=list(METHODS),
                    help="how activation ranges are chosen from the calibration data (default percentile)")
@@ -106,8 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time float vs quantized on each provider; warn when the quantized model is not faster")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
-    add_verbose_flag(p)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,81 +78,116 @@ def _coverage(c) -> list[str]:
 
 
 def format_summary(report: QuantReport) -> str:
-    fmt = report.config.get("format", "qdq")
-    kind = "per-token" if report.config.get("activation_granularity") == "per-token" else report.mode
+    """The summary: one renderer per section, in order; a report without verification stops after the notes."""
+    sections = _BEFORE_VERIFICATION if report.verification is None else _BEFORE_VERIFICATION + _VERIFIED
+    return "\n".join(line for section in sections for line in section(report))
+
+
+def _header(report: QuantReport) -> list[str]:
+    config = report.config
+    kind = "per-token" if config.get("activation_granularity") == "per-token" else report.mode
     switched = report.recipe is not None and report.recipe.per_token
-    if (report.config.get("per_token_nodes") or switched) and kind != "per-token":
+    if (config.get("per_token_nodes") or switched) and kind != "per-token":
         kind += " + per-token"
-    form = fmt if report.mode == "static" and kind != "per-token" else "integer operators"
+    form = config.get("format", "qdq") if report.mode == "static" and kind != "per-token" else "integer operators"
     what = f"{kind} int8, {form}"
     if report.mode == "weight-only":
-        blocks = report.config["blocks"]
-        what = (f"weight-only {report.config['weights']['dtype']}, blocks of {blocks['size']}, {blocks['format']}, "
+        blocks = config["blocks"]
+        what = (f"weight-only {config['weights']['dtype']}, blocks of {blocks['size']}, {blocks['format']}, "
                 f"{blocks['method']}")
-    lines = [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{what}, "
-             f"target {report.config.get('target')}]"]
+    return [f"onnxq: {report.input} -> {report.output or '(in memory)'}  [{what}, target {config.get('target')}]"]
+
+
+def _nodes(report: QuantReport) -> list[str]:
     by_op = collections.Counter(e.op_type for e in report.quantized)
-    lines.append("quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())))
+    lines = ["quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items()))]
     if report.left_float:
         reasons = collections.Counter((e.op_type, e.detail) for e in report.left_float)
         lines.append(f"left float:  {len(report.left_float)} node(s)")
-        for (op, reason), n in sorted(reasons.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {n:4d} {op}: {reason}")
+        lines += [f"  {n:4d} {op}: {reason}" for (op, reason), n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    return lines
+
+
+def _calibration(report: QuantReport) -> list[str]:
+    if not report.calibration_samples:
+        return []
     v = report.verification
-    if report.calibration_samples:
-        held = f" (+{v.samples} held back for verification)" if v and v.data.startswith("held-out") else ""
-        calibration = report.config["calibration"]
-        method = calibration["method"] + (f" {calibration['percentile']}" if calibration["method"] == "percentile"
-                                          else "")
-        lines.append(f"calibration: {method}, {report.calibration_samples} samples{held}, "
-                     f"{report.seconds.get('calibrate', 0.0):.1f} s")
+    held = f" (+{v.samples} held back for verification)" if v and v.data.startswith("held-out") else ""
+    calibration = report.config["calibration"]
+    method = calibration["method"] + (f" {calibration['percentile']}" if calibration["method"] == "percentile"
+                                      else "")
+    return [f"calibration: {method}, {report.calibration_samples} samples{held}, "
+            f"{report.seconds.get('calibrate', 0.0):.1f} s"]
+
+
+def _size(report: QuantReport) -> list[str]:
     ratio = report.quant_bytes / max(report.float_bytes, 1)
-    lines.append(f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)")
+    return [f"size:        {report.float_bytes / 1e6:.1f} MB -> {report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x)"]
+
+
+def _smoothing(report: QuantReport) -> list[str]:
+    if not report.smoothing:
+        return []
     smoothed = [a for a in report.smoothing if a.alpha is not None]
-    if report.smoothing:
-        inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
-        alphas = sorted({a.alpha for a in smoothed})
-        lines.append(f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
-                     + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
-                        "by an inserted Mul, the rest folded into what produces them)" if smoothed else ""))
+    inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
+    alphas = sorted({a.alpha for a in smoothed})
+    return [f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
+            + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
+               "by an inserted Mul, the rest folded into what produces them)" if smoothed else "")]
+
+
+def _names_and_notes(report: QuantReport) -> list[str]:
+    lines = []
     if report.renamed_nodes:
         first = report.renamed_nodes[0]
         lines.append(f"node names:  {len(report.renamed_nodes)} node(s) had no name or a repeated one and were named "
                      f"(e.g. {first.name} = node {first.position} of the {first.graph} graph); the JSON report's "
                      "renamed_nodes lists them")
-    for note in report.notes:
-        lines.append(f"note:        {note}")
-    if v is None:
-        lines.append("verification: skipped")
-        return "\n".join(lines)
-    lines += format_verification(v)
-    for check in report.speed:
-        verdict = "faster" if check.faster else "NOT FASTER than float"
-        lines.append(f"speed on {_short(check.provider)}: float {check.float_ms:.2f} ms, quantized "
-                     f"{check.quantized_ms:.2f} ms ({check.speedup:.2f}x, {verdict}; median of {check.rounds})")
-    if report.sensitivity is not None:
-        s = report.sensitivity
-        if s.nodes:
-            lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of "
-                         "the worst output, per unit of its tolerance):")
-        for node in s.nodes[:_TOP_NODES]:
-            cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
-            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
-        if s.groups:
-            top = s.groups[0]
-            lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")
-    if report.fallback is not None:
-        f = report.fallback
-        if f.met:
-            if f.kept_int8:
-                lines.append(f"fallback: {len(f.kept_int8)} node(s) at 8 bits: "
-                             + ", ".join(name for name, _ in f.kept_int8))
-            if f.kept_float or not f.kept_int8:
-                lines.append(f"fallback: kept {len(f.kept_float)} node(s) float: "
-                             + ", ".join(name for name, _ in f.kept_float))
-            lines.append(f"fallback: {f.probes} probes")
-        else:
-            lines.append("fallback: the tolerance cannot be met even with all but one node float")
-    lines += [f"  ! {failure}" for failure in report.gate_failures]
-    lines.append("result: within tolerance" if report.passed else "result: OUT OF TOLERANCE")
-    return "\n".join(lines)
+    lines += [f"note:        {note}" for note in report.notes]
+    return lines + (["verification: skipped"] if report.verification is None else [])
+
+
+def _speed(report: QuantReport) -> list[str]:
+    return [f"speed on {_short(c.provider)}: float {c.float_ms:.2f} ms, quantized {c.quantized_ms:.2f} ms "
+            f"({c.speedup:.2f}x, {'faster' if c.faster else 'NOT FASTER than float'}; median of {c.rounds})"
+            for c in report.speed]
+
+
+def _sensitivity(report: QuantReport) -> list[str]:
+    s = report.sensitivity
+    if s is None:
+        return []
+    lines = []
+    if s.nodes:
+        lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of the "
+                     "worst output, per unit of its tolerance):")
+    for node in s.nodes[:_TOP_NODES]:
+        cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
+        lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
+    if s.groups:
+        top = s.groups[0]
+        lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")
+    return lines
+
+
+def _fallback(report: QuantReport) -> list[str]:
+    f = report.fallback
+    if f is None:
+        return []
+    if not f.met:
+        return ["fallback: the tolerance cannot be met even with all but one node float"]
+    lines = []
+    if f.kept_int8:
+        lines.append(f"fallback: {len(f.kept_int8)} node(s) at 8 bits: " + ", ".join(n for n, _ in f.kept_int8))
+    if f.kept_float or not f.kept_int8:
+        lines.append(f"fallback: kept {len(f.kept_float)} node(s) float: " + ", ".join(n for n, _ in f.kept_float))
+    return lines + [f"fallback: {f.probes} probes"]
+
+
+def _result(report: QuantReport) -> list[str]:
+    return ([f"  ! {failure}" for failure in report.gate_failures]
+            + ["result: within tolerance" if report.passed else "result: OUT OF TOLERANCE"])
+
+
+_BEFORE_VERIFICATION = (_header, _nodes, _calibration, _size, _smoothing, _names_and_notes)
+_VERIFIED = (lambda r: format_verification(r.verification), _speed, _sensitivity, _fallback, _result)

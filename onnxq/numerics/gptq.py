@@ -27,12 +27,7 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K."""
     k, n = weight.shape
     n_blocks = -(-k // block_size)
-    w = np.array(weight.T, dtype=np.float64)  # [N, K]: a row per output channel, as in the paper
-    h = np.array(hessian, dtype=np.float64)
-    dead = np.diag(h) <= 0  # channels never active: nothing to fit, quantize them to 0
-    h[dead, dead] = 1.0
-    w[:, dead] = 0.0
-    h[np.diag_indices(k)] += DAMPING * np.mean(np.diag(h))
+    w, h = _regularized(weight, hessian)
     importance = np.diag(hessian).astype(np.float32)
     scales = np.ones((n, n_blocks), np.float32)
     zero_points = None if symmetric else np.zeros((n, n_blocks), np.uint8)
@@ -79,6 +74,18 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     pad = middle if zero_points is None else zero_points[:, -1:]
     codes[:, k:] = pad  # padding past K dequantizes to 0
     return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size, bits)
+
+
+def _regularized(weight: np.ndarray, hessian: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """W as [N, K] (a row per output channel, as in the paper) and H, float64: channels never active zeroed (nothing
+    to fit) with a unit diagonal, and H damped."""
+    w = np.array(weight.T, dtype=np.float64)
+    h = np.array(hessian, dtype=np.float64)
+    dead = np.diag(h) <= 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
+    return w, h
 
 
 def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ beyond fixed-size chunks. Candidates follow onnxruntime's parameterisation: a th
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -122,9 +123,9 @@ def entropy_range(h: Histogram, levels: int) -> tuple[float, float]:
     with np.errstate(divide="ignore", invalid="ignore"):
         xlogx = np.where(counts > 0, counts * np.log(counts), 0.0)
     plogp = np.concatenate([[0.0], np.cumsum(xlogx)])
-    divergence = np.concatenate([
-        _kl_chunk(a[i:i + _CHUNK], b[i:i + _CHUNK], counts, p0, nonzero, plogp, total, levels)
-        for i in range(0, len(a), _CHUNK)])
+    sums = _PrefixSums(counts, p0, nonzero, plogp, total)
+    divergence = np.concatenate([_kl_chunk(a[i:i + _CHUNK], b[i:i + _CHUNK], sums, levels)
+                                 for i in range(0, len(a), _CHUNK)])
     best = int(np.argmin(divergence))
     return float(lo[best]), float(hi[best])
 
@@ -134,7 +135,19 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, x * np.log(x), 0.0)
 
 
-def _kl_chunk(a, b, counts, p0, nonzero, plogp, total, levels) -> np.ndarray:
+class _PrefixSums(NamedTuple):
+    """The histogram and its prefix sums (index i: bins before i), shared by every chunk of windows."""
+
+    counts: np.ndarray
+    p0: np.ndarray  # counts
+    nonzero: np.ndarray  # non-empty bins
+    plogp: np.ndarray  # count · log count
+    total: float
+
+
+def _kl_chunk(a: np.ndarray, b: np.ndarray, sums: _PrefixSums, levels: int) -> np.ndarray:
+    """KL divergence of each window [a, b) (bin indices) quantized to `levels` levels."""
+    counts, p0, nonzero, plogp, total = sums
     width = b - a
     # Group j of a window covers bins [bounds[:, j], bounds[:, j + 1]).
     bounds = a[:, None] + (np.arange(levels + 1)[None, :] * width[:, None]) // levels

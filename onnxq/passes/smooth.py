@@ -106,61 +106,81 @@ def _divide_at_producer(builder: GraphBuilder, value: ir.Value, inv_s: np.ndarra
     node = value.producer()
     if node is None or not _only_feeds(value, readers) or node.outputs[0] is not value:
         return None
-    k = inv_s.size
     op = (node.domain if node.domain != "ai.onnx" else "", node.op_type)
-    if op in _NORMS:
-        # Only the normalized output may be read (SkipLayerNormalization's other outputs are not rescaled).
-        if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
-            return None
-        if attribute(node, "axis", -1) not in (-1, len(value.shape) - 1 if value.shape is not None else -1):
-            return None
-        first = 2 if node.op_type.startswith("Skip") else 1  # Skip*: inputs (x, skip, gamma, beta, bias)
-        params = [i for i in (first, first + 1) if i < len(node.inputs) and node.inputs[i] is not None]
-        arrays = [_channel_constant(node.inputs[i], k) for i in params]
-        if any(a is None for a in arrays):
-            return None
-        for i, array in zip(params, arrays):
-            _replace_constant(builder, node, i, array * inv_s)
-        return f"{node.op_type} {node.name} scale"
-    if op == ("", "Mul"):
-        for i in (1, 0):
-            constant = _channel_constant(node.inputs[i], k)
-            if constant is not None:
-                _replace_constant(builder, node, i, constant * inv_s)
-                return f"Mul {node.name} constant"
-        for i in (1, 0):  # a product of two activations: either operand can take the scale
-            taker = _divide_at_producer(builder, node.inputs[i], inv_s, {node})
-            if taker is not None:
-                return taker
+    absorb = _ABSORBERS.get("norm" if op in _NORMS else op)
+    return None if absorb is None else absorb(builder, node, value, inv_s)
+
+
+def _absorb_in_norm(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+    """A normalization's scale (and shift) divided by s."""
+    # Only the normalized output may be read (SkipLayerNormalization's other outputs are not rescaled).
+    if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
         return None
-    if op == ("", "Add"):
-        for i in (1, 0):
-            constant = _channel_constant(node.inputs[i], k)
-            if constant is None:
-                continue
-            taker = _divide_at_producer(builder, node.inputs[1 - i], inv_s, {node})
-            if taker is None:
-                return None
+    if attribute(node, "axis", -1) not in (-1, len(value.shape) - 1 if value.shape is not None else -1):
+        return None
+    first = 2 if node.op_type.startswith("Skip") else 1  # Skip*: inputs (x, skip, gamma, beta, bias)
+    params = [i for i in (first, first + 1) if i < len(node.inputs) and node.inputs[i] is not None]
+    arrays = [_channel_constant(node.inputs[i], inv_s.size) for i in params]
+    if any(a is None for a in arrays):
+        return None
+    for i, array in zip(params, arrays):
+        _replace_constant(builder, node, i, array * inv_s)
+    return f"{node.op_type} {node.name} scale"
+
+
+def _absorb_in_mul(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+    """A Mul's per-channel constant divided by s; for a product of two activations, either operand's producer."""
+    for i in (1, 0):
+        constant = _channel_constant(node.inputs[i], inv_s.size)
+        if constant is not None:
             _replace_constant(builder, node, i, constant * inv_s)
-            return f"{taker} and Add {node.name} bias"
-        return None
-    if op in (("", "MatMul"), ("", "Gemm")) and len(node.inputs) > 1:
-        weight = ir.convenience.get_const_tensor(node.inputs[1]) if not node.inputs[1].is_graph_input() else None
-        if weight is None or weight.dtype != ir.DataType.FLOAT or len(weight.shape) != 2:
-            return None
-        transposed = op[1] == "Gemm" and attribute(node, "transB")
-        array = weight.numpy().astype(np.float32)
-        if (array.shape[0] if transposed else array.shape[1]) != k:
-            return None
-        bias = node.inputs[2] if len(node.inputs) > 2 else None
-        bias_array = None if bias is None else _channel_constant(bias, k)
-        if bias is not None and (bias_array is None or attribute(node, "beta", 1.0) == 0.0):
-            return None
-        _replace_constant(builder, node, 1, array * (inv_s[:, None] if transposed else inv_s[None, :]))
-        if bias_array is not None:
-            _replace_constant(builder, node, 2, bias_array * inv_s)
-        return f"{node.op_type} {node.name} output columns"
+            return f"Mul {node.name} constant"
+    for i in (1, 0):
+        taker = _divide_at_producer(builder, node.inputs[i], inv_s, {node})
+        if taker is not None:
+            return taker
     return None
+
+
+def _absorb_in_add(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+    """A bias Add: its constant divided by s, and its other operand's producer too."""
+    for i in (1, 0):
+        constant = _channel_constant(node.inputs[i], inv_s.size)
+        if constant is None:
+            continue
+        taker = _divide_at_producer(builder, node.inputs[1 - i], inv_s, {node})
+        if taker is None:
+            return None
+        _replace_constant(builder, node, i, constant * inv_s)
+        return f"{taker} and Add {node.name} bias"
+    return None
+
+
+def _absorb_in_product(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+    """A MatMul / Gemm on a constant weight: its output columns (and bias) divided by s."""
+    if len(node.inputs) < 2:
+        return None
+    k = inv_s.size
+    weight = ir.convenience.get_const_tensor(node.inputs[1]) if not node.inputs[1].is_graph_input() else None
+    if weight is None or weight.dtype != ir.DataType.FLOAT or len(weight.shape) != 2:
+        return None
+    transposed = node.op_type == "Gemm" and attribute(node, "transB")
+    array = weight.numpy().astype(np.float32)
+    if (array.shape[0] if transposed else array.shape[1]) != k:
+        return None
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    bias_array = None if bias is None else _channel_constant(bias, k)
+    if bias is not None and (bias_array is None or attribute(node, "beta", 1.0) == 0.0):
+        return None
+    _replace_constant(builder, node, 1, array * (inv_s[:, None] if transposed else inv_s[None, :]))
+    if bias_array is not None:
+        _replace_constant(builder, node, 2, bias_array * inv_s)
+    return f"{node.op_type} {node.name} output columns"
+
+
+# What can take the division by s, by the producer's (domain, op type); "norm": every op of _NORMS.
+_ABSORBERS = {"norm": _absorb_in_norm, ("", "Mul"): _absorb_in_mul, ("", "Add"): _absorb_in_add,
+              ("", "MatMul"): _absorb_in_product, ("", "Gemm"): _absorb_in_product}
 
 
 def _insert_mul(builder: GraphBuilder, group: SmoothGroup, inv_s: np.ndarray) -> None:
