@@ -31,6 +31,7 @@ from onnxq.calibration.channels import ChannelStats
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import regular_file, write_output
 from onnxq.numerics import TensorObserver
+from onnxq.numerics.methods import RANGE_METHODS
 
 __all__ = ["CalibrationSummary", "model_fingerprint", "FORMAT", "VERSION"]
 
@@ -67,7 +68,7 @@ class CalibrationSummary:
             raise CalibrationDataError(
                 f"the calibration summary has no range for '{missing[0]}' ({len(missing)} missing) — it was made "
                 "with other settings; recalibrate with this config")
-        if method in ("percentile", "entropy", "mse") and self.histogram_bins is None:
+        if RANGE_METHODS[method].needs_histogram and self.histogram_bins is None:
             raise CalibrationDataError(
                 f"method {method} needs histograms and the calibration summary has none — recalibrate with "
                 f"--method {method}")

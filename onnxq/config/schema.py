@@ -13,6 +13,7 @@ import numpy as np
 from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
 from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
+from onnxq.numerics.methods import RANGE_METHODS
 from onnxq.targets import TARGETS, Target
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
@@ -78,7 +79,7 @@ class CalibrationConfig:
     # percentile (99.999) by measurement (README, "Calibration methods"): best or tied on both benchmark models
     # (MiniLM cosine, digits logits SQNR); average MinMax loses 3.4 dB on digits, entropy clips MiniLM's
     # attention-sink outliers. Use minmax for a model whose rarest activations matter most.
-    method: Literal["minmax", "avgminmax", "percentile", "entropy", "mse"] = "percentile"
+    method: str = "percentile"  # a name of numerics.methods.RANGE_METHODS
     percentile: float = 99.999
     # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
     histogram_bins: int = 8192
@@ -89,10 +90,12 @@ class CalibrationConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self)
+        if self.method not in RANGE_METHODS:
+            raise ConfigError(f"calibration.method {self.method!r} is not one of {list(RANGE_METHODS)}")
 
     @property
     def needs_histogram(self) -> bool:
-        return self.method in ("percentile", "entropy", "mse")
+        return RANGE_METHODS[self.method].needs_histogram
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,12 +11,12 @@ import math
 import numpy as np
 
 from onnxq.numerics.histogram import Histogram
-from onnxq.numerics.thresholds import entropy_range, mse_range, percentile_range
+from onnxq.numerics.methods import RANGE_METHODS, RangeRequest
 
 __all__ = ["METHODS", "HISTOGRAM_METHODS", "TensorObserver"]
 
-METHODS = ("minmax", "avgminmax", "percentile", "entropy", "mse")
-HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
+METHODS = tuple(RANGE_METHODS)
+HISTOGRAM_METHODS = tuple(name for name, m in RANGE_METHODS.items() if m.needs_histogram)
 
 
 class TensorObserver:
@@ -71,19 +71,12 @@ class TensorObserver:
         """The clipping range the method picks for a quantizer of [qmin, qmax] (symmetric or not)."""
         if self.empty:
             raise ValueError("nothing observed")
-        if method == "minmax":
-            return self.min, self.max
-        if method == "avgminmax":
-            return self.batch_min_sum / self.batches, self.batch_max_sum / self.batches
-        if method not in HISTOGRAM_METHODS:
-            raise ValueError(f"unknown calibration method {method!r}; known: {', '.join(METHODS)}")
-        if self.histogram is None:
+        chosen = RANGE_METHODS.get(method)
+        if chosen is None:
+            raise ValueError(f"unknown calibration method {method!r}; known: {', '.join(RANGE_METHODS)}")
+        if chosen.needs_histogram and self.histogram is None:
             raise ValueError(f"method {method!r} needs a histogram, and this summary was collected without one")
-        if method == "percentile":
-            return percentile_range(self.histogram, percentile)
-        if method == "entropy":
-            return entropy_range(self.histogram, qmax - qmin + 1)
-        return mse_range(self.histogram, qmin, qmax, symmetric)
+        return chosen.pick(self, RangeRequest(qmin, qmax, symmetric, percentile))
 
     def state(self) -> dict:
         return {
