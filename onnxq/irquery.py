@@ -1,10 +1,11 @@
-"""Small read-only questions about an onnx_ir graph, asked by handlers, passes and verification alike."""
+"""Small questions about an onnx_ir graph, asked by handlers, passes and verification alike (and the one rule for
+a fresh name)."""
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-__all__ = ["producer", "attribute"]
+__all__ = ["producer", "attribute", "unique_name"]
 
 
 def producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -17,3 +18,13 @@ def attribute(node: ir.Node, name: str, default: float | int = 0) -> float | int
     """An attribute's value, or the default when the node does not set it."""
     attr = node.attributes.get(name)
     return default if attr is None else attr.value
+
+
+def unique_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base_1`, `base_2`, … — the first not in `taken`, which it joins."""
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name

@@ -15,6 +15,7 @@ from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
+from onnxq.irquery import unique_name
 from onnxq.numerics import TensorObserver
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
@@ -95,9 +96,9 @@ def session_exposing(model: ir.Model, names: list[str],
         for n in names:
             for op in ("ReduceMin", "ReduceMax", "Size"):
                 attributes = {} if op == "Size" else {"keepdims": 0}
-                name = _unique(f"{n}_onnxq_{op}", taken)
+                name = unique_name(f"{n}_onnxq_{op}", taken)
                 node = ir.node(op, [values[n]], attributes, name=name,
-                               outputs=[ir.Value(name=_unique(f"{name}_output", taken))])
+                               outputs=[ir.Value(name=unique_name(f"{name}_output", taken))])
                 exposed.graph.append(node)
                 exposed.graph.outputs.append(node.outputs[0])
     else:
@@ -106,15 +107,6 @@ def session_exposing(model: ir.Model, names: list[str],
     # Optimizations off: fused kernels would hide the tensors we observe.
     session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
     return session, [v.name for v in exposed.graph.outputs]
-
-
-def _unique(base: str, taken: set[str]) -> str:
-    name, i = base, 0
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken.add(name)
-    return name
 
 
 def _first_line(error: Exception) -> str:

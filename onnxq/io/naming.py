@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from onnxq.irquery import unique_name
+
 __all__ = ["RenamedNode", "name_nodes"]
 
 
@@ -36,7 +38,7 @@ def name_nodes(model: ir.Model) -> tuple[RenamedNode, ...]:
                 seen.add(node.name)
                 continue
             original = node.name or None
-            node.name = _unique(original or f"{node.op_type}_{position}", taken)
+            node.name = unique_name(original or f"{node.op_type}_{position}", taken)
             seen.add(node.name)
             renamed.append(RenamedNode(node.name, original, node.op_type, label, position))
     return tuple(renamed)
@@ -57,12 +59,3 @@ def _all_graphs(model: ir.Model) -> Iterator[tuple[str, ir.Graph | ir.Function]]
                                    for i, g in enumerate(attribute.value))
     for key, function in model.functions.items():
         yield f"function {key[1]}", function
-
-
-def _unique(base: str, taken: set[str]) -> str:
-    name, i = base, 0
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken.add(name)
-    return name

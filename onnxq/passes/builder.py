@@ -11,6 +11,7 @@ import onnx_ir as ir
 
 from onnxq.config import QScheme
 from onnxq.io import page_out
+from onnxq.irquery import unique_name
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import quantize_pair_limited
 
@@ -63,12 +64,7 @@ class GraphBuilder:
         self._weights: dict[tuple[int, int | None, bool, int | None], QuantizedWeight] = {}
 
     def unique(self, base: str) -> str:
-        name, i = base, 0
-        while name in self._taken:
-            i += 1
-            name = f"{base}_{i}"
-        self._taken.add(name)
-        return name
+        return unique_name(base, self._taken)
 
     def initializer(self, base: str, array: np.ndarray) -> ir.Value:
         name = self.unique(base)
