@@ -22,7 +22,7 @@ from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.summary import format_summary
-from onnxq.targets import TARGETS
+from onnxq.targets import target_names
 
 try:
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, NotImplemented
@@ -67,7 +67,7 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["auto", "static", "dynamic", "weight-only"],
                    help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
                         "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
-    p.add_argument("--target", choices=list(TARGETS),
+    p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
                         "(this machine), x86-vnni, x86-avx2, arm64")
     p.add_argument("--format", choices=["qdq", "qoperator"],

@@ -14,7 +14,7 @@ from onnxq.config import QuantConfig
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.report import SCHEMA_VERSION
 from onnxq.summary import format_verification
-from onnxq.targets import TARGETS
+from onnxq.targets import target_names
 from onnxq.verify.api import verify
 
 __all__ = ["SUBCOMMANDS", "build_calibrate_parser", "build_merge_parser", "build_verify_parser"]
@@ -37,7 +37,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
                    help="tolerance (metric: cosine, sqnr, max_abs); repeatable")
     p.add_argument("--report", type=path_arg, metavar="JSON", help="write the verification as JSON")
-    p.add_argument("--target", choices=list(TARGETS),
+    p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
     add_verbose_flag(p)

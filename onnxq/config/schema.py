@@ -14,7 +14,7 @@ from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_r
 from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
 from onnxq.numerics.methods import RANGE_METHODS
-from onnxq.targets import TARGETS, Target
+from onnxq.targets import target_names
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
            "PROVIDER_ALIASES"]
@@ -163,7 +163,7 @@ class QuantConfig:
     # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
     # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
     # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.
-    target: Target = "portable"
+    target: str = "portable"
     # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
     activations: QScheme = QScheme("uint8", symmetric=False)
     # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
@@ -192,8 +192,8 @@ class QuantConfig:
     verify: VerifyConfig = VerifyConfig()
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ConfigError(f"unknown target {self.target!r}; use one of {', '.join(TARGETS)}")
+        if self.target not in target_names():
+            raise ConfigError(f"unknown target {self.target!r}; use one of {', '.join(target_names())}")
         if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \
                 not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
             raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")

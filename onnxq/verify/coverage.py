@@ -17,27 +17,22 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.config import Tolerance, VerifyConfig
-from onnxq.targets import cpu_flags, cpu_model, detect_target, resolve_target
+from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator
 from onnxq.verify.outcome import OutputCheck, failures_for
 
-__all__ = ["TargetCheck", "Coverage", "CoverageRun", "covered_targets", "platform_info"]
+__all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
 _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
-_HOW_EXACT = ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
-              "product exactly in int32")
-_HOW_EMULATED = "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"
+# How a target off this machine is checked, by its Target.checked_by (targets.registry.CHECKS).
+_HOW = {"exact": ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
+                  "product exactly in int32"),
+        "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"}
 # This CPU's kernels may lose this much mean cosine to float against the exact quantization before the summary
 # says the kernels, not the quantization, cost accuracy. Rounding differences between ORT's fused and unfused
 # float ops flip single quantization steps, which alone moves MiniLM's outputs by ~5e-4 (measured) both ways.
 KERNEL_LOSS_LIMIT = 0.001
-
-
-def covered_targets(target: str) -> tuple[str, ...]:
-    concrete = resolve_target(target)
-    return ("x86-vnni", "x86-avx2", "arm64") if concrete == "portable" else (concrete,)
-
 
 
 def platform_info(here: str) -> dict:
@@ -114,7 +109,7 @@ class CoverageRun:
         self.here = _here(saturates)
         self.targets = covered_targets(target)
         self._emulator = SaturationEmulator(quant_model, self.names, base_saturates=saturates)
-        self._emulate = "x86-avx2" in self.targets and self.here != "x86-avx2"
+        self._emulate = any(TARGETS[t].checked_by == "emulated" for t in self.targets if t != self.here)
         self._exact = self._accumulators()
         self._gap = self._accumulators()
         self._emulated = self._accumulators()
@@ -137,16 +132,15 @@ class CoverageRun:
         gap = _checks(self._gap, lambda _: Tolerance(min_cosine=None))
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
         loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
-        checks = []
         saturating = tuple(n for n in self._emulator.nodes if n.saturated)
+        by_check = {"exact": exact, "emulated": _checks(self._emulated, self.config.tolerance_for)}
+        checks = []
         for t in self.targets:
+            nodes = saturating if TARGETS[t].saturates_u8s8 else ()
             if t == self.here:
-                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, saturating if t == "x86-avx2" else ()))
-            elif t == "x86-avx2":
-                checks.append(TargetCheck(t, _HOW_EMULATED, _checks(self._emulated, self.config.tolerance_for),
-                                          saturating))
+                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, nodes))
             else:
-                checks.append(TargetCheck(t, _HOW_EXACT, exact))
+                checks.append(TargetCheck(t, _HOW[TARGETS[t].checked_by], by_check[TARGETS[t].checked_by], nodes))
         return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)
 

@@ -1,0 +1,20 @@
+"""Which CPUs a model is quantized for (a registry: one module per target), and what that means for its integer
+types. Pure functions of the CPU flags: planners and passes ask here; nothing else reads /proc/cpuinfo."""
+
+from onnxq.targets import portable  # noqa: F401  (registers the CPU targets)
+from onnxq.targets.cpu import ISA_FLAGS, cpu_flags, cpu_model
+from onnxq.targets.kernels import integer_types_reason, needs_pair_limit, saturating_targets
+from onnxq.targets.registry import (
+    TARGETS,
+    Target,
+    covered_targets,
+    detect_target,
+    register_target,
+    resolve_target,
+    target_names,
+    unregister_target,
+)
+
+__all__ = ["Target", "TARGETS", "ISA_FLAGS", "cpu_flags", "cpu_model", "detect_target", "resolve_target",
+           "covered_targets", "register_target", "unregister_target", "target_names", "saturating_targets",
+           "needs_pair_limit", "integer_types_reason"]

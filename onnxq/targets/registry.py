@@ -1,0 +1,84 @@
+"""Targets by name: what a CPU's integer kernels do, which is what a model quantized for it must respect.
+
+A target is data. `saturates_u8s8` is the one kernel behaviour that constrains a plan today (AVX2's int16 pair
+sums: weights get a K-pair limit, numerics.pairs); `checked_by` says how a verification covers the target when it
+does not run on this machine ("exact": the exact quantization, ORT_DISABLE_ALL, is what its kernels compute;
+"emulated": the exact quantization plus the kernel's saturation in numpy). A target that covers others (portable)
+holds where every one of them holds. A new target is one module with one `register_target` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections.abc import Callable
+
+from onnxq.targets.cpu import cpu_flags
+
+__all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
+           "detect_target", "resolve_target"]
+
+# How a target off this machine is checked (verify.coverage reads these).
+CHECKS = ("exact", "emulated")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    # Names of the concrete targets this one stands for; () for a concrete target (one kind of CPU).
+    covers: tuple[str, ...] = ()
+    saturates_u8s8: bool = False
+    checked_by: str = "exact"
+    # Whether a CPU with these ISA flags and this machine name is this target (concrete targets only; at most one
+    # says yes).
+    detects: Callable[[frozenset[str], str], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.checked_by not in CHECKS:
+            raise ValueError(f"target {self.name}: checked_by must be one of {CHECKS}")
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def register_target(target: Target) -> Target:
+    if target.name in TARGETS or target.name == "auto":
+        raise ValueError(f"a target named {target.name!r} is already registered")
+    unknown = [c for c in target.covers if c not in TARGETS]
+    if unknown:
+        raise ValueError(f"target {target.name} covers unregistered targets {unknown}")
+    TARGETS[target.name] = target
+    return target
+
+
+def unregister_target(name: str) -> None:
+    """For tests that register a target of their own."""
+    TARGETS.pop(name)
+
+
+def target_names() -> tuple[str, ...]:
+    """Every name a config may give: auto (this machine's), then the targets that cover others, then the rest."""
+    return ("auto", *sorted(TARGETS, key=lambda name: (not TARGETS[name].covers, name)))
+
+
+def detect_target(flags: frozenset[str], machine: str | None = None) -> str:
+    """The concrete target of a CPU."""
+    machine = (machine or platform.machine()).lower()
+    found = [t.name for t in TARGETS.values() if t.detects is not None and t.detects(flags, machine)]
+    if len(found) != 1:
+        raise ValueError(f"targets {found} detect machine {machine!r} with flags {sorted(flags)}: exactly one must")
+    return found[0]
+
+
+def resolve_target(target: str, flags: frozenset[str] | None = None, machine: str | None = None) -> str:
+    """auto → this machine's concrete target; every other name stands as it is."""
+    if target != "auto":
+        return target
+    return detect_target(cpu_flags() if flags is None else flags, machine)
+
+
+def covered_targets(target: str) -> tuple[str, ...]:
+    """The concrete targets a model for `target` must hold on."""
+    concrete = resolve_target(target)
+    return TARGETS[concrete].covers or (concrete,)
