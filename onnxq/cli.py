@@ -14,6 +14,7 @@ from pathlib import Path
 from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
                             path_arg)
 from onnxq.commands import SUBCOMMANDS
+from onnxq.config.formats import FORMATS
 from onnxq.errors import ConfigError, OnnxqError, one_line
 from onnxq.html_report import render_html
 from onnxq.io import run_files, write_output
@@ -70,7 +71,7 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
                         "(this machine), x86-vnni, x86-avx2, arm64")
-    p.add_argument("--format", choices=["qdq", "qoperator"],
+    p.add_argument("--format", choices=list(FORMATS),
                    help="qdq (default): Q/DQ around float ops; qoperator: MatMulIntegerToFloat / QGemm operators")
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")

@@ -65,7 +65,6 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
         check_reusable(stream.source, "smoothing")
         stats = _channel_stats(work, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config))
-    smooth = SmoothPass(groups)
-    smooth(work)
-    return tuple(SmoothedActivation(c.activation, c.alpha, smooth.absorbed.get(c.activation), c.errors)
+    absorbed = SmoothPass(groups)(work).absorbed
+    return tuple(SmoothedActivation(c.activation, c.alpha, absorbed.get(c.activation), c.errors)
                  for c in choices)

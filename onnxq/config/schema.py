@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
+from onnxq.config.formats import FORMATS
 from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
 from onnxq.numerics.methods import RANGE_METHODS
@@ -157,9 +158,10 @@ class QuantConfig:
     """
 
     mode: Mode = "auto"
-    # qdq: QuantizeLinear/DequantizeLinear around float ops (any runtime; ORT fuses them on CPU). qoperator: the
-    # integer operators themselves (MatMulIntegerToFloat, QGemm), lowered from QDQ (passes/lower_qoperator.py).
-    format: Literal["qdq", "qoperator"] = "qdq"
+    # A registered output format (config.formats): qdq, QuantizeLinear/DequantizeLinear around float ops (any
+    # runtime; ORT fuses them on CPU); qoperator, the integer operators themselves (MatMulIntegerToFloat, QGemm),
+    # lowered from QDQ (passes/lower_qoperator.py).
+    format: str = "qdq"
     # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
     # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
     # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.
@@ -192,6 +194,8 @@ class QuantConfig:
     verify: VerifyConfig = VerifyConfig()
 
     def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(f"unknown format {self.format!r}; use one of {', '.join(FORMATS)}")
         if self.target not in target_names():
             raise ConfigError(f"unknown target {self.target!r}; use one of {', '.join(target_names())}")
         if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \

@@ -9,8 +9,8 @@ import onnx_ir as ir
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names", "not_float32",
-           "unusable_weight", "TINY_WEIGHT"]
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names", "default_form",
+           "not_float32", "unusable_weight", "TINY_WEIGHT"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
 # range (1.2e-38): the product would come out 0 (or denormal) instead of the float result.
@@ -42,6 +42,8 @@ class NodePlan:
     bias_note: str | None = None
     # Activation quantized per token (one scale per row, at run time) instead of per tensor.
     per_token: bool = False
+    # The rewrite that applies it (passes.forms): "" for the mode's own (default_form); a planner names another.
+    form: str = ""
 
     @property
     def weight_only(self) -> bool:
@@ -72,6 +74,14 @@ class PlanContext:
     def weight_only(self) -> bool:
         """Constant weights only (block-wise, 4 or 8 bits), activations stay float."""
         return self.mode == "weight-only"
+
+
+def default_form(mode: str, plan: NodePlan) -> str:
+    """The rewrite form of a plan whose planner named none: weight-only models are block-quantized; activations
+    quantized at run time (dynamic mode, or per token in any mode) take the dynamic form; the rest calibrated QDQ."""
+    if mode == "weight-only":
+        return "blockwise"
+    return "dynamic" if mode == "dynamic" or plan.per_token else "qdq"
 
 
 def activation_names(plans: list[NodePlan]) -> list[str]:

@@ -7,7 +7,7 @@ import dataclasses
 import onnx_ir as ir
 
 from onnxq.config import QuantConfig
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
 from onnxq.targets import needs_pair_limit
 
@@ -43,5 +43,8 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
             continue
         if reason is not None:
             result = Skip(node, reason)
-        (plans if isinstance(result, NodePlan) else skips).append(result)
+        if isinstance(result, NodePlan):
+            plans.append(result if result.form else dataclasses.replace(result, form=default_form(mode, result)))
+        else:
+            skips.append(result)
     return plans, skips

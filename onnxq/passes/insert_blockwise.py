@@ -22,19 +22,20 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder, shared_block_quantization
+from onnxq.passes.contract import PlannedRewritePass
+from onnxq.passes.forms import RewriteInputs, rewrite_form
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
 
 BLOCK_DQ_OPSET = 21  # DequantizeLinear's block_size and int4 / uint4
 
 
-class InsertBlockwisePass(ir.passes.InPlacePass):
+class InsertBlockwisePass(PlannedRewritePass):
     """moments: per weight, XᵀX / n over the calibration rows of every activation that reads it (method gptq) or
     its diagonal, the mean square of each channel (clip activation) — calibration.moments.WeightMoments."""
 
     def __init__(self, plans: Sequence[NodePlan], config: QuantConfig, moments: WeightMoments | None = None) -> None:
-        super().__init__()
-        self.plans = plans
+        super().__init__(plans)
         self.config = config
         self.moments = moments
 
@@ -89,6 +90,12 @@ class InsertBlockwisePass(ir.passes.InPlacePass):
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
         return quantized
+
+
+@rewrite_form("blockwise", stage=0)
+def _blockwise(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
+    InsertBlockwisePass(plans, inputs.config, inputs.moments)(model)
+    return {}
 
 
 def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, transposed: bool, blocks) -> None:

@@ -21,15 +21,16 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics.per_token import MIN_SCALE, PER_TOKEN_ZERO_POINT
 from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.contract import PlannedRewritePass
+from onnxq.passes.forms import RewriteInputs, rewrite_form
 from onnxq.passes.gather_rewrite import rewrite_gather
 
 __all__ = ["InsertDynamicPass"]
 
 
-class InsertDynamicPass(ir.passes.InPlacePass):
+class InsertDynamicPass(PlannedRewritePass):
     def __init__(self, plans: Sequence[NodePlan], config: QuantConfig) -> None:
-        super().__init__()
-        self.plans = plans
+        super().__init__(plans)
         self.config = config
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -88,6 +89,12 @@ class InsertDynamicPass(ir.passes.InPlacePass):
             graph.remove(node, safe=True)
         RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified=bool(self.plans))
+
+
+@rewrite_form("dynamic", stage=0)
+def _dynamic(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
+    InsertDynamicPass(plans, inputs.config)(model)
+    return {}
 
 
 def _per_tensor(builder: GraphBuilder, x: ir.Value, before: ir.Node) -> tuple[ir.Value, ir.Value, ir.Value]:

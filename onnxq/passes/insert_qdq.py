@@ -13,6 +13,8 @@ from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.numerics import QParams, choose_qparams
 from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.contract import PlannedRewritePass
+from onnxq.passes.forms import RewriteInputs, RewriteResult, rewrite_form
 from onnxq.passes.gather_rewrite import rewrite_gather
 
 __all__ = ["InsertQdqPass"]
@@ -22,21 +24,20 @@ logger = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1
 
 
-class InsertQdqPass(ir.passes.InPlacePass):
+class InsertQdqPass(PlannedRewritePass):
     """Applies static plans. `ranges` maps each planned activation's value name to its calibrated (min, max).
 
-    Records in `bias_fallbacks` the nodes whose int32 bias would overflow and so stayed float.
+    Its result's notes name the nodes whose int32 bias would overflow and so stayed float.
     """
 
     def __init__(self, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                  config: QuantConfig) -> None:
-        super().__init__()
-        self.plans = plans
+        super().__init__(plans)
         self.ranges = ranges
         self.config = config
-        self.bias_fallbacks: dict[str, str] = {}
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> RewriteResult:
+        bias_fallbacks: dict[str, str] = {}
         builder = GraphBuilder(model.graph, self.config.weights)
         activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
         for plan in self.plans:
@@ -58,9 +59,11 @@ class InsertQdqPass(ir.passes.InPlacePass):
                 node.replace_input_with(spec.input_index, weight.dequantized)
                 weight_qparams = weight.qparams
             if plan.bias_index is not None:
-                self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
+                reason = self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
+                if reason is not None:
+                    bias_fallbacks[node.name or ""] = reason
         RemoveUnusedNodesPass()(model)
-        return ir.passes.PassResult(model, modified=bool(self.plans))
+        return RewriteResult(model, modified=bool(self.plans), notes=bias_fallbacks)
 
     def _quantize_activation(self, builder: GraphBuilder, value: ir.Value,
                              before: ir.Node) -> tuple[ir.Value, QParams]:
@@ -78,7 +81,8 @@ class InsertQdqPass(ir.passes.InPlacePass):
         return dequantized, qparams
 
     def _quantize_bias(self, builder: GraphBuilder, node: ir.Node, index: int, act: QParams,
-                       weight: QParams) -> None:
+                       weight: QParams) -> str | None:
+        """Gemm's C as int32 at scale s_x·s_w; or why it stays float."""
         bias_value = node.inputs[index]
         bias = ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1)
         scale = (act.scale.astype(np.float64) * weight.scale.astype(np.float64)).astype(np.float32)
@@ -87,11 +91,16 @@ class InsertQdqPass(ir.passes.InPlacePass):
         if np.any(np.abs(quantized) > _INT32_MAX):
             reason = "int32 bias would overflow (activation × weight scale too small); bias kept float"
             logger.info("%s: %s", node.name, reason)
-            self.bias_fallbacks[node.name or ""] = reason
-            return
+            return reason
         axis = 0 if scale.ndim else None
         base = bias_value.name or "bias"
         q = builder.initializer(f"{base}_quantized", quantized.astype(np.int32))
         s = builder.initializer(f"{base}_scale", np.ascontiguousarray(scale, dtype=np.float32))
         zp = builder.initializer(f"{base}_zero_point", np.zeros(scale.shape, dtype=np.int32))
         node.replace_input_with(index, builder.dequantize(q, s, zp, axis, base, node))
+        return None
+
+
+@rewrite_form("qdq", stage=1, calibrated=True)
+def _qdq(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
+    return InsertQdqPass(plans, inputs.ranges, inputs.config)(model).notes

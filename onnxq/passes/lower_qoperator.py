@@ -9,17 +9,23 @@ the integers directly:
   kept, the int32 bias as is.
 These are the kernels ORT's CPU optimizer fuses the QDQ groups into, so the two formats compute the same numbers;
 a QOperator file states them explicitly (no optimizer needed) and runs on ORT's CPU provider. A product that does
-not fit is left in QDQ form, with the reason recorded in `declined`.
+not fit is left in QDQ form, with the reason in the result's `declined`. Registered as output format "qoperator".
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxq.config.formats import OutputFormat, register_format
+from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute, producer
+from onnxq.passes.contract import KeepsOutputNames
 
-__all__ = ["LowerToQOperatorPass"]
+__all__ = ["LowerToQOperatorPass", "LoweringResult"]
 
 _MS = "com.microsoft"
 
@@ -34,25 +40,30 @@ def _quantized_input(value: ir.Value) -> tuple[ir.Node | None, str | None]:
     return dq, None
 
 
-class LowerToQOperatorPass(ir.passes.InPlacePass):
-    def __init__(self) -> None:
-        super().__init__()
-        self.declined: dict[str, str] = {}
-        self.lowered: dict[str, str] = {}
+@dataclasses.dataclass
+class LoweringResult(ir.passes.PassResult):
+    declined: dict[str, str] = dataclasses.field(default_factory=dict)  # node → why it stays in QDQ form
+    lowered: dict[str, str] = dataclasses.field(default_factory=dict)  # node → the operator it became
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+
+class LowerToQOperatorPass(KeepsOutputNames):
+    """requires / ensures: KeepsOutputNames' (a lowered operator's output takes the name of the one it replaces)."""
+
+    def call(self, model: ir.Model) -> LoweringResult:
+        result = LoweringResult(model, modified=False)
         for node in list(model.graph):
             if node.op_type not in ("MatMul", "Gemm"):
                 continue
-            reason = self._lower(model.graph, node)
+            reason = self._lower(model.graph, node, result.lowered)
             if reason is not None:
-                self.declined[node.name or ""] = reason
-        if self.lowered:
+                result.declined[node.name or ""] = reason
+        if result.lowered:
             model.opset_imports.setdefault(_MS, 1)
             RemoveUnusedNodesPass()(model)
-        return ir.passes.PassResult(model, modified=bool(self.lowered))
+        result.modified = bool(result.lowered)
+        return result
 
-    def _lower(self, graph: ir.Graph, node: ir.Node) -> str | None:
+    def _lower(self, graph: ir.Graph, node: ir.Node, lowered_nodes: dict[str, str]) -> str | None:
         x_dq, reason = _quantized_input(node.inputs[0])
         if reason:
             return f"A: {reason}"
@@ -94,5 +105,16 @@ class LowerToQOperatorPass(ir.passes.InPlacePass):
         old.replace_all_uses_with(out, replace_graph_outputs=True)
         out.name, old.name = old.name, None
         graph.remove(node, safe=True)
-        self.lowered[node.name or ""] = lowered.op_type
+        lowered_nodes[node.name or ""] = lowered.op_type
         return None
+
+
+def _lower_planned(model: ir.Model, plans: Sequence[NodePlan]) -> dict[str, str]:
+    """The planned products kept in QDQ form, with why (an unplanned MatMul is declined too: it was never QDQ)."""
+    declined = LowerToQOperatorPass()(model).declined
+    planned = {p.node.name for p in plans if not p.weight_only}
+    return {name: reason for name, reason in declined.items() if name in planned}
+
+
+register_format(OutputFormat(
+    "qoperator", "the integer operators themselves (MatMulIntegerToFloat, QGemm), lowered from QDQ", _lower_planned))

@@ -19,6 +19,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.config import QScheme
 from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.contract import KeepsOutputNames
 
 __all__ = ["SmoothGroup", "SmoothPass", "weight_rows"]
 
@@ -39,15 +40,27 @@ def weight_rows(node: ir.Node) -> np.ndarray:
     return weight.T if node.op_type == "Gemm" and attribute(node, "transB") else weight
 
 
-class SmoothPass(ir.passes.InPlacePass):
-    """Applies the groups; `absorbed` maps each activation's name to what took 1 / s (for the report)."""
+@dataclasses.dataclass
+class SmoothResult(ir.passes.PassResult):
+    absorbed: dict[str, str] = dataclasses.field(default_factory=dict)  # activation → what took 1 / s
+
+
+class SmoothPass(KeepsOutputNames):
+    """Applies the groups. requires (besides KeepsOutputNames'): every group's activation and nodes in the main
+    graph. ensures: KeepsOutputNames'. The result says what absorbed each activation's 1 / s (for the report)."""
 
     def __init__(self, groups: Sequence[SmoothGroup]) -> None:
         super().__init__()
         self.groups = groups
-        self.absorbed: dict[str, str] = {}
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def requires(self, model: ir.Model) -> None:
+        super().requires(model)
+        outside = [n.name for g in self.groups for n in g.nodes if n.graph is not model.graph]
+        if outside:
+            raise ir.passes.PreconditionError(f"SmoothPass: nodes not in the main graph: {outside}")
+
+    def call(self, model: ir.Model) -> SmoothResult:
+        absorbed: dict[str, str] = {}
         builder = GraphBuilder(model.graph, QScheme())
         for group in self.groups:
             name = group.activation.name or ""
@@ -59,10 +72,10 @@ class SmoothPass(ir.passes.InPlacePass):
             if taker is None:
                 _insert_mul(builder, group, inv_s)
                 taker = "inserted Mul"
-            self.absorbed[name] = taker
+            absorbed[name] = taker
         RemoveUnusedNodesPass()(model)
         model.graph.sort()
-        return ir.passes.PassResult(model, modified=bool(self.groups))
+        return SmoothResult(model, modified=bool(self.groups), absorbed=absorbed)
 
 
 def _scale_weight_rows(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> None:

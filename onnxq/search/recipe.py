@@ -90,7 +90,7 @@ def _quantize_with(builder: Builder, per_token: Sequence[RecipeGroup],
     nodes = {node.name: node for node in model.graph}
     smooth = SmoothPass([SmoothGroup(values[g.activation], tuple(nodes[n] for n in g.nodes), g.scales)
                          for g in per_token if g.scales is not None])
-    smooth(model)
+    absorbed = smooth(model).absorbed
     switched = Overrides(per_token=tuple(n for g in per_token for n in g.nodes))
     built = builder.on(model).build(switched)
-    return RecipeAttempt(switched, model, built, check(built.model), smooth.absorbed)
+    return RecipeAttempt(switched, model, built, check(built.model), absorbed)

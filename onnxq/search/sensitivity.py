@@ -23,7 +23,8 @@ from onnxq.calibration.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
-from onnxq.passes.apply import insert_quantization
+from onnxq.passes.forms import RewriteInputs
+from onnxq.passes.quantize import QuantizePass
 from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
 
@@ -168,8 +169,8 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
         model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
         own_plans.append(dataclasses.replace(plan, node=node))
         twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
-    insert_quantization(model, own_plans, builder.stats.ranges, builder.effective_config, builder.mode,
-                        builder.stats.moments)
+    stats = builder.stats
+    QuantizePass(own_plans, RewriteInputs(stats.ranges, builder.effective_config, stats.moments))(model)
     values = {v.name: v for node in model.graph for v in node.outputs}
     result = []
     for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):

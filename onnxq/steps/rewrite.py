@@ -1,4 +1,5 @@
-"""Step rewrite: every plan applied to the working model (the mode's pass, then the format's lowering)."""
+"""Step rewrite: every plan applied to the working model (the quantize pass, each plan by its form), then the
+output format's lowering."""
 
 from __future__ import annotations
 
@@ -12,5 +13,5 @@ def rewrite(state: RunState) -> bool:
     rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments)
     state.bias_fallbacks = rewritten.bias_fallbacks
     for name, reason in rewritten.kept_qdq.items():
-        state.notes.append(f"format qoperator: {name} kept in QDQ form ({reason})")
+        state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")
     return True

@@ -83,9 +83,8 @@ def test_int32_bias_overflow_falls_back_to_float(rng):
     model.graph.initializers["gb"].const_value = ir.tensor(np.full(4, 1e9, np.float32), name="gb")
     config = QuantConfig()
     plans, _ = plan_model(model.graph, config, "static")
-    rewrite = InsertQdqPass(plans, {"x": (-1e-3, 1e-3), "add_output": (-1e-3, 1e-3)}, config)
-    rewrite(model)
-    assert "overflow" in rewrite.bias_fallbacks["gemm"]
+    result = InsertQdqPass(plans, {"x": (-1e-3, 1e-3), "add_output": (-1e-3, 1e-3)}, config)(model)
+    assert "overflow" in result.notes["gemm"]
     assert node_named(model, "gemm").inputs[2].name == "gb"
 
 

@@ -29,9 +29,7 @@ def _smooth(model, x, alpha=0.5):
     candidates = smoothable_groups(plans)
     stats = collect_channel_stats(model, [c.activation.name for c in candidates], [{"x": x}])
     groups, choices = choose_smoothing(candidates, stats, alpha)
-    smooth = SmoothPass(groups)
-    smooth(model)
-    return smooth.absorbed, choices
+    return SmoothPass(groups)(model).absorbed, choices
 
 
 def _assert_equivalent(original, smoothed, x):

@@ -1,0 +1,42 @@
+"""The one quantize pass: every plan rewritten by the form it names (passes.forms)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from onnxq.handlers.plan import NodePlan
+from onnxq.passes import insert_blockwise, insert_dynamic, insert_qdq  # noqa: F401  (each registers its form)
+from onnxq.passes.contract import PlannedRewritePass
+from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult
+
+__all__ = ["QuantizePass"]
+
+
+class QuantizePass(PlannedRewritePass):
+    """requires (besides PlannedRewritePass's): every plan's form registered, and a calibrated range for every
+    activation a calibrated form quantizes. ensures: PlannedRewritePass's. Notes come back in the result."""
+
+    def __init__(self, plans: Sequence[NodePlan], inputs: RewriteInputs) -> None:
+        super().__init__(plans)
+        self.inputs = inputs
+
+    def requires(self, model: ir.Model) -> None:
+        super().requires(model)
+        for plan in self.plans:
+            form = REWRITE_FORMS.get(plan.form)
+            if form is None:
+                raise ir.passes.PreconditionError(f"{plan.node.name!r}: no rewrite form {plan.form!r}")
+            missing = [plan.node.inputs[i].name for i in plan.activations
+                       if form.calibrated and plan.node.inputs[i].name not in self.inputs.ranges]
+            if missing:
+                raise ir.passes.PreconditionError(f"{plan.node.name!r}: no calibrated range for {missing}")
+
+    def call(self, model: ir.Model) -> RewriteResult:
+        notes: dict[str, str] = {}
+        for form in sorted(REWRITE_FORMS.values(), key=lambda f: f.stage):
+            plans = [p for p in self.plans if p.form == form.name]
+            if plans:
+                notes.update(form.rewrite(model, plans, self.inputs))
+        return RewriteResult(model, modified=bool(self.plans), notes=notes)
