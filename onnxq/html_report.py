@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import html
-
-from onnxq.report import QuantReport
+from onnxq.report import QuantReport, escape
 from onnxq.verify.check import OutputCheck
 
 __all__ = ["render_html"]
@@ -15,8 +13,7 @@ td:first-child,th:first-child{text-align:left}.fail{color:#b00020;font-weight:60
 svg text{font-size:11px;font-family:monospace}"""
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value))
+_e = escape
 
 
 def _checks_table(checks: tuple[OutputCheck, ...]) -> str:
@@ -27,24 +24,6 @@ def _checks_table(checks: tuple[OutputCheck, ...]) -> str:
         for o in checks)
     return ("<table><tr><th>output</th><th>max abs</th><th>mean abs</th><th>cosine</th><th>min cosine</th>"
             f"<th>SQNR dB</th><th>result</th></tr>{rows}</table>")
-
-
-def _bar_chart(rows: list[tuple[str, float]], title: str) -> str:
-    """Horizontal bars, one per node, longest = most harmful."""
-    if not rows:
-        return ""
-    top = max(h for _, h in rows) or 1.0
-    height, label_width, bar_width = 16, 380, 320
-    bars = []
-    for i, (name, harm) in enumerate(rows):
-        y = i * height
-        width = max(1.0, bar_width * harm / top)
-        bars.append(f'<text x="0" y="{y + 12}">{_e(name[-58:])}</text>'
-                    f'<rect x="{label_width}" y="{y + 2}" width="{width:.1f}" height="{height - 4}" fill="#c62828">'
-                    f"<title>{_e(name)}: {harm:.5f}</title></rect>"
-                    f'<text x="{label_width + width + 4:.1f}" y="{y + 12}">{harm:.4f}</text>')
-    return (f"<h3>{_e(title)}</h3><svg role='img' aria-label='{_e(title)}' width='{label_width + bar_width + 80}'"
-            f" height='{len(rows) * height}'>{''.join(bars)}</svg>")
 
 
 def render_html(report: QuantReport) -> str:
@@ -69,25 +48,7 @@ def render_html(report: QuantReport) -> str:
                 parts += [f"<p class='fail'>{_e(f)}</p>" for f in check.placement.findings()]
         for provider, checks in v.agreement.items():
             parts.append(f"<h3>Agreement: quantized on CPU vs on {_e(provider)}</h3>{_checks_table(checks)}")
-    s = report.sensitivity
-    if s is not None:
-        parts.append(f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {s.samples} samples; harm = "
-                     "1 − cosine of the worst output, per unit of its tolerance.</p>")
-        parts.append(_bar_chart([(n.name, n.harm) for n in s.nodes], "harm per node"))
-        rows = "".join(f"<tr><td>{_e(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
-                       for g in s.groups)
-        if rows:
-            parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
-                         f"</tr>{rows}</table>")
-    f = report.fallback
-    if f is not None:
-        kept = "".join(f"<li>{_e(name)} (harm {harm:.4f}): float</li>" for name, harm in f.kept_float)
-        kept += "".join(f"<li>{_e(name)} (harm {harm:.4f}): 8 bits</li>" for name, harm in f.kept_int8)
-        status = "cannot be met"
-        if f.met:
-            status = f"met by keeping {len(f.kept_float)} node(s) float" + (
-                f" and {len(f.kept_int8)} at 8 bits" if f.kept_int8 else "")
-        parts.append(f"<h2>Fallback: {status}</h2><ol>{kept}</ol>")
+    parts += [section.html() for section in report.sections]  # each search's result renders itself
     if report.left_float:
         rows = "".join(f"<tr><td>{_e(e.name)}</td><td>{_e(e.op_type)}</td><td>{_e(e.detail)}</td></tr>"
                        for e in report.left_float)

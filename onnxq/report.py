@@ -3,20 +3,52 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 from typing import Any, Protocol
 
 from onnxq.io.naming import RenamedNode
 from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
-__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Section"]
+__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Section", "escape", "bar_chart"]
 
 
 class Section(Protocol):
-    """A search's result in the report (onnxq.search: Sensitivity, FallbackResult, RecipeResult): the report
-    needs only its JSON form, so it imports no search module."""
+    """A result that renders itself in the report (onnxq.search: Sensitivity, FallbackResult, RecipeResult, or a
+    new step's): its key in the JSON report, its JSON form, its summary lines and its HTML. The report, the summary
+    and the HTML page iterate sections; none imports a search module. A new section is one class and the step that
+    appends it to RunState.sections."""
+
+    key: str
 
     def to_dict(self) -> dict[str, Any]: ...
+
+    def text(self) -> list[str]: ...
+
+    def html(self) -> str: ...
+
+
+def escape(value: object) -> str:
+    """Text for HTML (sections' html())."""
+    return html.escape(str(value))
+
+
+def bar_chart(rows: list[tuple[str, float]], title: str) -> str:
+    """An SVG of horizontal bars, one per row, the longest the largest value (sections' html())."""
+    if not rows:
+        return ""
+    top = max(h for _, h in rows) or 1.0
+    height, label_width, bar_width = 16, 380, 320
+    bars = []
+    for i, (name, value) in enumerate(rows):
+        y = i * height
+        width = max(1.0, bar_width * value / top)
+        bars.append(f'<text x="0" y="{y + 12}">{escape(name[-58:])}</text>'
+                    f'<rect x="{label_width}" y="{y + 2}" width="{width:.1f}" height="{height - 4}" fill="#c62828">'
+                    f"<title>{escape(name)}: {value:.5f}</title></rect>"
+                    f'<text x="{label_width + width + 4:.1f}" y="{y + 12}">{value:.4f}</text>')
+    return (f"<h3>{escape(title)}</h3><svg role='img' aria-label='{escape(title)}' width='{label_width + bar_width + 80}'"
+            f" height='{len(rows) * height}'>{''.join(bars)}</svg>")
 
 # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite
@@ -58,17 +90,31 @@ class QuantReport:
     quant_bytes: int
     seconds: dict[str, float]
     verification: Verification | None
-    sensitivity: Section | None = None  # onnxq.search.sensitivity.Sensitivity
-    fallback: Section | None = None  # onnxq.search.fallback.FallbackResult
     notes: tuple[str, ...] = ()
     speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
     smoothing: tuple[SmoothedActivation, ...] = ()  # --smooth: one entry per smoothable activation
-    # onnxq.search.recipe.RecipeResult: --recipe auto, when the all-static model missed the tolerance
-    recipe: Section | None = None
+    # What the searches found, in the order they ran: recipe (--recipe auto, when the all-static model missed the
+    # tolerance), sensitivity, fallback; and any section a new step adds.
+    sections: tuple[Section, ...] = ()
     # Nodes that had no name or a repeated one, named at load (io.naming): the name given, and where in the file.
     renamed_nodes: tuple[RenamedNode, ...] = ()
     # Reasons the run fails its gate beside the verification's own (a NaN sensitivity); each fails `passed`.
     gate_failures: tuple[str, ...] = ()
+
+    def section(self, key: str) -> Section | None:
+        return next((s for s in self.sections if s.key == key), None)
+
+    @property
+    def sensitivity(self):  # onnxq.search.sensitivity.Sensitivity
+        return self.section("sensitivity")
+
+    @property
+    def fallback(self):  # onnxq.search.fallback.FallbackResult
+        return self.section("fallback")
+
+    @property
+    def recipe(self):  # onnxq.search.recipe.RecipeResult
+        return self.section("recipe")
 
     @property
     def passed(self) -> bool | None:
@@ -89,13 +135,13 @@ class QuantReport:
                      "ratio": self.quant_bytes / max(self.float_bytes, 1)},
             "seconds": self.seconds,
             "verification": None if self.verification is None else self.verification.to_dict(),
-            "sensitivity": None if self.sensitivity is None else self.sensitivity.to_dict(),
-            "fallback": None if self.fallback is None else self.fallback.to_dict(),
+            "sensitivity": None,  # null when the search did not run (the schema requires the key)
+            "fallback": None,
             "passed": self.passed,
             "notes": list(self.notes),
             "speed": [c.to_dict() for c in self.speed],
             "smoothing": [a.to_dict() for a in self.smoothing],
-            "recipe": None if self.recipe is None else self.recipe.to_dict(),
+            "recipe": None,
             "renamed_nodes": [r.to_dict() for r in self.renamed_nodes],
             "gate_failures": list(self.gate_failures),
-        }
+        } | {s.key: s.to_dict() for s in self.sections}

@@ -10,9 +10,6 @@ from onnxq.verify.placement import INTEGER_KERNELS
 
 __all__ = ["format_summary", "format_verification"]
 
-_TOP_NODES = 8
-
-
 def _short(provider: str) -> str:
     return provider.replace("ExecutionProvider", "")
 
@@ -153,35 +150,9 @@ def _speed(report: QuantReport) -> list[str]:
             for c in report.speed]
 
 
-def _sensitivity(report: QuantReport) -> list[str]:
-    s = report.sensitivity
-    if s is None:
-        return []
-    lines = []
-    if s.nodes:
-        lines.append(f"most sensitive nodes (each quantized alone, {s.samples} samples; harm = 1 - cosine of the "
-                     "worst output, per unit of its tolerance):")
-    for node in s.nodes[:_TOP_NODES]:
-        cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
-        lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
-    if s.groups:
-        top = s.groups[0]
-        lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")
-    return lines
-
-
-def _fallback(report: QuantReport) -> list[str]:
-    f = report.fallback
-    if f is None:
-        return []
-    if not f.met:
-        return ["fallback: the tolerance cannot be met even with all but one node float"]
-    lines = []
-    if f.kept_int8:
-        lines.append(f"fallback: {len(f.kept_int8)} node(s) at 8 bits: " + ", ".join(n for n, _ in f.kept_int8))
-    if f.kept_float or not f.kept_int8:
-        lines.append(f"fallback: kept {len(f.kept_float)} node(s) float: " + ", ".join(n for n, _ in f.kept_float))
-    return lines + [f"fallback: {f.probes} probes"]
+def _sections(report: QuantReport) -> list[str]:
+    """Each search's (and any new step's) section renders its own lines, in the order they ran."""
+    return [line for section in report.sections for line in section.text()]
 
 
 def _result(report: QuantReport) -> list[str]:
@@ -190,4 +161,4 @@ def _result(report: QuantReport) -> list[str]:
 
 
 _BEFORE_VERIFICATION = (_header, _nodes, _calibration, _size, _smoothing, _names_and_notes)
-_VERIFIED = (lambda r: format_verification(r.verification), _speed, _sensitivity, _fallback, _result)
+_VERIFIED = (lambda r: format_verification(r.verification), _speed, _sections, _result)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import onnx_ir as ir
 
 from onnxq.handlers import Skip
+from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.search.probing import smallest_passing
 from onnxq.search.sensitivity import Sensitivity
@@ -47,6 +48,27 @@ class FallbackResult:
     after: Verification | None  # the chosen attempt's verification (None when not met)
     probes: int
     kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
+    key = "fallback"  # report.Section
+
+    def text(self) -> list[str]:
+        if not self.met:
+            return ["fallback: the tolerance cannot be met even with all but one node float"]
+        lines = []
+        if self.kept_int8:
+            lines.append(f"fallback: {len(self.kept_int8)} node(s) at 8 bits: " + ", ".join(n for n, _ in self.kept_int8))
+        if self.kept_float or not self.kept_int8:
+            lines.append(f"fallback: kept {len(self.kept_float)} node(s) float: "
+                         + ", ".join(n for n, _ in self.kept_float))
+        return lines + [f"fallback: {self.probes} probes"]
+
+    def html(self) -> str:
+        kept = "".join(f"<li>{escape(name)} (harm {harm:.4f}): float</li>" for name, harm in self.kept_float)
+        kept += "".join(f"<li>{escape(name)} (harm {harm:.4f}): 8 bits</li>" for name, harm in self.kept_int8)
+        status = "cannot be met"
+        if self.met:
+            status = f"met by keeping {len(self.kept_float)} node(s) float" + (
+                f" and {len(self.kept_int8)} at 8 bits" if self.kept_int8 else "")
+        return f"<h2>Fallback: {status}</h2><ol>{kept}</ol>"
 
     def to_dict(self) -> dict:
         def cpu(v: Verification | None):

@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.passes.smooth import SmoothGroup, SmoothPass
+from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.search.probing import smallest_passing
 from onnxq.verify.check import Verification
@@ -44,10 +45,20 @@ class RecipeResult:
     per_token: tuple[str, ...]  # activations switched to per token (+ smoothing), most gain first
     candidates: int
     probes: int
+    key = "recipe"  # report.Section
 
     def to_dict(self) -> dict:
         return {"met": self.met, "per_token": list(self.per_token), "candidates": self.candidates,
                 "probes": self.probes}
+
+    def text(self) -> list[str]:
+        return []  # the recipe step's note says what it chose (summary: "note: recipe auto: ...")
+
+    def html(self) -> str:
+        items = "".join(f"<li>{escape(a)}</li>" for a in self.per_token)
+        status = "met" if self.met else "not met"
+        return (f"<h2>Recipe auto: tolerance {status}</h2><p>{len(self.per_token)} of {self.candidates} activation "
+                f"group(s) per token (with smoothing), {self.probes} probes:</p><ol>{items}</ol>")
 
 
 @dataclasses.dataclass

@@ -25,12 +25,15 @@ from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
+from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
 
 logger = logging.getLogger(__name__)
+
+_TOP_NODES = 8  # nodes the summary lists
 
 _SWITCH = "onnxq_switch_{}"
 
@@ -79,10 +82,35 @@ class Sensitivity:
     samples: int
     nodes: tuple[NodeSensitivity, ...]  # most harmful first
     groups: tuple[GroupSensitivity, ...]  # most harmful first
+    key = "sensitivity"  # report.Section
 
     def to_dict(self) -> dict:
         return {"samples": self.samples, "nodes": [n.to_dict() for n in self.nodes],
                 "groups": [g.to_dict() for g in self.groups]}
+
+    def text(self) -> list[str]:
+        lines = []
+        if self.nodes:
+            lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples; harm = 1 - cosine of "
+                         "the worst output, per unit of its tolerance):")
+        for node in self.nodes[:_TOP_NODES]:
+            cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
+            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
+        if self.groups:
+            top = self.groups[0]
+            lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")
+        return lines
+
+    def html(self) -> str:
+        parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples; harm = "
+                 "1 − cosine of the worst output, per unit of its tolerance.</p>",
+                 bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node")]
+        rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
+                       for g in self.groups)
+        if rows:
+            parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
+                         f"</tr>{rows}</table>")
+        return "".join(parts)
 
     def nonfinite(self) -> list[str]:
         """Nodes (or groups) whose quantization alone makes an output NaN or inf."""

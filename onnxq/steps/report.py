@@ -31,12 +31,10 @@ def build_report(state: RunState) -> QuantReport:
         quant_bytes=active_run().staged_bytes(state.written) if state.written else model_size_bytes(state.work),
         seconds=state.timings,
         verification=state.verification,
-        sensitivity=state.sensitivity,
-        fallback=state.fallback,
         notes=tuple(state.notes),
         speed=state.speed,
         smoothing=state.smoothing,
-        recipe=state.recipe,
+        sections=tuple(s for s in (state.recipe, state.sensitivity, state.fallback, *state.sections) if s is not None),
         renamed_nodes=state.reference.meta[LOAD_NOTES]["renamed_nodes"],
         gate_failures=tuple(state.gate_failures),
     )

@@ -15,7 +15,7 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip
-from onnxq.report import SmoothedActivation
+from onnxq.report import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.verify import Reference, Verification
 
@@ -67,6 +67,7 @@ class RunState:
     sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
     fallback: object | None = None  # onnxq.search.fallback.FallbackResult
     recipe: object | None = None  # onnxq.search.recipe.RecipeResult
+    sections: list[Section] = dataclasses.field(default_factory=list)  # a new step's own report sections
     speed: tuple = ()
     eight_bit: set[str] = dataclasses.field(default_factory=set)  # 4-bit weights: the nodes at 8 bits
     overrides: Overrides = Overrides()  # what the searches decided (recipe auto's per-token nodes)

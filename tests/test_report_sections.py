@@ -1,0 +1,63 @@
+"""A new report section is one class and the step that adds it (one line in steps.run.STEPS): the JSON report, the
+summary and the HTML page render it with no other change."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import onnxq
+from onnxq.html_report import render_html
+from onnxq.report import escape
+from onnxq.steps import run as steps_run
+from onnxq.summary import format_summary
+
+
+@dataclasses.dataclass(frozen=True)
+class LargestWeights:
+    """A section this test adds: the quantized model's largest stored tensors."""
+
+    tensors: tuple[tuple[str, int], ...]  # (name, bytes), largest first
+    key = "largest_weights"
+
+    def to_dict(self) -> dict:
+        return {"tensors": [{"name": n, "bytes": b} for n, b in self.tensors]}
+
+    def text(self) -> list[str]:
+        return ["largest:     " + ", ".join(f"{n} {b} B" for n, b in self.tensors)]
+
+    def html(self) -> str:
+        return "<h2>Largest tensors</h2><ol>" + "".join(f"<li>{escape(n)}: {b} B</li>" for n, b in self.tensors) + "</ol>"
+
+
+def _largest_weights(state) -> bool:
+    sizes = sorted(((name, v.const_value.nbytes) for name, v in state.work.graph.initializers.items()
+                    if v.const_value is not None), key=lambda t: (-t[1], t[0]))
+    state.sections.append(LargestWeights(tuple(sizes[:2])))
+    return True
+
+
+@pytest.fixture
+def with_section(monkeypatch):
+    steps = list(steps_run.STEPS)
+    steps.insert([s.name for s in steps].index("save"), steps_run.Step("largest_weights", _largest_weights))
+    monkeypatch.setattr(steps_run, "STEPS", tuple(steps))
+
+
+def test_a_new_section_is_in_the_json_the_summary_and_the_html(samples_dir, with_section):
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz").report
+    data = json.loads(json.dumps(report.to_dict()))
+    largest = data["largest_weights"]["tensors"]
+    assert len(largest) == 2 and largest[0]["bytes"] >= largest[1]["bytes"] > 0
+    # int8 weights: the largest stored tensor is a quantized weight (fc1: 128 × 128, one byte per value)
+    name = largest[0]["name"]
+    assert report.section("largest_weights").tensors[0] == (name, largest[0]["bytes"])
+    lines = format_summary(report).splitlines()
+    assert lines[-2] == f"largest:     {name} {largest[0]['bytes']} B, {largest[1]['name']} {largest[1]['bytes']} B"
+    assert f"<li>{name}: {largest[0]['bytes']} B</li>" in render_html(report)
+    assert "largest_weights" in report.seconds
+    assert largest[0] == {"name": "fc1.weight_quantized", "bytes": 128 * 128}
+    # The searches' sections keep their keys; one that did not run is null.
+    assert data["sensitivity"]["samples"] > 0 and data["fallback"] is None and data["recipe"] is None
