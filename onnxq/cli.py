@@ -23,7 +23,7 @@ from onnxq.numerics import METHODS
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.summary import format_summary
-from onnxq.targets import target_names
+from onnxq.targets import TARGETS, target_names
 
 try:
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, NotImplemented
@@ -69,10 +69,11 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                    help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
                         "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
     p.add_argument("--target", choices=target_names(),
-                   help="CPUs the model must run correctly on: portable (default: every CPU ORT runs on), auto "
-                        "(this machine), x86-vnni, x86-avx2, arm64")
+                   help="CPUs the model must run correctly on (default portable): auto, this machine's; "
+                        + "; ".join(f"{n}, {TARGETS[n].description}" for n in target_names()[1:]))
     p.add_argument("--format", choices=list(FORMATS),
-                   help="qdq (default): Q/DQ around float ops; qoperator: MatMulIntegerToFloat / QGemm operators")
+                   help="output format (default qdq): " + "; ".join(f"{f.name}, {f.description}"
+                                                                     for f in FORMATS.values()))
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
     p.add_argument("--activations", choices=["per-tensor", "per-token"],

@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-__all__ = ["OutputFormat", "FORMATS", "register_format", "format_names"]
+__all__ = ["OutputFormat", "FORMATS", "register_format"]
 
 # (model, plans) → {node name: why it stayed in QDQ form}; the plans are handlers.plan.NodePlan (a higher layer).
 Lowering = Callable[[ir.Model, Sequence[Any]], Mapping[str, str]]
@@ -35,10 +35,6 @@ def register_format(output_format: OutputFormat) -> OutputFormat:
         raise ValueError(f"an output format named {output_format.name!r} is already registered")
     FORMATS[output_format.name] = output_format
     return output_format
-
-
-def format_names() -> tuple[str, ...]:
-    return tuple(FORMATS)
 
 
 register_format(OutputFormat("qdq", "QuantizeLinear/DequantizeLinear around float ops (any runtime; ORT fuses them "
