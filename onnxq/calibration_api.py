@@ -17,7 +17,8 @@ from onnxq.calibration.specs import Batch, DataSource, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
-from onnxq.handlers import activation_names, plan_model
+from onnxq.handlers import plan_model
+from onnxq.passes.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.passes import check_model
 from onnxq.smoothing import smoothable_groups
@@ -32,7 +33,7 @@ def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate
         config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None,
                                 quantize_activation_matmul=True)
     plans, _ = plan_model(model.graph, config, "static")
-    return activation_names(plans)
+    return needed_ranges(plans)
 
 
 def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataSource, *,

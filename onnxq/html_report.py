@@ -48,6 +48,9 @@ def render_html(report: QuantReport) -> str:
                 parts += [f"<p class='fail'>{_e(f)}</p>" for f in check.placement.findings()]
         for provider, checks in v.agreement.items():
             parts.append(f"<h3>Agreement: quantized on CPU vs on {_e(provider)}</h3>{_checks_table(checks)}")
+        if v.coverage is not None:
+            parts.append(v.coverage.html())
+    parts += [check.html() for check in report.speed]
     parts += [section.html() for section in report.sections]  # each search's result renders itself
     if report.left_float:
         rows = "".join(f"<tr><td>{_e(e.name)}</td><td>{_e(e.op_type)}</td><td>{_e(e.detail)}</td></tr>"

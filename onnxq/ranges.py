@@ -14,7 +14,8 @@ from onnxq.calibration.stream import DataStream, check_reusable
 from onnxq.calibration_api import activations_to_observe, smoothable_activations, summarize
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
-from onnxq.handlers import NodePlan, activation_names
+from onnxq.handlers import NodePlan
+from onnxq.passes.quantize import needed_ranges
 from onnxq.numerics import qrange
 
 __all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "Ranges"]
@@ -43,7 +44,7 @@ def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan]
 def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
     scheme = config.activations
     qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-    return summary.ranges(activation_names(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+    return summary.ranges(needed_ranges(plans), config.calibration.method, qmin=qmin, qmax=qmax,
                           symmetric=scheme.symmetric, percentile=config.calibration.percentile)
 
 
@@ -67,7 +68,7 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, st
 def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
                     progress) -> tuple[Ranges, int]:
     """Static ranges on the smoothed graph, from the calibration data."""
-    names = activation_names(plans)
+    names = needed_ranges(plans)
     if stream.source is None:
         if names:
             raise ConfigError("static ranges after smoothing come from the smoothed graph and the calibration "
@@ -96,4 +97,4 @@ def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], conf
         return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
                          config.calibration.histogram_bins, progress, model_fingerprint(reference))
     bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    return summarize(model, activation_names(plans), batches, bins, progress, "")
+    return summarize(model, needed_ranges(plans), batches, bins, progress, "")

@@ -43,34 +43,7 @@ def format_verification(v: Verification) -> list[str]:
         lines.append(f"agreement, quantized on CPU vs on {_short(provider)}:")
         lines += _table(checks)
     if v.coverage is not None:
-        lines += _coverage(v.coverage)
-    return lines
-
-
-def _coverage(c) -> list[str]:
-    info = c.platform
-    lines = [f"checked on:  {info['cpu']} ({', '.join(info['isa_flags']) or 'no int8 ISA flags'}; "
-             f"kernels of {info['cpu_target']}), onnxruntime {info['onnxruntime']}; target {c.target}:"]
-    for t in c.targets:
-        verdict = "ok" if t.passed else "OUT OF TOLERANCE"
-        lines.append(f"  {t.target:<9} {verdict:<16} {t.how.split(':')[0]}")
-    worst = max(c.kernel_loss.items(), key=lambda kv: kv[1], default=None)
-    if worst is not None:
-        exact = next(o.metrics.cosine_mean for o in c.exact if o.name == worst[0])
-        lines.append(f"  this CPU's kernels vs the exact quantization: {worst[0]} cosine to float "
-                     f"{exact - worst[1]:.4f} deployed, {exact:.4f} exact"
-                     + ("  ! the kernels, not the quantization, cost accuracy" if c.kernels_cost_accuracy else ""))
-    risky = [n for n in c.saturation if n.can_saturate]
-    saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
-    # No line without U8S8 integer products (weight-only 4-bit models have none).
-    if c.saturation and not risky:
-        lines.append(f"  AVX2 U8S8 saturation: impossible in all {len(c.saturation)} integer products "
-                     "(K pairs within ±128)")
-    elif risky:
-        lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(c.saturation)} integer products saturate"
-                     + "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
-                               for n in saturating[:5]))
-    lines += [f"  ! {line}" for line in c.failures()]
+        lines += v.coverage.text()
     return lines
 
 
@@ -145,9 +118,7 @@ def _names_and_notes(report: QuantReport) -> list[str]:
 
 
 def _speed(report: QuantReport) -> list[str]:
-    return [f"speed on {_short(c.provider)}: float {c.float_ms:.2f} ms, quantized {c.quantized_ms:.2f} ms "
-            f"({c.speedup:.2f}x, {'faster' if c.faster else 'NOT FASTER than float'}; median of {c.rounds})"
-            for c in report.speed]
+    return [c.text() for c in report.speed]
 
 
 def _sections(report: QuantReport) -> list[str]:

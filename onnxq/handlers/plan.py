@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "activation_names", "default_form",
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "default_form",
            "not_float32", "unusable_weight", "TINY_WEIGHT"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
@@ -82,11 +82,6 @@ def default_form(mode: str, plan: NodePlan) -> str:
     if mode == "weight-only":
         return "blockwise"
     return "dynamic" if mode == "dynamic" or plan.per_token else "qdq"
-
-
-def activation_names(plans: list[NodePlan]) -> list[str]:
-    """The values whose ranges static quantization needs, each once, in plan order."""
-    return list(dict.fromkeys(p.node.inputs[i].name for p in plans if not p.per_token for i in p.activations))
 
 
 def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:

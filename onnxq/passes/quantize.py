@@ -11,7 +11,18 @@ from onnxq.passes import insert_blockwise, insert_dynamic, insert_qdq  # noqa: F
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult
 
-__all__ = ["QuantizePass"]
+__all__ = ["QuantizePass", "needed_ranges"]
+
+
+def needed_ranges(plans: Sequence[NodePlan]) -> list[str]:
+    """What calibration must collect for these plans: the values whose calibrated ranges their rewrite forms read
+    (a form registered calibrated=True), each once, in plan order. Run-time forms (dynamic, per token) need none."""
+    return list(dict.fromkeys(p.node.inputs[i].name for p in plans if _calibrated(p) for i in p.activations))
+
+
+def _calibrated(plan: NodePlan) -> bool:
+    form = REWRITE_FORMS.get(plan.form)
+    return form is not None and form.calibrated
 
 
 class QuantizePass(PlannedRewritePass):
@@ -28,8 +39,7 @@ class QuantizePass(PlannedRewritePass):
             form = REWRITE_FORMS.get(plan.form)
             if form is None:
                 raise ir.passes.PreconditionError(f"{plan.node.name!r}: no rewrite form {plan.form!r}")
-            missing = [plan.node.inputs[i].name for i in plan.activations
-                       if form.calibrated and plan.node.inputs[i].name not in self.inputs.ranges]
+            missing = [name for name in needed_ranges([plan]) if name not in self.inputs.ranges]
             if missing:
                 raise ir.passes.PreconditionError(f"{plan.node.name!r}: no calibrated range for {missing}")
 

@@ -2,7 +2,8 @@
 
 The nodes are taken in the per-layer sensitivity order. The number k kept float is found by bisection over
 1 … N - 1 (N quantized nodes; k = N would be the float model): each probe re-plans and re-quantizes from the same
-calibrated ranges (no recalibration) and runs the real verification, so the answer is what ORT actually computes.
+calibrated ranges (no recalibration) and runs the real verification, so the answer is what ORT actually computes
+(probes on a quarter of the verification inputs, the answer confirmed on all of them: onnxq.search.probing).
 Deterministic: same data, same ranking, same k and nodes.
 
 4-bit weights (weight-only) have a middle tier, 8-bit blocks (blocks.int8_nodes): int4 where the sensitivity allows
@@ -15,14 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 
-import onnx_ir as ir
 
 from onnxq.handlers import Skip
 from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
-from onnxq.search.probing import smallest_passing
+from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
 from onnxq.search.sensitivity import Sensitivity
 from onnxq.verify.check import Verification
 from onnxq.verify.metrics import finite_or_none
@@ -46,9 +45,14 @@ class FallbackResult:
     kept_float: tuple[tuple[str, float], ...]  # (node, harm) in ranking order
     before: Verification
     after: Verification | None  # the chosen attempt's verification (None when not met)
-    probes: int
+    log: ProbeLog  # the candidates verified, on how many samples, in how long
     kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
     key = "fallback"  # report.Section
+
+    @property
+    def probes(self) -> int:
+        """Candidate models verified, on part or all of the inputs."""
+        return self.log.probes + self.log.confirmations
 
     def text(self) -> list[str]:
         if not self.met:
@@ -59,7 +63,7 @@ class FallbackResult:
         if self.kept_float or not self.kept_int8:
             lines.append(f"fallback: kept {len(self.kept_float)} node(s) float: "
                          + ", ".join(n for n, _ in self.kept_float))
-        return lines + [f"fallback: {self.probes} probes"]
+        return lines + [f"fallback: verified {self.log.text()}"]
 
     def html(self) -> str:
         kept = "".join(f"<li>{escape(name)} (harm {harm:.4f}): float</li>" for name, harm in self.kept_float)
@@ -76,49 +80,47 @@ class FallbackResult:
 
         return {"met": self.met, "kept_float": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_float],
                 "kept_int8": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_int8],
-                "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes}
+                "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes,
+                "verification": self.log.to_dict()}
 
 
 def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification,
-              check: Callable[[ir.Model], Verification]) -> tuple[FallbackResult, Attempt | None]:
+              check: CandidateCheck) -> tuple[FallbackResult, Attempt | None]:
     ranking = [(n.name, n.harm) for n in sensitivity.nodes]
     rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
-    attempts: dict[tuple[int, int], Attempt] = {}
 
-    def attempt(floats: int, eight_bit: int = 0) -> Attempt:
+    def make(key: tuple[int, int], whole: bool) -> Attempt:
         """The top `floats` nodes float, the next `eight_bit` at 8 bits, the rest as configured."""
-        if (floats, eight_bit) not in attempts:
-            excluded = tuple(name for name, _ in ranking[:floats])
-            moved = tuple(name for name, _ in ranking[floats:floats + eight_bit])
-            built = builder.build(Overrides(float_nodes=excluded, eight_bit=moved))
-            built.skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
-                                        f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s
-                           for s in built.skips]
-            made = Attempt(excluded, moved, built, check(built.model))
-            attempts[floats, eight_bit] = made
-            logger.info("fallback: %d node(s) float, %d at 8 bits -> %s", floats, eight_bit,
-                        "pass" if made.verification.passed else "fail")
-        return attempts[floats, eight_bit]
+        floats, eight_bit = key
+        excluded = tuple(name for name, _ in ranking[:floats])
+        moved = tuple(name for name, _ in ranking[floats:floats + eight_bit])
+        built = builder.build(Overrides(float_nodes=excluded, eight_bit=moved))
+        built.skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
+                                    f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s
+                       for s in built.skips]
+        made = Attempt(excluded, moved, built, check(built.model, whole))
+        logger.info("fallback: %d node(s) float, %d at 8 bits -> %s (%s)", floats, eight_bit,
+                    "pass" if made.verification.passed else "fail", "all inputs" if whole else "probe")
+        return made
 
-    def passes(floats: int, eight_bit: int = 0) -> bool:
-        return attempt(floats, eight_bit).verification.passed
+    trials = Trials(make, check)
 
     def result(chosen: Attempt) -> tuple[FallbackResult, Attempt]:
         return FallbackResult(True, tuple((n, rank[n][1]) for n in chosen.excluded), before, chosen.verification,
-                              len(attempts), tuple((n, rank[n][1]) for n in chosen.eight_bit)), chosen
+                              check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit)), chosen
 
     n = len(ranking)
     tiered = builder.mode == "weight-only" and builder.config.weights.bits == 4
-    if tiered and n and passes(0, n):  # 8-bit blocks alone suffice: the fewest of them
-        return result(attempt(0, smallest_passing(0, n, lambda k: passes(0, k))))
+    if tiered and n and trials.passes((0, n), whole=True):  # 8-bit blocks alone suffice: the fewest of them
+        return result(trials.confirmed((0, trials.smallest(0, n, lambda k: (0, k)))))
     most = n - 1
     # With tiers, the nodes not kept float go to 8 bits while the float count is searched.
-    if most < 1 or not passes(most, n - most if tiered else 0):
-        return FallbackResult(False, (), before, None, len(attempts)), None
+    if most < 1 or not trials.passes((most, n - most if tiered else 0), whole=True):
+        return FallbackResult(False, (), before, None, check.log), None
     # 0 fails (the full model did, and with tiers so did all at 8 bits), most passes.
-    floats = smallest_passing(0, most, lambda k: passes(k, n - k if tiered else 0))
+    floats = trials.smallest(0, most, lambda k: (k, n - k if tiered else 0))
     if not tiered:
-        return result(attempt(floats))
+        return result(trials.confirmed((floats, 0)))
     rest = n - floats  # those float: the fewest of the others at 8 bits, the remainder back at 4
-    eight_bit = 0 if passes(floats, 0) else smallest_passing(0, rest, lambda k: passes(floats, k))
-    return result(attempt(floats, eight_bit))
+    eight_bit = 0 if trials.passes((floats, 0), whole=True) else trials.smallest(0, rest, lambda k: (floats, k))
+    return result(trials.confirmed((floats, eight_bit)))

@@ -4,7 +4,8 @@ Static per-tensor activations are the fastest (ORT fuses them into one U8S8 kern
 SmoothQuant are the most accurate and cost run-time scale computation (README, "Language models"). Starting from
 the all-static model that failed the tolerance, the groups are ranked by what per token + smoothing gains on their
 own output (calibration rows, numerics only); the number k of groups switched, most gain first, is found by
-bisection, each probe re-quantized from the same ranges and verified for real. Deterministic: the same data gives
+bisection, each probe re-quantized from the same ranges and verified for real, on a quarter of the verification
+inputs, the answer confirmed on all of them (onnxq.search.probing). Deterministic: the same data gives
 the same ranking, k and model. A tolerance still missed with every group per token is left to the fallback.
 """
 
@@ -20,7 +21,7 @@ import onnx_ir as ir
 from onnxq.passes.smooth import SmoothGroup, SmoothPass
 from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
-from onnxq.search.probing import smallest_passing
+from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
 from onnxq.verify.check import Verification
 
 __all__ = ["RecipeGroup", "RecipeResult", "RecipeAttempt", "choose_recipe"]
@@ -44,12 +45,17 @@ class RecipeResult:
     met: bool
     per_token: tuple[str, ...]  # activations switched to per token (+ smoothing), most gain first
     candidates: int
-    probes: int
+    log: ProbeLog  # the candidates verified, on how many samples, in how long
     key = "recipe"  # report.Section
+
+    @property
+    def probes(self) -> int:
+        """Candidate models verified, on part or all of the inputs."""
+        return self.log.probes + self.log.confirmations
 
     def to_dict(self) -> dict:
         return {"met": self.met, "per_token": list(self.per_token), "candidates": self.candidates,
-                "probes": self.probes}
+                "probes": self.probes, "verification": self.log.to_dict()}
 
     def text(self) -> list[str]:
         return []  # the recipe step's note says what it chose (summary: "note: recipe auto: ...")
@@ -58,7 +64,7 @@ class RecipeResult:
         items = "".join(f"<li>{escape(a)}</li>" for a in self.per_token)
         status = "met" if self.met else "not met"
         return (f"<h2>Recipe auto: tolerance {status}</h2><p>{len(self.per_token)} of {self.candidates} activation "
-                f"group(s) per token (with smoothing), {self.probes} probes:</p><ol>{items}</ol>")
+                f"group(s) per token (with smoothing); verified {escape(self.log.text())}:</p><ol>{items}</ol>")
 
 
 @dataclasses.dataclass
@@ -71,26 +77,26 @@ class RecipeAttempt:
 
 
 def choose_recipe(builder: Builder, groups: Sequence[RecipeGroup],
-                  check: Callable[[ir.Model], Verification]) -> tuple[RecipeResult, RecipeAttempt | None]:
+                  check: CandidateCheck) -> tuple[RecipeResult, RecipeAttempt | None]:
     ranked = sorted(groups, key=lambda g: (-g.gain, g.activation))
-    attempts: dict[int, RecipeAttempt] = {}
 
-    def attempt(k: int) -> RecipeAttempt:
-        if k not in attempts:
-            attempts[k] = _quantize_with(builder, ranked[:k], check)
-            logger.info("recipe: %d group(s) per token -> %s", k,
-                        "pass" if attempts[k].verification.passed else "fail")
-        return attempts[k]
+    def make(k: int, whole: bool) -> RecipeAttempt:
+        made = _quantize_with(builder, ranked[:k], lambda model: check(model, whole))
+        logger.info("recipe: %d group(s) per token -> %s (%s)", k, "pass" if made.verification.passed else "fail",
+                    "all inputs" if whole else "probe")
+        return made
 
+    trials = Trials(make, check)
     if not ranked:
-        return RecipeResult(False, (), 0, 0), None
-    if not attempt(len(ranked)).verification.passed:
-        chosen = attempt(len(ranked))  # the most accurate this recipe has; the fallback may go on from it
-        return RecipeResult(False, tuple(g.activation for g in ranked), len(ranked), len(attempts)), chosen
-    # 0 fails (the all-static model did), all groups pass.
-    high = smallest_passing(0, len(ranked), lambda k: attempt(k).verification.passed)
-    return (RecipeResult(True, tuple(g.activation for g in ranked[:high]), len(ranked), len(attempts)),
-            attempt(high))
+        return RecipeResult(False, (), 0, check.log), None
+    # 0 fails (the all-static model did). All groups per token is probed, and checked on all inputs only when the
+    # probe fails or the probes turn out too lenient.
+    n = len(ranked)
+    high = trials.smallest(0, n, lambda k: k) if trials.passes(n) or trials.passes(n, whole=True) else None
+    if high is None:
+        # Not met: the most accurate this recipe has (all groups per token); the fallback may go on from it.
+        return RecipeResult(False, tuple(g.activation for g in ranked), n, check.log), trials.confirmed(n)
+    return RecipeResult(True, tuple(g.activation for g in ranked[:high]), n, check.log), trials.confirmed(high)
 
 
 def _quantize_with(builder: Builder, per_token: Sequence[RecipeGroup],

@@ -5,6 +5,10 @@ same passes as the real model) and float, and a boolean graph input per node sel
 (Where). Run once with every switch off (the float model, which also yields each node's local error: its
 quantized twin sees float inputs), then once per node with only that switch on. One session, N + 1 runs on a
 few samples: about 10 s for MiniLM's 38 nodes and 6 groups on 16 sentences.
+
+The session runs ORT's deployed kernels (ORT_ENABLE_ALL: what the gate judges) when ORT fuses every quantized twin
+of the switch model into the kernel it runs in the real model; otherwise the exact quantization (ORT_DISABLE_ALL),
+and the result says so.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime as ort
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
+from onnxq.verify.placement import profiled_session
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
@@ -82,17 +88,20 @@ class Sensitivity:
     samples: int
     nodes: tuple[NodeSensitivity, ...]  # most harmful first
     groups: tuple[GroupSensitivity, ...]  # most harmful first
+    # Ranked on ORT's deployed kernels on this CPU, or on the exact quantization (ORT_DISABLE_ALL), and why.
+    kernels: str = "exact"
+    kernels_reason: str = ""
     key = "sensitivity"  # report.Section
 
     def to_dict(self) -> dict:
-        return {"samples": self.samples, "nodes": [n.to_dict() for n in self.nodes],
-                "groups": [g.to_dict() for g in self.groups]}
+        return {"samples": self.samples, "kernels": self.kernels, "kernels_reason": self.kernels_reason,
+                "nodes": [n.to_dict() for n in self.nodes], "groups": [g.to_dict() for g in self.groups]}
 
     def text(self) -> list[str]:
         lines = []
         if self.nodes:
-            lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples; harm = 1 - cosine of "
-                         "the worst output, per unit of its tolerance):")
+            lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples, {self._on}; harm = 1 "
+                         "- cosine of the worst output, per unit of its tolerance):")
         for node in self.nodes[:_TOP_NODES]:
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
             lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
@@ -102,8 +111,9 @@ class Sensitivity:
         return lines
 
     def html(self) -> str:
-        parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples; harm = "
-                 "1 − cosine of the worst output, per unit of its tolerance.</p>",
+        parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples, "
+                 f"{escape(self._on)} ({escape(self.kernels_reason)}); harm = 1 − cosine of the worst output, per unit "
+                 "of its tolerance.</p>",
                  bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node")]
         rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
                        for g in self.groups)
@@ -111,6 +121,11 @@ class Sensitivity:
             parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
                          f"</tr>{rows}</table>")
         return "".join(parts)
+
+    @property
+    def _on(self) -> str:
+        return ("on this CPU's deployed kernels" if self.kernels == "deployed"
+                else "on the exact quantization (ORT_DISABLE_ALL)")
 
     def nonfinite(self) -> list[str]:
         """Nodes (or groups) whose quantization alone makes an output NaN or inf."""
@@ -122,61 +137,99 @@ def group_pattern(name: str) -> str:
     return re.sub(r"\d+", "*", name)
 
 
-def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch],
-                      per_node: bool = True) -> Sensitivity:
+def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch], per_node: bool = True,
+                      deployed: Mapping[str, str] | None = None) -> Sensitivity:
     """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic): each
     planned node of `plans` quantized alone, as `builder` quantizes it, against builder's float graph.
 
-    per_node False ranks only the groups: one run per group instead of one per node."""
-    float_model, config = builder.float_model, builder.effective_config
-    budgets = {}
-    for output in float_model.graph.outputs:
-        tolerance = config.verify.tolerance_for(output.name)
-        if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
-            budgets[output.name] = 1.0 - tolerance.min_cosine
+    per_node False ranks only the groups: one run per group instead of one per node. deployed: the kernel each
+    quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
+    kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
+    which, and why)."""
+    budgets = _budgets(builder)
     model, twins = _switch_model(builder, plans)
-    names = [o.name for o in float_model.graph.outputs]
-    # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
-    session = OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
-    switches = [_SWITCH.format(i) for i in range(len(twins))]
-    local_outputs = [name for twin in twins for name in twin[2:]]
-
-    def feed(batch: Batch, on: int | set[int] | None) -> dict:
-        on = on if isinstance(on, set) else {on}
-        flags = {s: np.array(i in on) for i, s in enumerate(switches)}
-        return {**batch, **flags}
-
-    references, local = [], [MetricsAccumulator() for _ in twins]
-    for batch in batches:
-        values = session.run(names + local_outputs, feed(batch, None))
-        references.append(values[:len(names)])
-        pairs = values[len(names):]
-        for i in range(len(twins)):
-            local[i].add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
-
-    def errors(on: int | set[int]) -> dict[str, OutputMetrics]:
-        accumulators = {n: MetricsAccumulator() for n in names}
-        for batch, reference in zip(batches, references):
-            for n, ref, got in zip(names, reference, session.run(names, feed(batch, on))):
-                accumulators[n].add(ref, got)
-        return {n: a.result() for n, a in accumulators.items()}
-
+    runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches, deployed)
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
-        outputs = errors(i)
-        nodes.append(NodeSensitivity(node_name, op_type, outputs, local[i].result().sqnr_db, _harm(outputs, budgets)))
+        outputs = runner.errors({i})
+        nodes.append(NodeSensitivity(node_name, op_type, outputs, runner.local[i].result().sqnr_db,
+                                     _harm(outputs, budgets)))
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
         members.setdefault(group_pattern(node_name), []).append(i)
     groups = []
     for pattern, index in members.items():
         if len(index) > 1:
-            outputs = errors(set(index))
+            outputs = runner.errors(set(index))
             groups.append(GroupSensitivity(pattern, tuple(twins[i][0] for i in index), outputs,
                                            _harm(outputs, budgets)))
     return Sensitivity(samples=sum(samples_in(b) for b in batches),
                        nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
-                       groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))))
+                       groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))),
+                       kernels=runner.kernels, kernels_reason=runner.kernels_reason)
+
+
+def _budgets(builder: Builder) -> dict[str, float]:
+    """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in."""
+    config, budgets = builder.effective_config, {}
+    for output in builder.float_model.graph.outputs:
+        tolerance = config.verify.tolerance_for(output.name)
+        if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
+            budgets[output.name] = 1.0 - tolerance.min_cosine
+    return budgets
+
+
+class _SwitchRuns:
+    """One session over the switch model: the all-off run (each model output's reference and every twin pair's
+    local error), then one run per set of switches on. Both sides of every comparison come from the same session,
+    so the float parts' kernels cancel out and only the switched nodes differ."""
+
+    def __init__(self, model: ir.Model, names: list[str], twins: list[tuple[str, str, str, str]],
+                 batches: Sequence[Batch], deployed: Mapping[str, str] | None) -> None:
+        self.names, self.batches = names, list(batches)
+        self.switches = [_SWITCH.format(i) for i in range(len(twins))]
+        self.session, self.kernels, self.kernels_reason = _session(model, twins, self._feed(batches[0], set(
+            range(len(twins)))), deployed)
+        local_outputs = [name for twin in twins for name in twin[2:]]
+        self.references, self.local = [], [MetricsAccumulator() for _ in twins]
+        for batch in self.batches:
+            values = self.session.run(names + local_outputs, self._feed(batch, set()))
+            self.references.append(values[:len(names)])
+            pairs = values[len(names):]
+            for i in range(len(twins)):
+                self.local[i].add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
+
+    def _feed(self, batch: Batch, on: set[int]) -> dict:
+        return {**batch, **{s: np.array(i in on) for i, s in enumerate(self.switches)}}
+
+    def errors(self, on: set[int]) -> dict[str, OutputMetrics]:
+        accumulators = {n: MetricsAccumulator() for n in self.names}
+        for batch, reference in zip(self.batches, self.references):
+            for n, ref, got in zip(self.names, reference, self.session.run(self.names, self._feed(batch, on))):
+                accumulators[n].add(ref, got)
+        return {n: a.result() for n, a in accumulators.items()}
+
+
+def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Batch,
+             deployed: Mapping[str, str] | None) -> tuple[ort.InferenceSession, str, str]:
+    """(session, "deployed" | "exact", why): the deployed kernels (ORT_ENABLE_ALL) when, with every switch on, ORT
+    runs each quantized twin as the kernel the real model runs it as; else the exact quantization (no fusion)."""
+    if deployed is None:
+        return _exact(model), "exact", "no placement of the deployed model to compare the switch model's kernels with"
+    session, placement = profiled_session(model, "CPUExecutionProvider", all_on, {t[0]: t[1] for t in twins})
+    differ = [(t[0], None if placement.quantized[t[0]] is None else placement.quantized[t[0]].op_type,
+               deployed.get(t[0])) for t in twins]
+    differ = [d for d in differ if d[1] != d[2]]
+    if differ:
+        name, got, want = differ[0]
+        return _exact(model), "exact", (f"with the switches, ORT fuses {len(differ)} node(s) differently from the "
+                                        f"deployed model (e.g. {name}: {got} instead of {want})")
+    return session, "deployed", "each node's kernel in the switch model is the deployed model's (ORT_ENABLE_ALL)"
+
+
+def _exact(model: ir.Model) -> ort.InferenceSession:
+    # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ.
+    return OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
 
 
 def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:

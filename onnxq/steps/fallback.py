@@ -14,7 +14,8 @@ __all__ = ["fall_back"]
 def fall_back(state: RunState) -> bool:
     if not wants_fallback(state):
         return False
-    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification, state.verify)
+    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification,
+                                     state.candidate_check())
     if chosen is None:
         state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
         return True

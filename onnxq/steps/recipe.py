@@ -20,7 +20,7 @@ def recipe(state: RunState) -> bool:
         state.notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
         return False
     groups = recipe_groups(state.reference, config, state.mode, state.ranges, state.stream)
-    result, chosen = choose_recipe(state.builder, groups, state.verify)
+    result, chosen = choose_recipe(state.builder, groups, state.candidate_check())
     state.recipe = result
     if chosen is not None:  # None: no activation group can go per token
         state.overrides, state.quantized_from = state.overrides | chosen.per_token, chosen.float_model
@@ -30,6 +30,6 @@ def recipe(state: RunState) -> bool:
         state.smoothing = tuple(SmoothedActivation(g.activation, g.alpha, chosen.absorbed.get(g.activation), {})
                                 for g in groups if g.activation in switched)
     state.notes.append(f"recipe auto: {len(result.per_token)} of {result.candidates} activation group(s) per token "
-                       f"+ smoothing, the rest static per tensor ({result.probes} probes)"
+                       f"+ smoothing, the rest static per tensor ({result.log.text()})"
                        + ("" if result.met else "; the tolerance is not met even so"))
     return True

@@ -1,11 +1,13 @@
 """Step sensitivity: each quantized node's end-to-end error when quantized alone (onnxq.search.sensitivity), on the
-first verification samples; a node whose quantization alone makes an output NaN or inf fails the gate."""
+first verification samples and this CPU's deployed kernels where the switch model allows it; a node whose
+quantization alone makes an output NaN or inf fails the gate."""
 
 from __future__ import annotations
 
 from onnxq.calibration import first_samples, fixed_batch_size
 from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.steps.state import RunState
+from onnxq.verify import profile_placement, quantized_nodes
 
 __all__ = ["sensitivity", "wants_fallback"]
 
@@ -23,8 +25,18 @@ def sensitivity(state: RunState) -> bool:
     if not per_node:
         state.notes.append(f"sensitivity: {len(state.plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
-    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node)
+    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node,
+                                                   _deployed_kernels(state, samples[0]))
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")
     return True
+
+
+def _deployed_kernels(state: RunState, batch) -> dict[str, str]:
+    """The kernel each quantized node of the run's model runs as on this CPU: from the verification's placement,
+    else profiled on one batch."""
+    placement = state.verification.cpu.placement
+    if placement is None:
+        placement = profile_placement(state.work, "CPUExecutionProvider", batch, quantized_nodes(state.work))
+    return {name: run.op_type for name, run in placement.quantized.items() if run is not None}

@@ -17,7 +17,8 @@ from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip
 from onnxq.report import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
-from onnxq.verify import Reference, Verification
+from onnxq.search.probing import CandidateCheck
+from onnxq.verify import Reference, Verification, verify_models
 
 __all__ = ["RunInputs", "RunState", "ModelInput"]
 
@@ -92,8 +93,13 @@ class RunState:
             built.bias_fallbacks
         self.verification = verification
 
-    def verify(self, model: ir.Model) -> Verification:
-        """The run's verification of another candidate model (recipe and fallback probes), on the same inputs."""
-        from onnxq.verify import verify_models
+    def candidate_check(self) -> CandidateCheck:
+        """Verifies a search's candidates (recipe and fallback probes) on the run's verification inputs, against
+        the one float reference of the run."""
+        return CandidateCheck(self.float_outputs, self._verify_against)
 
-        return verify_models(self.float_outputs, model, self.config.verify, self.label, target=self.config.target)
+    def _verify_against(self, model: ir.Model, reference: Reference) -> Verification:
+        # A probe (part of the inputs) runs this CPU's deployed kernels only; a confirmation also checks every
+        # target (the exact quantization, the emulation): a probe predicts, its confirmation decides.
+        target = self.config.target if reference.whole else None
+        return verify_models(reference, model, self.config.verify, self.label, target=target)

@@ -6,26 +6,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import Batches, samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
-from onnxq.io import load_model, page_out
+from onnxq.io import load_model
 from onnxq.verify.coverage import Coverage, CoverageRun
-from onnxq.verify.metrics import MetricsAccumulator
+from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.reference import Reference
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
            "resolve_providers", "failures_for"]
-
-# Float reference outputs are kept in memory up to this size, so that repeated checks (fallback) run the float
-# model once; above it they are recomputed per check.
-_REFERENCE_CACHE_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,70 +93,26 @@ def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(wanted)), missing
 
 
-class Reference:
-    """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once and
-    kept while small enough."""
-
-    def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch]) -> None:
-        self.float_model = float_model
-        self.session = make_session(float_model, optimize=False)
-        self.names = [o.name for o in self.session.get_outputs()]
-        self.batches = batches if isinstance(batches, Batches) else Batches.held(batches)
-        self._cache: list[list[np.ndarray]] | None = []
-        self._cached_bytes = 0
-        self._samples: int | None = None
-
-    def __iter__(self):
-        samples = 0
-        for i, batch in enumerate(self.batches):
-            samples += samples_in(batch)
-            if self._cache is not None and i < len(self._cache):
-                yield batch, self._cache[i]
-                continue
-            outputs = self.session.run(self.names, batch)
-            if self._cache is not None:
-                self._cached_bytes += sum(o.nbytes for o in outputs)
-                if self._cached_bytes <= _REFERENCE_CACHE_BYTES:
-                    self._cache.append(outputs)
-                else:
-                    self._cache = None
-            yield batch, outputs
-        self._samples = samples
-
-    @property
-    def samples(self) -> int:
-        """Samples in the batches (counted by the last full pass; a pass without running the model if none)."""
-        if self._samples is None:
-            self._samples = sum(samples_in(b) for b in self.batches)
-        return self._samples
-
-    def prefetch(self) -> None:
-        """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized
-        sessions that follow are not resident beside them (they come back from the file if needed again). Stops
-        as soon as they are too big to keep: they will be computed batch by batch during the check."""
-        for _ in self:
-            if self._cache is None:
-                return
-        if isinstance(self.float_model, ir.Model):
-            page_out(self.float_model)
-
-
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
-                  quantized_nodes: Mapping[str, str] | None = None, target: str = "portable") -> Verification:
+                  quantized_nodes: Mapping[str, str] | None = None, target: str | None = "portable") -> Verification:
     """With quantized_nodes (name → op type), also profile one batch per provider to report placement.
 
     target: the CPUs the model is meant for; each is checked by running, by the exact quantization or by
-    emulation (verify.coverage), and gates like the providers do."""
+    emulation (verify.coverage), and gates like the providers do. None: the providers only (a search's probe,
+    which its confirmation checks in full)."""
     providers, unavailable = resolve_providers(config.providers)
     reference.prefetch()
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
     accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
     agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
-    coverage = CoverageRun(quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model),
-                           reference.names, config, target)
-    for batch, expected in reference:
-        got = {p: s.run(reference.names, batch) for p, s in sessions.items()}
-        coverage.add(batch, expected, got["CPUExecutionProvider"])
+    coverage = None if target is None else CoverageRun(
+        quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target)
+    for batch, outputs in reference:
+        # Each array in float64 once, with its norms, for every comparison it takes part in.
+        expected = [Operand(e) for e in outputs]
+        got = {p: [Operand(g) for g in s.run(reference.names, batch)] for p, s in sessions.items()}
+        if coverage is not None:
+            coverage.add(batch, expected, got["CPUExecutionProvider"])
         for p in providers:
             for name, e, g in zip(reference.names, expected, got[p]):
                 accumulators[p][name].add(e, g)
@@ -174,7 +125,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
                        for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
     verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable),
-                                coverage.result(checks[0].outputs))
+                                None if coverage is None else coverage.result(checks[0].outputs))
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification

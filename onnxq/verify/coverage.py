@@ -9,6 +9,7 @@ deployed kernels and the exact quantization is reported too: a gap is a kernel p
 from __future__ import annotations
 
 import dataclasses
+import html
 import platform
 from collections.abc import Sequence
 
@@ -19,7 +20,7 @@ import onnxruntime as ort
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
-from onnxq.verify.metrics import MetricsAccumulator
+from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import OutputCheck, failures_for
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
@@ -88,6 +89,43 @@ class Coverage:
                     lines.append(f"on {t.target} ({t.how.split(':')[0]}): {o.name} {'; '.join(o.failures)}{culprit}")
         return lines
 
+    def text(self) -> list[str]:
+        """Summary lines: where the check holds, the kernels' gap, AVX2 saturation, failures."""
+        info = self.platform
+        lines = [f"checked on:  {info['cpu']} ({', '.join(info['isa_flags']) or 'no int8 ISA flags'}; "
+                 f"kernels of {info['cpu_target']}), onnxruntime {info['onnxruntime']}; target {self.target}:"]
+        for t in self.targets:
+            verdict = "ok" if t.passed else "OUT OF TOLERANCE"
+            lines.append(f"  {t.target:<9} {verdict:<16} {t.how.split(':')[0]}")
+        worst = max(self.kernel_loss.items(), key=lambda kv: kv[1], default=None)
+        if worst is not None:
+            exact = next(o.metrics.cosine_mean for o in self.exact if o.name == worst[0])
+            lines.append(f"  this CPU's kernels vs the exact quantization: {worst[0]} cosine to float "
+                         f"{exact - worst[1]:.4f} deployed, {exact:.4f} exact"
+                         + ("  ! the kernels, not the quantization, cost accuracy" if self.kernels_cost_accuracy else ""))
+        risky = [n for n in self.saturation if n.can_saturate]
+        saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
+        # No line without U8S8 integer products (weight-only 4-bit models have none).
+        if self.saturation and not risky:
+            lines.append(f"  AVX2 U8S8 saturation: impossible in all {len(self.saturation)} integer products "
+                         "(K pairs within ±128)")
+        elif risky:
+            lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(self.saturation)} integer products saturate"
+                         + "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
+                                   for n in saturating[:5]))
+        lines += [f"  ! {line}" for line in self.failures()]
+        return lines
+
+    def html(self) -> str:
+        rows = "".join(f"<tr><td>{html.escape(t.target)}</td><td class='{'ok' if t.passed else 'fail'}'>"
+                       f"{'ok' if t.passed else 'out of tolerance'}</td><td>{html.escape(t.how)}</td></tr>"
+                       for t in self.targets)
+        info = self.platform
+        return (f"<h3>Where it holds: target {html.escape(self.target)}</h3><p>Checked on {html.escape(info['cpu'])} "
+                f"({html.escape(', '.join(info['isa_flags']) or 'no int8 ISA flags')}; kernels of "
+                f"{html.escape(info['cpu_target'])}), onnxruntime {html.escape(info['onnxruntime'])}.</p><table><tr>"
+                f"<th>target</th><th>result</th><th>how</th></tr>{rows}</table>")
+
     def to_dict(self) -> dict:
         return {"platform": self.platform, "target": self.target,
                 "exact": {o.name: o.to_dict() for o in self.exact},
@@ -117,9 +155,9 @@ class CoverageRun:
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
         return {n: MetricsAccumulator() for n in self.names}
 
-    def add(self, batch, expected: Sequence[np.ndarray], deployed: Sequence[np.ndarray]) -> None:
+    def add(self, batch, expected: Sequence[np.ndarray | Operand], deployed: Sequence[np.ndarray | Operand]) -> None:
         base, emulated, exact = self._emulator.run(batch)
-        exact = exact or base
+        exact = [Operand(x) for x in exact or base]
         for name, e, x, d in zip(self.names, expected, exact, deployed):
             self._exact[name].add(e, x)
             self._gap[name].add(x, d)

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["OutputMetrics", "MetricsAccumulator", "finite_or_none"]
+__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none"]
 
 
 def finite_or_none(x: float) -> float | None:
@@ -40,6 +40,47 @@ class OutputMetrics:
             math.isnan(v) for v in (self.max_abs_error, self.mean_abs_error, self.cosine_mean, self.sqnr_db))
 
 
+class Operand:
+    """An output in float64 with what a comparison reads of it alone, each computed once: a verification compares
+    the float reference with several models' outputs (each provider, the exact quantization) and a deployed output
+    with the reference and the exact one. A logits batch of a language model is 50 M values: each pass counts."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.values = np.asarray(array, dtype=np.float64)
+        self._nonfinite: int | None = None
+        self._norms: np.ndarray | None = None
+        self._energy: float | None = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        """A scalar or 1-D output is one sample; otherwise the first axis holds samples."""
+        v = self.values
+        return v.reshape(v.shape[0], -1) if v.ndim > 1 else v.reshape(1, -1)
+
+    @property
+    def nonfinite(self) -> int:
+        if self._nonfinite is None:
+            self._nonfinite = int(np.count_nonzero(~np.isfinite(self.values)))
+        return self._nonfinite
+
+    @property
+    def norms(self) -> np.ndarray:
+        if self._norms is None:
+            self._norms = np.linalg.norm(self.rows, axis=1)
+        return self._norms
+
+    @property
+    def energy(self) -> float:
+        """Σ x²."""
+        if self._energy is None:
+            self._energy = float(np.square(self.values).sum())
+        return self._energy
+
+
+def operand(array: np.ndarray | Operand) -> Operand:
+    return array if isinstance(array, Operand) else Operand(array)
+
+
 class MetricsAccumulator:
     def __init__(self) -> None:
         self.samples = 0
@@ -53,28 +94,26 @@ class MetricsAccumulator:
         self.nonfinite = 0
         self.reference_nonfinite = 0
 
-    def add(self, reference: np.ndarray, quantized: np.ndarray) -> None:
+    def add(self, reference: np.ndarray | Operand, quantized: np.ndarray | Operand) -> None:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf are counted, and fail the check
-            self._add(np.asarray(reference, dtype=np.float64), np.asarray(quantized, dtype=np.float64))
+            self._add(operand(reference), operand(quantized))
 
-    def _add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        if ref.shape != got.shape:
-            raise UnsupportedModelError(f"an output has shape {ref.shape} in the float model but {got.shape} in the "
-                                        "quantized one — pass the float model and its own quantized form")
-        self.nonfinite += int(np.count_nonzero(~np.isfinite(got)))
-        self.reference_nonfinite += int(np.count_nonzero(~np.isfinite(ref)))
-        diff = np.abs(ref - got)
+    def _add(self, ref: Operand, got: Operand) -> None:
+        if ref.values.shape != got.values.shape:
+            raise UnsupportedModelError(f"an output has shape {ref.values.shape} in the float model but "
+                                        f"{got.values.shape} in the quantized one — pass the float model and its own "
+                                        "quantized form")
+        self.nonfinite += got.nonfinite
+        self.reference_nonfinite += ref.nonfinite
+        diff = np.abs(ref.values - got.values)
         if diff.size:
             largest = float(diff.max())
             self.max_abs = largest if math.isnan(largest) else max(self.max_abs, largest)
         self.sum_abs += float(diff.sum())
         self.count += diff.size
-        self.signal += float(np.square(ref).sum())
+        self.signal += ref.energy
         self.noise += float(np.square(diff).sum())
-        # A scalar or 1-D output is one sample; otherwise the first axis holds samples.
-        rows_ref = ref.reshape(ref.shape[0], -1) if ref.ndim > 1 else ref.reshape(1, -1)
-        rows_got = got.reshape(rows_ref.shape)
-        cos = _cosine_rows(rows_ref, rows_got)
+        cos = _cosine_rows(ref, got)
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
         self.samples += len(cos)
@@ -93,9 +132,9 @@ class MetricsAccumulator:
         )
 
 
-def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-    dot = (a * b).sum(axis=1)
+def _cosine_rows(a: Operand, b: Operand) -> np.ndarray:
+    na, nb = a.norms, b.norms
+    dot = (a.rows * b.rows).sum(axis=1)
     both_zero = (na == 0) & (nb == 0)
     # Two all-zero rows agree perfectly; one zero row against a non-zero one does not.
     return np.where(both_zero, 1.0, dot / np.maximum(na * nb, 1e-300))

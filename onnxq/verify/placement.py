@@ -16,12 +16,13 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 
 from onnxq.calibration.specs import Batch
 from onnxq.errors import OutputPathError
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "quantized_nodes"]
+__all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
 
 INTEGER_KERNELS = frozenset({
     "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
@@ -111,6 +112,13 @@ def quantized_nodes(model: ModelSource) -> dict[str, str]:
 
 def profile_placement(model: ModelSource, provider: str, batch: Batch, quantized: Mapping[str, str]) -> Placement:
     """Run one batch with ORT's profiler on the provider (all optimizations on, as deployed)."""
+    return profiled_session(model, provider, batch, quantized)[1]
+
+
+def profiled_session(model: ModelSource, provider: str, batch: Batch,
+                     quantized: Mapping[str, str]) -> tuple[ort.InferenceSession, Placement]:
+    """profile_placement, and the session it profiled (profiling ended: later runs are not profiled), for a caller
+    that goes on running the model as deployed."""
     with tempfile.TemporaryDirectory(prefix="onnxq-profile-") as scratch:
         session = make_session(model, optimize=True, provider=provider,
                                profile_prefix=str(Path(scratch) / "profile"))
@@ -127,4 +135,4 @@ def profile_placement(model: ModelSource, provider: str, batch: Batch, quantized
         if event.get("cat") == "Node" and name.endswith("_kernel_time"):
             node = name[: -len("_kernel_time")]
             runs[node] = NodeRun(node, event["args"].get("op_name", "?"), event["args"].get("provider", "?"))
-    return Placement(provider, tuple(runs.values()), {n: runs.get(n) for n in quantized})
+    return session, Placement(provider, tuple(runs.values()), {n: runs.get(n) for n in quantized})

@@ -7,6 +7,7 @@ run slower than float)."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import time
 from collections.abc import Sequence
 
@@ -32,6 +33,14 @@ class SpeedCheck:
     @property
     def faster(self) -> bool:
         return self.speedup > 1.0
+
+    def text(self) -> str:
+        verdict = "faster" if self.faster else "NOT FASTER than float"
+        return (f"speed on {self.provider.replace('ExecutionProvider', '')}: float {self.float_ms:.2f} ms, quantized "
+                f"{self.quantized_ms:.2f} ms ({self.speedup:.2f}x, {verdict}; median of {self.rounds})")
+
+    def html(self) -> str:
+        return f"<p>{html.escape(self.text())}</p>"
 
     def to_dict(self) -> dict:
         return {"provider": self.provider, "float_ms": self.float_ms, "quantized_ms": self.quantized_ms,

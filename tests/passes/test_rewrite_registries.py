@@ -111,3 +111,16 @@ def test_a_registered_format_is_usable_end_to_end(samples_dir, tagged_format):
     assert len(kept) == len(result.report.quantized) == 3 and kept[0].startswith(f"format {tagged_format}: ")
     with pytest.raises(onnxq.errors.ConfigError, match="unknown format 'qlinear'; use one of qdq, qoperator"):
         QuantConfig(format="qlinear")
+
+
+def test_calibration_collects_the_ranges_the_plans_forms_read(rng, float16_weights):
+    """What calibration observes comes from the plans' forms: a calibrated form (qdq) reads its activations'
+    ranges, a run-time one (dynamic) or a weight-only one reads none."""
+    from onnxq.passes.quantize import needed_ranges
+
+    model = _two_layers(rng)
+    assert needed_ranges(_plans(model, "qdq")) == ["x", "h"]
+    assert needed_ranges(_plans(model, "dynamic")) == []
+    assert needed_ranges(_plans(model, float16_weights)) == []
+    mixed = _plans(model, "qdq")
+    assert needed_ranges([mixed[1], dataclasses.replace(mixed[0], form="dynamic")]) == ["h"]

@@ -1,7 +1,6 @@
 """Placement from ORT's profiler, provider handling, and the verify command's exit codes."""
 
 import json
-import sys
 
 import numpy as np
 import onnx_ir as ir
@@ -107,30 +106,3 @@ def test_cuda_verification_and_agreement(quantized_transformer, samples_dir):
     # ORT has no CUDA QDQ MatMul fusion: the int8 MatMuls run as DequantizeLinear + float MatMul, and say so.
     assert sorted(cuda.float_fallbacks) == sorted(quantized_nodes(quantized_transformer))
     assert any("MatMulNBits" in f for f in cuda.findings())
-
-
-def _counting_reference(rng, batches):
-    from onnxq.verify.check import Reference
-
-    tape = ir.tape.Tape()
-    x = ir.val("x", ir.DataType.FLOAT, ["batch", 16])
-    y = tape.op("MatMul", [x, weight(tape, rng, "w", (16, 16))])
-    y.name = "y"
-    reference = Reference(to_model(tape, [x], [y]), batches)
-    runs = []
-    run = reference.session.run
-    reference.session = type("Counting", (), {"run": lambda self, *a: runs.append(1) or run(*a)})()
-    return reference, runs
-
-
-def test_reference_outputs_are_computed_once_when_kept_and_not_twice_when_too_big(rng, monkeypatch):
-    batches = [{"x": rng.normal(0, 1, (4, 16)).astype(np.float32)} for _ in range(3)]
-    reference, runs = _counting_reference(rng, batches)
-    reference.prefetch()
-    assert len(list(reference)) == 3 and len(runs) == 3  # kept: the check reuses them
-    monkeypatch.setattr(sys.modules["onnxq.verify.check"], "_REFERENCE_CACHE_BYTES", 300)  # one batch's 256 bytes fit, two do not
-    reference, runs = _counting_reference(rng, batches)
-    reference.prefetch()
-    assert len(runs) == 2  # stopped at the batch that did not fit
-    expected = [o for _, o in reference]
-    assert len(runs) == 5 and len(expected) == 3  # then computed batch by batch, once each

@@ -1,0 +1,148 @@
+"""The float model's outputs on the verification inputs: computed once per run and shared by every check of it
+(the first verification, every probe of recipe auto and the fallback).
+
+Outputs are kept in memory up to a budget and spilled to a temporary folder beyond it (a language model's logits:
+48 windows × 128 tokens × 49,152 classes are 1.2 GB), so that no search recomputes the float model per probe. A
+search probes on the first batches (`head`) and confirms on all of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.calibration.batching import Batches, samples_in
+from onnxq.calibration.specs import Batch
+from onnxq.io import page_out
+from onnxq.verify.sessions import ModelSource, make_session
+
+__all__ = ["Reference", "OutputStore"]
+
+logger = logging.getLogger(__name__)
+
+# Float outputs kept in memory up to this size; the rest go to a temporary folder.
+MEMORY_BYTES = 1 << 30
+
+
+class OutputStore:
+    """Outputs batch by batch, in order: in memory up to `memory_bytes`, then as .npy files in a temporary folder
+    (read back memory-mapped). A write that fails (a full disk) stops the storing: later batches are recomputed."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.memory_bytes = memory_bytes
+        self._memory: list[list[np.ndarray]] = []
+        self._files: list[list[Path]] = []
+        self._bytes = 0
+        self._folder: tempfile.TemporaryDirectory | None = None
+        self.stopped = False
+
+    def __len__(self) -> int:
+        return len(self._memory) + len(self._files)
+
+    @property
+    def spilled(self) -> int:
+        """Batches kept on disk."""
+        return len(self._files)
+
+    def __getitem__(self, index: int) -> list[np.ndarray]:
+        if index < len(self._memory):
+            return self._memory[index]
+        return [np.load(path, mmap_mode="r") for path in self._files[index - len(self._memory)]]
+
+    def append(self, outputs: list[np.ndarray]) -> None:
+        if self.stopped:
+            return
+        size = sum(o.nbytes for o in outputs)
+        if not self._files and self._bytes + size <= self.memory_bytes:
+            self._memory.append(outputs)
+            self._bytes += size
+            return
+        try:
+            self._files.append(self._write(outputs))
+        except OSError as e:
+            logger.warning("float reference outputs not kept on disk (%s): recomputed for each check", e)
+            self.stopped = True
+
+    def _write(self, outputs: list[np.ndarray]) -> list[Path]:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="onnxq-reference-")
+        paths = []
+        for j, output in enumerate(outputs):
+            path = Path(self._folder.name) / f"{len(self)}_{j}.npy"
+            np.save(path, np.ascontiguousarray(output))
+            paths.append(path)
+        return paths
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+        self._files.clear()
+
+
+class Reference:
+    """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once."""
+
+    def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch],
+                 memory_bytes: int = MEMORY_BYTES) -> None:
+        self.float_model = float_model
+        self.session = make_session(float_model, optimize=False)
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.batches = batches if isinstance(batches, Batches) else Batches.held(batches)
+        self.store = OutputStore(memory_bytes)
+        self.limit: int | None = None  # a head: only the first `limit` batches
+        self._samples: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[Batch, list[np.ndarray]]]:
+        samples = 0
+        for i, batch in enumerate(self.batches):
+            if self.limit is not None and i >= self.limit:
+                break
+            samples += samples_in(batch)
+            if i < len(self.store):
+                yield batch, self.store[i]
+                continue
+            outputs = self.session.run(self.names, batch)
+            if i == len(self.store):
+                self.store.append(outputs)
+            yield batch, outputs
+        self._samples = samples
+
+    @property
+    def samples(self) -> int:
+        """Samples in the batches (counted by the last full pass; a pass without running the model if none)."""
+        if self._samples is None:
+            self._samples = sum(samples_in(b) for i, b in enumerate(self.batches)
+                                if self.limit is None or i < self.limit)
+        return self._samples
+
+    @property
+    def whole(self) -> bool:
+        return self.limit is None
+
+    def head(self, samples: int) -> Reference:
+        """The same reference over its first batches holding at least `samples` samples (it shares the outputs
+        computed); the whole when that takes every batch."""
+        counts = [samples_in(b) for b in self.batches]
+        taken = np.cumsum(counts)
+        count = int(np.searchsorted(taken, samples)) + 1  # batches up to the one that reaches `samples`
+        if count >= len(counts):
+            return self
+        view = copy.copy(self)
+        view.limit, view._samples = count, int(taken[count - 1])
+        return view
+
+    def prefetch(self) -> None:
+        """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized
+        sessions that follow are not resident beside them (they come back from the file if needed again)."""
+        for _ in self:
+            if self.store.stopped:
+                return
+        if isinstance(self.float_model, ir.Model) and self.whole:
+            page_out(self.float_model)
