@@ -13,7 +13,7 @@ __all__ = ["plan_gather"]
 MIN_TABLE_ELEMENTS = 65536
 
 
-@register("Gather")
+@register("Gather", product=False)
 def plan_gather(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip | None:
     table = constant_float(node.inputs[0])
     if table is None:

@@ -20,6 +20,7 @@ import onnxruntime as ort
 
 from onnxq.calibration.specs import Batch
 from onnxq.errors import OutputPathError
+from onnxq.handlers.registry import product_op_types
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
@@ -27,7 +28,14 @@ __all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "prof
 INTEGER_KERNELS = frozenset({
     "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
     "ConvInteger", "MatMulNBits", "QAttention"})
-_FLOAT_PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"})
+# ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul).
+_FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm"})
+
+
+def _float_products() -> frozenset[str]:
+    """Kernels that compute a planned product in float: the handler registry's product op types (a new op counts
+    as soon as its planner is registered) and ORT's fused float forms."""
+    return product_op_types() | _FUSED_FLOAT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Placement:
     @property
     def float_fallbacks(self) -> list[str]:
         """Quantized nodes that ran as DequantizeLinear + a float product."""
-        return [n for n, r in self.quantized.items() if r is not None and r.op_type in _FLOAT_PRODUCTS]
+        return [n for n, r in self.quantized.items() if r is not None and r.op_type in _float_products()]
 
     @property
     def cpu_fallbacks(self) -> list[NodeRun]:
@@ -100,12 +108,12 @@ def quantized_nodes(model: ModelSource) -> dict[str, str]:
     operators (MatMulInteger, QOperator's MatMulIntegerToFloat / QGemm). Name → op type. Weights are not loaded."""
     graph = (model if isinstance(model, ir.Model) else ir.from_proto(onnx.load(str(model),
                                                                                  load_external_data=False))).graph
-    found = {}
+    found, products = {}, _float_products()
     for node in graph:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
             continue
         producers = {v.producer().op_type for v in node.inputs if v is not None and v.producer() is not None}
-        if node.op_type in INTEGER_KERNELS or (producers & {"DequantizeLinear"} and node.op_type in _FLOAT_PRODUCTS):
+        if node.op_type in INTEGER_KERNELS or (producers & {"DequantizeLinear"} and node.op_type in products):
             found[node.name or ""] = node.op_type
     return found
 
