@@ -23,8 +23,8 @@ def integer_types_reason(target: str, activation_dtype: str, weight_dtype: str =
     concrete = resolve_target(target)
     types = f"{'U' if activation_dtype == 'uint8' else 'S'}8{'S' if weight_dtype == 'int8' else 'U'}8"
     if needs_pair_limit(target, activation_dtype, weight_dtype):
-        return (f"{types}, K pairs limited to ±128 (target {concrete}: AVX2's U8S8 kernel adds byte pairs in int16 "
-                "with saturation; full speed, no saturation)")
+        saturating = "; ".join(TARGETS[t].saturation for t in covered_targets(target) if TARGETS[t].saturates_u8s8)
+        return f"{types}, K pairs limited to ±128 (target {concrete}: {saturating}; full speed, no saturation)"
     if types == "U8S8":
         return f"{types} full range (target {concrete}: the kernel adds every product in int32)"
     return f"{types} (no int16 step in ORT's kernel for these types)"

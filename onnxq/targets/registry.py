@@ -29,6 +29,8 @@ class Target:
     # Names of the concrete targets this one stands for; () for a concrete target (one kind of CPU).
     covers: tuple[str, ...] = ()
     saturates_u8s8: bool = False
+    # What saturates, for the report's line on a limited plan (a saturating target must say).
+    saturation: str = ""
     checked_by: str = "exact"
     # Whether a CPU with these ISA flags and this machine name is this target (concrete targets only; at most one
     # says yes).
@@ -37,6 +39,8 @@ class Target:
     def __post_init__(self) -> None:
         if self.checked_by not in CHECKS:
             raise ValueError(f"target {self.name}: checked_by must be one of {CHECKS}")
+        if self.saturates_u8s8 and not self.saturation:
+            raise ValueError(f"target {self.name}: a saturating target says what saturates (saturation)")
 
 
 TARGETS: dict[str, Target] = {}

@@ -14,7 +14,8 @@ from onnxq.targets import Target, register_target, target_names, unregister_targ
 def avx512_without_vnni():
     """A target this test adds: Skylake-SP's AVX-512BW multiplies byte pairs with vpmaddubsw like AVX2 (int16
     saturation), so it needs the pair limit and is checked by emulation off such a CPU."""
-    register_target(Target("x86-avx512bw-test", "AVX-512BW without VNNI", saturates_u8s8=True, checked_by="emulated"))
+    register_target(Target("x86-avx512bw-test", "AVX-512BW without VNNI", saturates_u8s8=True, checked_by="emulated",
+                           saturation="vpmaddubsw adds byte pairs in int16 with saturation"))
     register_target(Target("x86-fleet-test", "every x86 in a fleet", covers=("x86-avx512bw-test", "x86-vnni")))
     yield
     unregister_target("x86-fleet-test")
@@ -34,8 +35,9 @@ def test_a_registered_target_constrains_the_plan_and_is_checked_as_it_says(sampl
     assert [(t.target, t.how.split(":")[0]) for t in coverage.targets] == [
         ("x86-avx512bw-test", "emulated"), ("x86-vnni", "exact quantization (ORT_DISABLE_ALL, less any emulated "
                                                         "AVX2 saturation)")]
-    assert result.report.passed and all("K pairs limited" in e.detail for e in result.report.quantized
-                                        if e.op_type == "Gemm")
+    assert result.report.passed and all(
+        "K pairs limited to ±128 (target x86-fleet-test: vpmaddubsw adds byte pairs in int16" in e.detail
+        for e in result.report.quantized if e.op_type == "Gemm")
     # Limited pairs: no integer product can saturate (AVX2 emulation over every product).
     assert coverage.saturation and not any(n.can_saturate for n in coverage.saturation)
 
@@ -49,3 +51,8 @@ def test_a_target_without_saturation_keeps_full_range(samples_dir):
     assert [t.target for t in result.report.verification.coverage.targets] == ["arm64-sve-test"]
     assert all("full range" in e.detail for e in result.report.quantized if e.op_type == "Gemm")
     assert any(n.can_saturate for n in result.report.verification.coverage.saturation)  # as on a VNNI CPU
+
+
+def test_a_saturating_target_must_say_what_saturates():
+    with pytest.raises(ValueError, match="says what saturates"):
+        Target("x86-mystery-test", "a CPU that saturates", saturates_u8s8=True, checked_by="emulated")
