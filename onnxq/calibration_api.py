@@ -33,7 +33,7 @@ def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate
         config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None,
                                 quantize_activation_matmul=True)
     plans, _ = plan_model(model.graph, config, "static")
-    return needed_ranges(plans)
+    return needed_ranges(plans, config)
 
 
 def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataSource, *,

@@ -44,7 +44,7 @@ def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan]
 def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
     scheme = config.activations
     qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-    return summary.ranges(needed_ranges(plans), config.calibration.method, qmin=qmin, qmax=qmax,
+    return summary.ranges(needed_ranges(plans, config), config.calibration.method, qmin=qmin, qmax=qmax,
                           symmetric=scheme.symmetric, percentile=config.calibration.percentile)
 
 
@@ -68,7 +68,7 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, st
 def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
                     progress) -> tuple[Ranges, int]:
     """Static ranges on the smoothed graph, from the calibration data."""
-    names = needed_ranges(plans)
+    names = needed_ranges(plans, config)
     if stream.source is None:
         if names:
             raise ConfigError("static ranges after smoothing come from the smoothed graph and the calibration "
@@ -97,4 +97,4 @@ def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], conf
         return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
                          config.calibration.histogram_bins, progress, model_fingerprint(reference))
     bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    return summarize(model, needed_ranges(plans), batches, bins, progress, "")
+    return summarize(model, needed_ranges(plans, config), batches, bins, progress, "")

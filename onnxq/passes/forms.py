@@ -15,9 +15,10 @@ import onnx_ir as ir
 
 from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
-from onnxq.handlers.plan import NodePlan
+from onnxq.handlers.plan import NodePlan, WeightSpec
+from onnxq.handlers.scheme import PerAxis, PerBlock, PerTensor, PerToken, Scheme, TensorQuant
 
-__all__ = ["RewriteInputs", "RewriteResult", "RewriteForm", "REWRITE_FORMS", "rewrite_form"]
+__all__ = ["RewriteInputs", "RewriteResult", "RewriteForm", "REWRITE_FORMS", "rewrite_form", "plan_tensors"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,16 +49,47 @@ class RewriteForm:
     stage: int
     # Whether its plans' activations need calibrated ranges (QuantizePass.requires checks them).
     calibrated: bool
+    # Whether it stores weights in blocks along K (weight-only) rather than per channel or per tensor.
+    blocked: bool = False
 
 
 REWRITE_FORMS: dict[str, RewriteForm] = {}
 
 
-def rewrite_form(name: str, *, stage: int, calibrated: bool = False) -> Callable[[FormRewriter], FormRewriter]:
+def rewrite_form(name: str, *, stage: int, calibrated: bool = False,
+                 blocked: bool = False) -> Callable[[FormRewriter], FormRewriter]:
     def register(rewrite: FormRewriter) -> FormRewriter:
         if name in REWRITE_FORMS:
             raise ValueError(f"a rewrite form named {name!r} is already registered")
-        REWRITE_FORMS[name] = RewriteForm(name, rewrite, stage, calibrated)
+        REWRITE_FORMS[name] = RewriteForm(name, rewrite, stage, calibrated, blocked)
         return rewrite
 
     return register
+
+
+def plan_tensors(plan: NodePlan, config: QuantConfig) -> tuple[TensorQuant, ...]:
+    """How each quantized input of the plan is quantized under its form and the config: activations first, then
+    weights. A plan whose form is not registered has none (QuantizePass.requires refuses it)."""
+    form = REWRITE_FORMS.get(plan.form)
+    if form is None:
+        return ()
+    return (tuple(TensorQuant(i, _activation_scheme(plan, form, config)) for i in plan.activations)
+            + tuple(TensorQuant(w.input_index, _weight_scheme(plan, w, form, config), w.pair_limit_axis)
+                    for w in plan.weights))
+
+
+def _activation_scheme(plan: NodePlan, form: RewriteForm, config: QuantConfig) -> Scheme:
+    if plan.per_token:  # symmetric int8 per row, stored as uint8 + 128 (numerics.per_token)
+        return Scheme("uint8", True, PerToken(), "runtime")
+    if form.calibrated:
+        return Scheme(config.activations.dtype, config.activations.symmetric, PerTensor(), "calibrated")
+    return Scheme("uint8", False, PerTensor(), "runtime")  # DynamicQuantizeLinear
+
+
+def _weight_scheme(plan: NodePlan, spec: WeightSpec, form: RewriteForm, config: QuantConfig) -> Scheme:
+    weights = config.weights
+    if form.blocked:  # blocks along the axis that is not the output features' (K; a table's row width)
+        dtype = weights.dtype.replace("4", "8") if plan.node.name in config.blocks.int8_nodes else weights.dtype
+        return Scheme(dtype, weights.symmetric, PerBlock(1 - spec.axis, config.blocks.size), "constant")
+    granularity = PerTensor() if spec.axis is None else PerAxis(spec.axis)
+    return Scheme(weights.dtype, weights.symmetric, granularity, "constant")

@@ -92,7 +92,7 @@ class InsertBlockwisePass(PlannedRewritePass):
         return quantized
 
 
-@rewrite_form("blockwise", stage=0)
+@rewrite_form("blockwise", stage=0, blocked=True)
 def _blockwise(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
     InsertBlockwisePass(plans, inputs.config, inputs.moments)(model)
     return {}

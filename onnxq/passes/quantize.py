@@ -9,20 +9,18 @@ import onnx_ir as ir
 from onnxq.handlers.plan import NodePlan
 from onnxq.passes import insert_blockwise, insert_dynamic, insert_qdq  # noqa: F401  (each registers its form)
 from onnxq.passes.contract import PlannedRewritePass
-from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult
+from onnxq.config import QuantConfig
+from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult, plan_tensors
 
 __all__ = ["QuantizePass", "needed_ranges"]
 
 
-def needed_ranges(plans: Sequence[NodePlan]) -> list[str]:
-    """What calibration must collect for these plans: the values whose calibrated ranges their rewrite forms read
-    (a form registered calibrated=True), each once, in plan order. Run-time forms (dynamic, per token) need none."""
-    return list(dict.fromkeys(p.node.inputs[i].name for p in plans if _calibrated(p) for i in p.activations))
-
-
-def _calibrated(plan: NodePlan) -> bool:
-    form = REWRITE_FORMS.get(plan.form)
-    return form is not None and form.calibrated
+def needed_ranges(plans: Sequence[NodePlan], config: QuantConfig) -> list[str]:
+    """What calibration must collect for these plans: the values quantized with calibrated scales under their
+    rewrite forms (passes.forms.plan_tensors), each once, in plan order. Run-time forms (dynamic, per token) and
+    weights need none."""
+    return list(dict.fromkeys(p.node.inputs[t.input].name for p in plans for t in plan_tensors(p, config)
+                              if t.scheme.source == "calibrated"))
 
 
 class QuantizePass(PlannedRewritePass):
@@ -39,7 +37,7 @@ class QuantizePass(PlannedRewritePass):
             form = REWRITE_FORMS.get(plan.form)
             if form is None:
                 raise ir.passes.PreconditionError(f"{plan.node.name!r}: no rewrite form {plan.form!r}")
-            missing = [name for name in needed_ranges([plan]) if name not in self.inputs.ranges]
+            missing = [name for name in needed_ranges([plan], self.inputs.config) if name not in self.inputs.ranges]
             if missing:
                 raise ir.passes.PreconditionError(f"{plan.node.name!r}: no calibrated range for {missing}")
 

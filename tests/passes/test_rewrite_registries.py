@@ -114,13 +114,34 @@ def test_a_registered_format_is_usable_end_to_end(samples_dir, tagged_format):
 
 
 def test_calibration_collects_the_ranges_the_plans_forms_read(rng, float16_weights):
-    """What calibration observes comes from the plans' forms: a calibrated form (qdq) reads its activations'
-    ranges, a run-time one (dynamic) or a weight-only one reads none."""
+    """What calibration observes comes from the plans' schemes under their forms: a calibrated form (qdq) reads its
+    activations' ranges, a run-time one (dynamic) or a weight-only one reads none."""
     from onnxq.passes.quantize import needed_ranges
 
-    model = _two_layers(rng)
-    assert needed_ranges(_plans(model, "qdq")) == ["x", "h"]
-    assert needed_ranges(_plans(model, "dynamic")) == []
-    assert needed_ranges(_plans(model, float16_weights)) == []
+    model, config = _two_layers(rng), QuantConfig()
+    assert needed_ranges(_plans(model, "qdq"), config) == ["x", "h"]
+    assert needed_ranges(_plans(model, "dynamic"), config) == []
+    assert needed_ranges(_plans(model, float16_weights), config) == []
     mixed = _plans(model, "qdq")
-    assert needed_ranges([mixed[1], dataclasses.replace(mixed[0], form="dynamic")]) == ["h"]
+    assert needed_ranges([mixed[1], dataclasses.replace(mixed[0], form="dynamic")], config) == ["h"]
+
+
+def test_each_quantized_input_has_a_scheme(rng):
+    from onnxq.handlers.scheme import PerAxis, PerBlock, PerTensor, PerToken, Scheme, TensorQuant
+    from onnxq.passes.forms import plan_tensors
+
+    model, config = _two_layers(rng), QuantConfig()
+    static = _plans(model, "qdq")[0]
+    assert plan_tensors(static, config) == (
+        TensorQuant(0, Scheme("uint8", False, PerTensor(), "calibrated")),
+        TensorQuant(1, Scheme("int8", True, PerAxis(1), "constant"), pair_limit_axis=0))  # target portable
+    per_token = dataclasses.replace(static, form="dynamic", per_token=True)
+    assert plan_tensors(per_token, config)[0].scheme == Scheme("uint8", True, PerToken(), "runtime")
+    dynamic = dataclasses.replace(static, form="dynamic")
+    assert plan_tensors(dynamic, config)[0].scheme == Scheme("uint8", False, PerTensor(), "runtime")
+    int4 = QuantConfig(mode="weight-only", weights=onnxq.QScheme("int4", symmetric=True))
+    [blocked] = [p for p in plan_model(model.graph, int4, "weight-only")[0] if p.node.name == "mm0"]
+    assert plan_tensors(blocked, int4) == (TensorQuant(1, Scheme("int4", True, PerBlock(0, 32), "constant")),)
+    eight = int4.replace(blocks=dataclasses.replace(int4.blocks, int8_nodes=("mm0",)))
+    assert plan_tensors(blocked, eight)[0].scheme.dtype == "int8"
+    assert plan_tensors(dataclasses.replace(static, form="no-such-form"), config) == ()
