@@ -15,7 +15,7 @@ from onnxq.irquery import unique_name
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import quantize_pair_limited
 
-__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization"]
+__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
 _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
@@ -140,6 +140,16 @@ class GraphBuilder:
         out.type = ir.TensorType(ir.DataType.FLOAT)
         out.shape = quantized.shape
         return out
+
+
+def replace_node(graph: ir.Graph, node: ir.Node, result: ir.Value) -> None:
+    """`result` takes the place of the node's output (its type, shape, name, every use, a graph output too) and the
+    node goes: how every rewrite swaps a float node for its quantized form."""
+    old = node.outputs[0]
+    result.type, result.shape = old.type, old.shape
+    old.replace_all_uses_with(result, replace_graph_outputs=True)
+    result.name, old.name = old.name, None
+    graph.remove(node, safe=True)
 
 
 def _weight_qparams(array: np.ndarray, axis: int | None, scheme: QScheme) -> QParams:

@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.handlers.plan import WeightSpec
-from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.builder import GraphBuilder, replace_node
 
 __all__ = ["rewrite_gather"]
 
@@ -19,7 +19,6 @@ def rewrite_gather(builder: GraphBuilder, node: ir.Node, spec: WeightSpec) -> No
     table, indices = node.inputs[0], node.inputs[1]
     weight = builder.quantized_weight(table, spec.axis)
     base = node.name or "Gather"
-    old = node.outputs[0]
     rows = builder.node("Gather", [weight.quantized, indices], f"{base}_quantized", node, attributes={"axis": 0})
     if spec.axis is None:
         scaled = builder.dequantize(rows.outputs[0], weight.scale, weight.zero_point, None, base, node)
@@ -32,7 +31,4 @@ def rewrite_gather(builder: GraphBuilder, node: ir.Node, spec: WeightSpec) -> No
         as_float = builder.node("Cast", [rows.outputs[0]], f"{base}_Cast", node,
                                 attributes={"to": ir.DataType.FLOAT})
         scaled = builder.node("Mul", [as_float.outputs[0], row_scales.outputs[0]], f"{base}_Mul", node).outputs[0]
-    scaled.type, scaled.shape = old.type, old.shape
-    old.replace_all_uses_with(scaled, replace_graph_outputs=True)
-    scaled.name, old.name = old.name, None
-    builder.graph.remove(node, safe=True)
+    replace_node(builder.graph, node, scaled)

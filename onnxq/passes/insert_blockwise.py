@@ -21,7 +21,7 @@ from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
-from onnxq.passes.builder import GraphBuilder, shared_block_quantization
+from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_quantization
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 
@@ -114,7 +114,7 @@ def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, tran
     result = product.outputs[0]
     if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
         result = builder.node("Add", [result, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
-    _replace(builder.graph, node, result)
+    replace_node(builder.graph, node, result)
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
@@ -132,15 +132,7 @@ def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, sym
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
                             domain="com.microsoft",
                             attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits})
-    _replace(builder.graph, node, gathered.outputs[0])
-
-
-def _replace(graph: ir.Graph, node: ir.Node, result: ir.Value) -> None:
-    old = node.outputs[0]
-    result.type, result.shape = old.type, old.shape
-    old.replace_all_uses_with(result, replace_graph_outputs=True)
-    result.name, old.name = old.name, None
-    graph.remove(node, safe=True)
+    replace_node(builder.graph, node, gathered.outputs[0])
 
 
 def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str) -> tuple[ir.Value, ...]:

@@ -20,7 +20,7 @@ from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics.per_token import MIN_SCALE, PER_TOKEN_ZERO_POINT
-from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.builder import GraphBuilder, replace_node
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 from onnxq.passes.gather_rewrite import rewrite_gather
@@ -82,11 +82,7 @@ class InsertDynamicPass(PlannedRewritePass):
             out = result.outputs[0]
             if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
                 out = builder.node("Add", [out, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
-            old = node.outputs[0]
-            out.type, out.shape = old.type, old.shape
-            old.replace_all_uses_with(out, replace_graph_outputs=True)
-            out.name, old.name = old.name, None
-            graph.remove(node, safe=True)
+            replace_node(graph, node, out)
         RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified=bool(self.plans))
 

@@ -23,6 +23,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.config.formats import OutputFormat, register_format
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute, producer
+from onnxq.passes.builder import replace_node
 from onnxq.passes.contract import KeepsOutputNames
 
 __all__ = ["LowerToQOperatorPass", "LoweringResult"]
@@ -100,11 +101,7 @@ class LowerToQOperatorPass(KeepsOutputNames):
             lowered = ir.node("QGemm", [x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias_q], attrs, domain=_MS,
                               name=node.name)
         graph.insert_before(node, lowered)
-        out, old = lowered.outputs[0], node.outputs[0]
-        out.type, out.shape = old.type, old.shape
-        old.replace_all_uses_with(out, replace_graph_outputs=True)
-        out.name, old.name = old.name, None
-        graph.remove(node, safe=True)
+        replace_node(graph, node, lowered.outputs[0])
         lowered_nodes[node.name or ""] = lowered.op_type
         return None
 
