@@ -51,6 +51,7 @@ def render_html(report: QuantReport) -> str:
         if v.coverage is not None:
             parts.append(v.coverage.html())
     parts += [check.html() for check in report.speed]
+    parts.append(report.smoothing.html())
     parts += [section.html() for section in report.sections]  # each search's result renders itself
     if report.left_float:
         rows = "".join(f"<tr><td>{_e(e.name)}</td><td>{_e(e.op_type)}</td><td>{_e(e.detail)}</td></tr>"

@@ -10,7 +10,8 @@ from onnxq.io.naming import RenamedNode
 from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
-__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Section", "escape", "bar_chart"]
+__all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Smoothing", "Section", "escape",
+           "bar_chart"]
 
 
 class Section(Protocol):
@@ -77,6 +78,40 @@ class SmoothedActivation:
 
 
 @dataclasses.dataclass(frozen=True)
+class Smoothing:
+    """--smooth: one SmoothedActivation per smoothable activation; a sequence of them that renders itself."""
+
+    activations: tuple[SmoothedActivation, ...] = ()
+
+    def __iter__(self):
+        return iter(self.activations)
+
+    def __len__(self) -> int:
+        return len(self.activations)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [a.to_dict() for a in self.activations]
+
+    def text(self) -> list[str]:
+        if not self.activations:
+            return []
+        smoothed = [a for a in self.activations if a.alpha is not None]
+        inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
+        alphas = sorted({a.alpha for a in smoothed})
+        return [f"smoothing:   {len(smoothed)} of {len(self.activations)} activations smoothed"
+                + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
+                   "by an inserted Mul, the rest folded into what produces them)" if smoothed else "")]
+
+    def html(self) -> str:
+        if not self.activations:
+            return ""
+        rows = "".join(f"<tr><td>{escape(a.activation)}</td><td>{'—' if a.alpha is None else f'{a.alpha:g}'}</td>"
+                       f"<td>{escape(a.absorbed_by or '')}</td></tr>" for a in self.activations)
+        return (f"<h2>SmoothQuant</h2><p>{escape(self.text()[0][len('smoothing:'):].strip())}.</p><table><tr>"
+                f"<th>activation</th><th>α</th><th>1 / s absorbed by</th></tr>{rows}</table>")
+
+
+@dataclasses.dataclass(frozen=True)
 class QuantReport:
     input: str
     output: str | None
@@ -92,7 +127,7 @@ class QuantReport:
     verification: Verification | None
     notes: tuple[str, ...] = ()
     speed: tuple[SpeedCheck, ...] = ()  # --check-speed: float vs quantized per provider
-    smoothing: tuple[SmoothedActivation, ...] = ()  # --smooth: one entry per smoothable activation
+    smoothing: Smoothing = Smoothing()  # --smooth: one entry per smoothable activation
     # What the searches found, in the order they ran: recipe (--recipe auto, when the all-static model missed the
     # tolerance), sensitivity, fallback; and any section a new step adds.
     sections: tuple[Section, ...] = ()
@@ -140,7 +175,7 @@ class QuantReport:
             "passed": self.passed,
             "notes": list(self.notes),
             "speed": [c.to_dict() for c in self.speed],
-            "smoothing": [a.to_dict() for a in self.smoothing],
+            "smoothing": self.smoothing.to_list(),
             "recipe": None,
             "renamed_nodes": [r.to_dict() for r in self.renamed_nodes],
             "gate_failures": list(self.gate_failures),

@@ -96,14 +96,7 @@ def _size(report: QuantReport) -> list[str]:
 
 
 def _smoothing(report: QuantReport) -> list[str]:
-    if not report.smoothing:
-        return []
-    smoothed = [a for a in report.smoothing if a.alpha is not None]
-    inserted = sum(a.absorbed_by == "inserted Mul" for a in smoothed)
-    alphas = sorted({a.alpha for a in smoothed})
-    return [f"smoothing:   {len(smoothed)} of {len(report.smoothing)} activations smoothed"
-            + (f" (α {'–'.join(f'{a:g}' for a in dict.fromkeys((alphas[0], alphas[-1])))}; {inserted} "
-               "by an inserted Mul, the rest folded into what produces them)" if smoothed else "")]
+    return report.smoothing.text()
 
 
 def _names_and_notes(report: QuantReport) -> list[str]:

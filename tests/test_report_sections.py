@@ -61,3 +61,20 @@ def test_a_new_section_is_in_the_json_the_summary_and_the_html(samples_dir, with
     assert largest[0] == {"name": "fc1.weight_quantized", "bytes": 128 * 128}
     # The searches' sections keep their keys; one that did not run is null.
     assert data["sensitivity"]["samples"] > 0 and data["fallback"] is None and data["recipe"] is None
+
+
+def test_smoothing_coverage_and_speed_render_themselves(samples_dir):
+    """The results that are not search sections (smoothing, where the check holds, speed) render their own summary
+    lines and HTML too."""
+    config = onnxq.QuantConfig(activation_granularity="per-token", smooth="auto",
+                               verify=onnxq.VerifyConfig(check_speed=True))
+    report = onnxq.quantize(samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz",
+                            config=config).report
+    smoothed = [a for a in report.smoothing if a.alpha is not None]
+    assert len(report.smoothing) == 4 and smoothed  # measured: 2 of 4 smoothed
+    page, summary = render_html(report), format_summary(report)
+    assert report.smoothing.text()[0] in summary and f"{len(smoothed)} of 4 activations smoothed" in summary
+    assert page.count("<tr><td>val_") == len(report.smoothing)  # one row per smoothable activation
+    assert "<h3>Where it holds: target portable</h3>" in page
+    assert report.speed and report.speed[0].text() in summary and escape(report.speed[0].text()) in page
+    assert json.loads(json.dumps(report.to_dict()))["smoothing"] == [a.to_dict() for a in report.smoothing]

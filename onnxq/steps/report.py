@@ -8,7 +8,7 @@ from pathlib import Path
 from onnxq.handlers import NodePlan
 from onnxq.io import LOAD_NOTES, model_size_bytes
 from onnxq.io.outputs import active_run
-from onnxq.report import NodeEntry, QuantReport
+from onnxq.report import NodeEntry, QuantReport, Smoothing
 from onnxq.steps.state import RunState
 from onnxq.targets import integer_types_reason
 
@@ -33,7 +33,7 @@ def build_report(state: RunState) -> QuantReport:
         verification=state.verification,
         notes=tuple(state.notes),
         speed=state.speed,
-        smoothing=state.smoothing,
+        smoothing=Smoothing(state.smoothing),
         sections=tuple(s for s in (state.recipe, state.sensitivity, state.fallback, *state.sections) if s is not None),
         renamed_nodes=state.reference.meta[LOAD_NOTES]["renamed_nodes"],
         gate_failures=tuple(state.gate_failures),
