@@ -41,7 +41,7 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
                         "present), cpu, cuda")
 
 
-_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error"}
+_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement"}
 
 
 def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConfig:

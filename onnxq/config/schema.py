@@ -108,6 +108,9 @@ class Tolerance:
     min_cosine: float | None = 0.98
     min_sqnr_db: float | None = None
     max_abs_error: float | None = None
+    # Share of argmax decisions over the last axis kept (a classifier's class, a decoder's token): cosine on logits
+    # does not see a flipped argmax.
+    min_argmax_agreement: float | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self)

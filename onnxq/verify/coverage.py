@@ -100,9 +100,9 @@ class Coverage:
         worst = max(self.kernel_loss.items(), key=lambda kv: kv[1], default=None)
         if worst is not None:
             exact = next(o.metrics.cosine_mean for o in self.exact if o.name == worst[0])
+            blame = "  ! the kernels, not the quantization, cost accuracy" if self.kernels_cost_accuracy else ""
             lines.append(f"  this CPU's kernels vs the exact quantization: {worst[0]} cosine to float "
-                         f"{exact - worst[1]:.4f} deployed, {exact:.4f} exact"
-                         + ("  ! the kernels, not the quantization, cost accuracy" if self.kernels_cost_accuracy else ""))
+                         f"{exact - worst[1]:.4f} deployed, {exact:.4f} exact{blame}")
         risky = [n for n in self.saturation if n.can_saturate]
         saturating = sorted((n for n in risky if n.saturated), key=lambda n: -n.fraction)
         # No line without U8S8 integer products (weight-only 4-bit models have none).
@@ -110,9 +110,10 @@ class Coverage:
             lines.append(f"  AVX2 U8S8 saturation: impossible in all {len(self.saturation)} integer products "
                          "(K pairs within ±128)")
         elif risky:
-            lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(self.saturation)} integer products saturate"
-                         + "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
-                                   for n in saturating[:5]))
+            listed = "".join(f"\n    {n.name}: {n.fraction:.2%} of pair sums, max error {n.max_abs_error:.3g}"
+                            for n in saturating[:5])
+            lines.append(f"  AVX2 U8S8 saturation: {len(saturating)} of {len(self.saturation)} integer products "
+                         f"saturate{listed}")
         lines += [f"  ! {line}" for line in self.failures()]
         return lines
 

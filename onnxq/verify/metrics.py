@@ -28,6 +28,10 @@ class OutputMetrics:
     # NaN / ±inf values in the quantized outputs and in the float reference: any makes the figures above meaningless.
     nonfinite: int = 0
     reference_nonfinite: int = 0
+    # Task level: the share of decisions (argmax over the last axis: a class, a token, a CTC frame) the quantized
+    # output makes as the float one does; 1.0 when the output holds no decision (a scalar).
+    argmax_agreement: float = 1.0
+    decisions: int = 0
 
     def to_dict(self) -> dict[str, float | int | None]:
         """JSON-ready: inf (identical outputs' SQNR) and NaN as null."""
@@ -50,6 +54,7 @@ class Operand:
         self._nonfinite: int | None = None
         self._norms: np.ndarray | None = None
         self._energy: float | None = None
+        self._argmax: np.ndarray | None = None
 
     @property
     def rows(self) -> np.ndarray:
@@ -68,6 +73,14 @@ class Operand:
         if self._norms is None:
             self._norms = np.linalg.norm(self.rows, axis=1)
         return self._norms
+
+    @property
+    def argmax(self) -> np.ndarray:
+        """The decision of each row: argmax over the last axis (one decision for a vector, none for a scalar)."""
+        if self._argmax is None:
+            v = self.values
+            self._argmax = np.argmax(v, axis=-1).reshape(-1) if v.ndim >= 1 and v.size else np.zeros(0, np.int64)
+        return self._argmax
 
     @property
     def energy(self) -> float:
@@ -93,6 +106,8 @@ class MetricsAccumulator:
         self.cosine_min = 1.0
         self.nonfinite = 0
         self.reference_nonfinite = 0
+        self.decisions = 0
+        self.agreeing = 0
 
     def add(self, reference: np.ndarray | Operand, quantized: np.ndarray | Operand) -> None:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf are counted, and fail the check
@@ -117,6 +132,8 @@ class MetricsAccumulator:
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
         self.samples += len(cos)
+        self.decisions += ref.argmax.size
+        self.agreeing += int(np.count_nonzero(ref.argmax == got.argmax))
 
     def result(self) -> OutputMetrics:
         sqnr = math.inf if self.noise == 0 else 10 * math.log10(max(self.signal, 1e-300) / self.noise)
@@ -129,6 +146,8 @@ class MetricsAccumulator:
             sqnr_db=sqnr,
             nonfinite=self.nonfinite,
             reference_nonfinite=self.reference_nonfinite,
+            argmax_agreement=self.agreeing / self.decisions if self.decisions else 1.0,
+            decisions=self.decisions,
         )
 
 

@@ -42,6 +42,10 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         found.append(f"SQNR {metrics.sqnr_db:.1f} dB < {tolerance.min_sqnr_db} dB")
     if tolerance.max_abs_error is not None and not metrics.max_abs_error <= tolerance.max_abs_error:
         found.append(f"max abs error {metrics.max_abs_error:.4g} > {tolerance.max_abs_error}")
+    if tolerance.min_argmax_agreement is not None and not metrics.argmax_agreement >= tolerance.min_argmax_agreement:
+        changed = metrics.decisions - round(metrics.argmax_agreement * metrics.decisions)
+        found.append(f"argmax agreement {metrics.argmax_agreement:.4f} < {tolerance.min_argmax_agreement} ({changed} "
+                     f"of {metrics.decisions} decisions changed)")
     return tuple(found)
 
 
