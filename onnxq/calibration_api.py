@@ -21,6 +21,7 @@ from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.passes import check_model
+from onnxq.passes.upgrade import upgraded
 from onnxq.smoothing import smoothable_groups
 
 __all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations"]
@@ -53,6 +54,7 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
             for path in external_data_files(float_model):
                 files.add_input(path, "the input model's external data")
         declare_data_files(files, data, "the calibration data")
+    float_model, _ = upgraded(float_model)  # as quantize() converts it: the cache's fingerprint matches
     check_model(float_model)
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:

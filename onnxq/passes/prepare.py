@@ -1,4 +1,5 @@
-"""Preconditions checked before anything is planned. Checks only; nothing is converted."""
+"""Preconditions checked before anything is planned. Checks only; nothing is converted (an old opset is converted
+before these checks, by passes.upgrade)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import onnx_ir as ir
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
 
-__all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS"]
+__all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS", "onnx_opset"]
 
 # Per-axis QuantizeLinear/DequantizeLinear arrived in opset 13.
 MIN_OPSET = 13
@@ -40,7 +41,7 @@ def _check_inputs(graph: ir.Graph) -> None:
                                         "0-sized dimension holds no data — re-export the model with its real shape")
 
 
-def _onnx_opset(model: ir.Model) -> int | None:
+def onnx_opset(model: ir.Model) -> int | None:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
 
 
@@ -49,7 +50,7 @@ def _check_versions(model: ir.Model) -> None:
         raise UnsupportedModelError(
             f"the model's ir_version {model.ir_version} is newer than onnx {onnx.__version__} knows "
             f"({onnx.IR_VERSION}) — upgrade onnx and onnxruntime, or re-export with an older onnx")
-    opset = _onnx_opset(model)
+    opset = onnx_opset(model)
     if opset is None:
         raise UnsupportedModelError("the model imports no ONNX opset — re-export it with a standard opset (>= 13)")
     if opset < MIN_OPSET:
@@ -97,7 +98,7 @@ def _check_wiring(graph: ir.Graph) -> None:
 
 
 def _check_operators(model: ir.Model) -> None:
-    opset = _onnx_opset(model)
+    opset = onnx_opset(model)
     functions = set(model.functions)
     quantized: dict[str, int] = {}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):

@@ -16,6 +16,7 @@ from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
+from onnxq.passes.upgrade import upgraded
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
@@ -25,7 +26,12 @@ __all__ = ["load_and_plan", "synthetic_inputs"]
 
 def load_and_plan(state: RunState) -> bool:
     given, config = state.given, state.config
-    state.reference = reference = load_model(given.model)
+    loaded = load_model(given.model)
+    state.reference, converted = upgraded(loaded)  # an old opset converted; the model as given stays the reference
+    reference = state.reference
+    if converted is not None:
+        state.notes.append(converted)
+        state.unconverted = loaded
     state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])

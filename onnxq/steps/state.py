@@ -42,7 +42,8 @@ class RunState:
     given: RunInputs
     config: QuantConfig
     mode: str = ""
-    reference: ir.Model | None = None  # the float model as loaded; never rewritten
+    reference: ir.Model | None = None  # the float model as loaded (opset converted when too old); never rewritten
+    unconverted: ir.Model | None = None  # the model as given, when its opset was converted: the float reference
     work: ir.Model | None = None  # the model being quantized: smoothed, then rewritten
     quantized_from: ir.Model | None = None  # the float graph the quantization starts from (smoothed, when asked)
     input_path: Path | None = None

@@ -85,6 +85,12 @@ def _runs(expected_ops: dict[str, int] | None = None) -> Callable[[Path], None]:
     return check
 
 
+def _opset_is(path: Path, opset: int) -> None:
+    """The output runs and imports this ONNX opset."""
+    _runs()(path)
+    assert {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""] == opset
+
+
 def _ir_version_at_least(version: int) -> Callable[[Path], None]:
     def check(path: Path) -> None:
         assert onnx.load(str(path)).ir_version >= version
@@ -305,8 +311,12 @@ CASES: dict[str, Case] = {
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])])), w / "m.onnx")], "no nodes"),
     # -- opsets and IR versions
     "no default opset": Case(lambda w: [save(_strip_default_opset(matmul_model()), w / "m.onnx")], "imports no ONNX"),
-    "opset 11": Case(lambda w: _model(w, opset=11), "opset 11"),
-    "opset 12": Case(lambda w: _model(w, opset=12), "opset 12"),
+    # Converted to opset 13 (onnx's version converter), not refused; refused when the conversion fails.
+    "opset 11": Case(lambda w: _model(w, opset=11), check=lambda p: _opset_is(p, 13)),
+    "opset 12": Case(lambda w: _model(w, opset=12), check=lambda p: _opset_is(p, 13)),
+    "opset 11 that cannot be converted": Case(lambda w: [save(matmul_model(opset=11, extra_nodes=[
+        helper.make_node("FrobnicateX", ["y"], ["q"])], outputs=[helper.make_tensor_value_info("q", 1, None)]),
+        w / "m.onnx")], "version converter could not convert it"),
     "future opset 99": Case(lambda w: _model(w, opset=99), "opset 99"),
     "ir_version 99": Case(lambda w: _model(w, ir_version=99), "ir_version 99"),
     "ir_version 2 (below what opset 17 needs)": Case(lambda w: _model(w, ir_version=2), check=_ir_version_at_least(8)),

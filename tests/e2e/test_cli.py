@@ -60,10 +60,12 @@ def _write(path, content):
 
 
 def _opset11_model(path):
+    """Opset 11 with an op onnx's version converter has no schema for: the conversion to opset 13 fails."""
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["batch", 4])
     y = tape.op("MatMul", [x, tape.initializer(ir.tensor(np.ones((4, 4), np.float32), name="w"))])
-    ir.save(to_model(tape, [x], [y], opset=11), path)
+    z = tape.op("FrobnicateX", [y])
+    ir.save(to_model(tape, [x], [z], opset=11), path)
     return path
 
 
@@ -79,7 +81,9 @@ BAD_INPUTS = {
     "not onnx": (lambda w: [str(_write(w / "text.onnx", "hello"))], "not a readable ONNX model"),
     "truncated": (lambda w: [str(_write(w / "t.onnx", (w / "mlp.onnx").read_bytes()[:5000]))],
                   "not a readable ONNX model"),
-    "unsupported opset": (lambda w: [str(_opset11_model(w / "old.onnx"))], "opset 11"),
+    "unconvertible opset": (lambda w: [str(_opset11_model(w / "old.onnx"))],
+                            "opset 11; onnxq needs opset >= 13 for per-channel QuantizeLinear, and onnx's version "
+                            "converter could not convert it"),
     "nothing to quantize": (lambda w: [str(_relu_model(w / "relu.onnx"))], "nothing to quantize"),
     "names match no input": (lambda w: ["--calib", _npz(w, y=np.zeros((4, 32), np.float32))], "matches no model input"),
     "wrong dtype": (lambda w: ["--calib", _npz(w, x=np.zeros((4, 32), np.int64))], "is int64 but the model expects"),

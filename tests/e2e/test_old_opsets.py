@@ -1,0 +1,44 @@
+"""A model below opset 13 is converted by onnx's version converter and quantized; the report says so, and the
+verification compares with the model as given (issue 19, scope 5). Softmax changed meaning at opset 13 (axis:
+one axis instead of everything from it on), so a conversion that kept the attribute as it was would fail here."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxq
+
+
+def _opset11_model(rng) -> onnx.ModelProto:
+    w = numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Unsqueeze", ["h"], ["hu"], axes=[1], name="unsqueeze"),
+             helper.make_node("Squeeze", ["hu"], ["hs"], axes=[1], name="squeeze"),
+             helper.make_node("Softmax", ["hs"], ["y"], axis=1, name="softmax")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    return model
+
+
+def test_an_opset_11_model_is_converted_quantized_and_verified_against_itself(rng, tmp_path):
+    model = _opset11_model(rng)
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    data = {"x": rng.normal(0, 1, (64, 4, 16)).astype(np.float32)}
+    result = onnxq.quantize(path, data, output=tmp_path / "old.int8.onnx")
+    report = result.report
+    assert any("opset 11 converted to 13 with onnx's version converter" in n for n in report.notes)
+    assert [e.name for e in report.quantized] == ["mm"] and report.passed
+    assert report.verification.outputs[0].metrics.cosine_mean >= 0.999  # against the opset-11 model itself
+    saved = onnx.load(str(tmp_path / "old.int8.onnx"))
+    assert {o.domain: o.version for o in saved.opset_import}[""] == 13
+    # The file the user gave is untouched, still opset 11.
+    assert onnx.load(str(path)).opset_import[0].version == 11
+    # The quantized model's Softmax normalizes over the same elements as the original's: each [4·8] block sums to 1
+    # in opset 11 (everything from axis 1 on), not each row of 8.
+    quantized = ort.InferenceSession(str(tmp_path / "old.int8.onnx"), providers=["CPUExecutionProvider"])
+    out = quantized.run(None, {"x": data["x"][:2]})[0]
+    np.testing.assert_allclose(out.reshape(2, -1).sum(axis=1), 1.0, atol=1e-5)
