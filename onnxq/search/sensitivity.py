@@ -138,17 +138,18 @@ def group_pattern(name: str) -> str:
 
 
 def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch], per_node: bool = True,
-                      deployed: Mapping[str, str] | None = None) -> Sensitivity:
+                      deployed: Mapping[str, str] | None = None, why_exact: str = "") -> Sensitivity:
     """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic): each
     planned node of `plans` quantized alone, as `builder` quantizes it, against builder's float graph.
 
     per_node False ranks only the groups: one run per group instead of one per node. deployed: the kernel each
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
     kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
-    which, and why)."""
+    which, and why; why_exact: the reason when deployed is None)."""
     budgets = _budgets(builder)
     model, twins = _switch_model(builder, plans)
-    runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches, deployed)
+    runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
+                         (deployed, why_exact))
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
         outputs = runner.errors({i})
@@ -185,7 +186,7 @@ class _SwitchRuns:
     so the float parts' kernels cancel out and only the switched nodes differ."""
 
     def __init__(self, model: ir.Model, names: list[str], twins: list[tuple[str, str, str, str]],
-                 batches: Sequence[Batch], deployed: Mapping[str, str] | None) -> None:
+                 batches: Sequence[Batch], deployed: tuple[Mapping[str, str] | None, str]) -> None:
         self.names, self.batches = names, list(batches)
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         self.session, self.kernels, self.kernels_reason = _session(model, twins, self._feed(batches[0], set(
@@ -211,11 +212,12 @@ class _SwitchRuns:
 
 
 def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Batch,
-             deployed: Mapping[str, str] | None) -> tuple[ort.InferenceSession, str, str]:
+             kernels: tuple[Mapping[str, str] | None, str]) -> tuple[ort.InferenceSession, str, str]:
     """(session, "deployed" | "exact", why): the deployed kernels (ORT_ENABLE_ALL) when, with every switch on, ORT
     runs each quantized twin as the kernel the real model runs it as; else the exact quantization (no fusion)."""
+    deployed, why_exact = kernels
     if deployed is None:
-        return _exact(model), "exact", "no placement of the deployed model to compare the switch model's kernels with"
+        return _exact(model), "exact", why_exact or "no placement of the deployed model to compare kernels with"
     session, placement = profiled_session(model, "CPUExecutionProvider", all_on, {t[0]: t[1] for t in twins})
     differ = [(t[0], None if placement.quantized[t[0]] is None else placement.quantized[t[0]].op_type,
                deployed.get(t[0])) for t in twins]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from onnxq.calibration import first_samples, fixed_batch_size
 from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.steps.state import RunState
+from onnxq.targets import covered_targets
 from onnxq.verify import profile_placement, quantized_nodes
 
 __all__ = ["sensitivity", "wants_fallback"]
@@ -25,18 +26,23 @@ def sensitivity(state: RunState) -> bool:
     if not per_node:
         state.notes.append(f"sensitivity: {len(state.plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
-    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node,
-                                                   _deployed_kernels(state, samples[0]))
+    deployed, why_not = _deployed_kernels(state, samples[0])
+    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node, deployed, why_not)
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")
     return True
 
 
-def _deployed_kernels(state: RunState, batch) -> dict[str, str]:
-    """The kernel each quantized node of the run's model runs as on this CPU: from the verification's placement,
-    else profiled on one batch."""
+def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, str]:
+    """The kernel each quantized node of the run's model runs as on this CPU (from the verification's placement,
+    else profiled on one batch); None, and why, when this CPU's kernels are not the target's (an AVX2 machine
+    quantizing for x86-vnni: its saturation is not the target's arithmetic)."""
+    coverage = state.verification.coverage
+    if coverage is not None and coverage.platform["cpu_target"] not in covered_targets(state.config.target):
+        return None, (f"this CPU's kernels ({coverage.platform['cpu_target']}) are not target "
+                      f"{state.config.target}'s; the exact quantization is what they compute")
     placement = state.verification.cpu.placement
     if placement is None:
         placement = profile_placement(state.work, "CPUExecutionProvider", batch, quantized_nodes(state.work))
-    return {name: run.op_type for name, run in placement.quantized.items() if run is not None}
+    return {name: run.op_type for name, run in placement.quantized.items() if run is not None}, ""

@@ -136,3 +136,20 @@ def test_a_nan_sensitivity_fails_the_gate_with_the_reason(samples_dir, tmp_path,
     out = capsys.readouterr().out
     assert code == 1
     assert "alone makes an output NaN or inf" in out and "result: OUT OF TOLERANCE" in out
+
+
+@pytest.mark.parametrize("target", ["portable", "x86-vnni", "arm64"])
+def test_sensitivity_ranks_on_the_deployed_kernels_only_where_they_are_the_target_s(samples_dir, target):
+    """This CPU's kernels stand for the target only when this CPU is one the target covers (an AVX2 machine
+    quantizing for x86-vnni would rank its own int16 saturation); otherwise the exact quantization is ranked."""
+    from onnxq.targets import covered_targets
+
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz",
+                            config=onnxq.QuantConfig(target=target)).report
+    here = report.verification.coverage.platform["cpu_target"]
+    sensitivity = report.sensitivity
+    if here in covered_targets(target):
+        assert sensitivity.kernels == "deployed", sensitivity.kernels_reason
+    else:
+        assert sensitivity.kernels == "exact" and f"not target {target}'s" in sensitivity.kernels_reason
+    assert len(sensitivity.nodes) == 3 and all(n.harm >= 0 for n in sensitivity.nodes)
