@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from onnxq.calibration import first_samples, fixed_batch_size
 from onnxq.search.sensitivity import layer_sensitivity
+from onnxq.io import model_size_bytes
 from onnxq.steps.state import RunState
 from onnxq.targets import covered_targets
 from onnxq.verify import profile_placement, quantized_nodes
 
-__all__ = ["sensitivity", "wants_fallback"]
+__all__ = ["sensitivity", "wants_fallback", "DEPLOYED_MAX_WEIGHT_BYTES"]
+
+# Above this much float weight the ranking runs on the exact quantization: a deployed (ORT_ENABLE_ALL) session owns a
+# copy of every weight it is given, float and quantized twins alike, where an unoptimized session computes on the
+# memory-mapped weights in place. A 2.3 GB model peaked at 6.1 GB with it (2.7x its size; 1.37x without).
+DEPLOYED_MAX_WEIGHT_BYTES = 1_000_000_000
 
 
 def wants_fallback(state: RunState) -> bool:
@@ -36,8 +42,14 @@ def sensitivity(state: RunState) -> bool:
 
 def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, str]:
     """The kernel each quantized node of the run's model runs as on this CPU (from the verification's placement,
-    else profiled on one batch); None, and why, when this CPU's kernels are not the target's (an AVX2 machine
-    quantizing for x86-vnni: its saturation is not the target's arithmetic)."""
+    else profiled on one batch); None, and why, when the model is too large to copy (DEPLOYED_MAX_WEIGHT_BYTES) or
+    this CPU's kernels are not the target's (an AVX2 machine quantizing for x86-vnni: its saturation is not the
+    target's arithmetic)."""
+    weights = model_size_bytes(state.quantized_from)
+    if weights > DEPLOYED_MAX_WEIGHT_BYTES:
+        return None, (f"the model's {weights / 1e9:.1f} GB of weights are over {DEPLOYED_MAX_WEIGHT_BYTES / 1e9:g} GB: "
+                      "ORT's deployed kernels would hold their own copy of the switch model's weights (float and "
+                      "quantized); the exact quantization shares them")
     coverage = state.verification.coverage
     if coverage is not None and coverage.platform["cpu_target"] not in covered_targets(state.config.target):
         return None, (f"this CPU's kernels ({coverage.platform['cpu_target']}) are not target "

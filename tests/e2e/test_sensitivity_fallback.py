@@ -153,3 +153,11 @@ def test_sensitivity_ranks_on_the_deployed_kernels_only_where_they_are_the_targe
     else:
         assert sensitivity.kernels == "exact" and f"not target {target}'s" in sensitivity.kernels_reason
     assert len(sensitivity.nodes) == 3 and all(n.harm >= 0 for n in sensitivity.nodes)
+
+
+def test_a_model_over_the_weight_limit_ranks_on_the_exact_quantization(samples_dir, monkeypatch):
+    """A deployed session would copy every weight of the switch model; above the limit the exact one, which computes
+    on the weights in place, ranks (tests/e2e/test_large_model.py holds a 2.3 GB model's peak within 1.5x)."""
+    monkeypatch.setattr(onnxq.steps.sensitivity, "DEPLOYED_MAX_WEIGHT_BYTES", 1000)  # mlp's weights: ~100 kB
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz").report
+    assert report.sensitivity.kernels == "exact" and "would hold their own copy" in report.sensitivity.kernels_reason
