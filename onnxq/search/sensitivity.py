@@ -189,8 +189,8 @@ class _SwitchRuns:
                  batches: Sequence[Batch], deployed: tuple[Mapping[str, str] | None, str]) -> None:
         self.names, self.batches = names, list(batches)
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
-        self.session, self.kernels, self.kernels_reason = _session(model, twins, self._feed(batches[0], set(
-            range(len(twins)))), deployed)
+        all_on = self._feed(batches[0], set(range(len(twins))))
+        self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, deployed)
         local_outputs = [name for twin in twins for name in twin[2:]]
         self.references, self.local = [], [MetricsAccumulator() for _ in twins]
         for batch in self.batches:
@@ -223,6 +223,7 @@ def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Ba
                deployed.get(t[0])) for t in twins]
     differ = [d for d in differ if d[1] != d[2]]
     if differ:
+        del session  # its copy of the weights goes before the exact session is made
         name, got, want = differ[0]
         return _exact(model), "exact", (f"with the switches, ORT fuses {len(differ)} node(s) differently from the "
                                         f"deployed model (e.g. {name}: {got} instead of {want})")
