@@ -13,6 +13,7 @@ __all__ = [
     "OutputPathError",
     "InputChangedError",
     "one_line",
+    "whole_message",
 ]
 
 
@@ -42,6 +43,13 @@ class OutputPathError(OnnxqError):
 
 class InputChangedError(OnnxqError):
     """A file the run reads was changed, truncated or replaced while it ran."""
+
+
+def whole_message(error: BaseException) -> str:
+    """An exception's whole text on one line. ONNX Runtime names the dimension or value at fault past its first
+    line ("index: 0 Got: 8 Expected: 1", "requested shape:{3,-1}"): cutting it there hides the cause."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    return one_line(text) if text else type(error).__name__
 
 
 def one_line(text: object) -> str:

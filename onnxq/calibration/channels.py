@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from onnxq.calibration.specs import Batch
 from onnxq.calibration.runner import session_exposing
-from onnxq.errors import CalibrationDataError
+from onnxq.errors import CalibrationDataError, whole_message
 
 __all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch"]
 
@@ -109,6 +109,6 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
             outputs = session.run(output_names, batch) if session is not None else []
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {str(e).splitlines()[0]}") \
-                from None
+            raise CalibrationDataError("ONNX Runtime rejected a calibration batch: "
+                                       f"{whole_message(e).removeprefix('[ONNXRuntimeError] : ')}") from None
         yield dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}

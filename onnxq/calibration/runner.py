@@ -12,7 +12,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
-from onnxq.errors import CalibrationDataError
+from onnxq.errors import CalibrationDataError, whole_message
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.irquery import unique_name
@@ -50,7 +50,7 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
             outputs = session.run(output_names, batch) if session is not None else []
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_first_line(e)}") from None
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
         try:
             if reduce_in_graph:
                 for i, name in enumerate(fetched):
@@ -109,5 +109,5 @@ def session_exposing(model: ir.Model, names: list[str],
     return session, [v.name for v in exposed.graph.outputs]
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:300]
+def _ort_reason(error: Exception) -> str:
+    return whole_message(error).removeprefix("[ONNXRuntimeError] : ")

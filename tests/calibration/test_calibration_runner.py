@@ -26,3 +26,23 @@ def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
     np.testing.assert_allclose(ranges["y"], (0.0, h_ref.max()), rtol=1e-5)
     assert seen == [8, 8, 8, 8, 5]
     assert [o.name for o in model.graph.outputs] == ["y"]  # the caller's model is not changed
+
+
+def test_onnx_runtime_s_reason_is_kept_whole_on_one_line(rng, tmp_path, capsys):
+    """A batch the model cannot take: ORT names the shapes at fault past its message's first line ("Input
+    shape:{8,6}, requested shape:{5,-1}"); the one error line keeps all of it (issue 19, scope 7)."""
+    from onnxq.cli import main
+    from onnxq.io import save_model
+
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 6])
+    rows = tape.op("Reshape", [x, tape.initializer(ir.tensor(np.array([5, -1], np.int64), name="shape"))])
+    y = tape.op("MatMul", [rows, weight(tape, rng, "w", (6, 4))], name="mm")
+    y.name = "y"
+    save_model(to_model(tape, [x], [y]), tmp_path / "m.onnx")
+    np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (16, 6)).astype(np.float32))
+    code = main([str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "d.npz"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "ONNX Runtime rejected a calibration batch" in err and "requested shape:{5,-1}" in err
+    assert not (tmp_path / "q.onnx").exists()
