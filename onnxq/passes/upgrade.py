@@ -10,7 +10,6 @@ import logging
 from collections.abc import Iterator
 
 import onnx_ir as ir
-from onnxscript.version_converter import ConvertVersionPass
 
 from onnxq.errors import UnsupportedModelError, one_line
 from onnxq.io import LOAD_NOTES
@@ -28,6 +27,9 @@ def upgraded(model: ir.Model) -> tuple[ir.Model, str | None]:
     opset = onnx_opset(model)
     if opset is None or opset >= MIN_OPSET:
         return model, None
+    # Imported here: onnxscript's converter costs every run ~17 MB of resident modules, and only old models need it.
+    from onnxscript.version_converter import ConvertVersionPass
+
     converted = model.clone()
     with _converter_messages() as messages:
         ConvertVersionPass(MIN_OPSET, fallback=True)(converted)

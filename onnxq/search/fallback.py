@@ -59,7 +59,8 @@ class FallbackResult:
             return ["fallback: the tolerance cannot be met even with all but one node float"]
         lines = []
         if self.kept_int8:
-            lines.append(f"fallback: {len(self.kept_int8)} node(s) at 8 bits: " + ", ".join(n for n, _ in self.kept_int8))
+            lines.append(f"fallback: {len(self.kept_int8)} node(s) at 8 bits: "
+                         + ", ".join(n for n, _ in self.kept_int8))
         if self.kept_float or not self.kept_int8:
             lines.append(f"fallback: kept {len(self.kept_float)} node(s) float: "
                          + ", ".join(n for n, _ in self.kept_float))

@@ -2,9 +2,10 @@
 on the first share of the verification inputs while bisecting (a probe) and the answer confirmed on all of them.
 
 The float reference is computed once per run and shared (onnxq.verify.reference); a probe costs the quantized model
-on a quarter of the inputs, on this CPU's deployed kernels only (a confirmation also checks every target). Confirmation checks that k passes on all inputs and k − 1 does not, and bisects on all
-inputs on whichever side the probes were wrong, so the answer is the one a bisection on all inputs finds whenever
-passing is monotone in k. Shared by the fallback and recipe auto.
+on a quarter of the inputs, on this CPU's deployed kernels only (a confirmation also checks every target).
+Confirmation checks that k passes on all inputs and k − 1 does not, and bisects on all inputs on whichever side the
+probes were wrong, so the answer is the one a bisection on all inputs finds whenever passing is monotone in k.
+Shared by the fallback and recipe auto.
 """
 
 from __future__ import annotations
@@ -85,11 +86,16 @@ class CandidateCheck:
         """Whether a probe sees fewer inputs than a confirmation."""
         return not self.head.whole
 
+    def full(self, whole: bool) -> bool:
+        """Whether a check asked for (whole or probe) runs on all inputs: a probe does when the head is all."""
+        return whole or not self.partial
+
     def __call__(self, model: ir.Model, whole: bool) -> Verification:
+        full = self.full(whole)
         start = time.perf_counter()
-        verification = self._verify(model, self.reference if whole or not self.partial else self.head)
+        verification = self._verify(model, self.reference if full else self.head)
         self.log.seconds += time.perf_counter() - start
-        if whole or not self.partial:
+        if full:
             self.log.confirmations += 1
         else:
             self.log.probes += 1
@@ -107,7 +113,7 @@ class Trials:
         self._kept: dict[Hashable, Any] = {}
 
     def passes(self, key: Hashable, whole: bool = False) -> bool:
-        if whole or not self.check.partial:
+        if self.check.full(whole):
             return self.confirmed(key).verification.passed
         if key not in self._outcomes:
             self._outcomes[key] = self._make(key, False).verification.passed

@@ -186,11 +186,11 @@ class _SwitchRuns:
     so the float parts' kernels cancel out and only the switched nodes differ."""
 
     def __init__(self, model: ir.Model, names: list[str], twins: list[tuple[str, str, str, str]],
-                 batches: Sequence[Batch], deployed: tuple[Mapping[str, str] | None, str]) -> None:
+                 batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str]) -> None:
         self.names, self.batches = names, list(batches)
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
-        self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, deployed)
+        self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
         local_outputs = [name for twin in twins for name in twin[2:]]
         self.references, self.local = [], [MetricsAccumulator() for _ in twins]
         for batch in self.batches:
