@@ -40,7 +40,7 @@ EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="python -m onnxq",
-        description="Quantize a float ONNX model to int8 (MatMul/Gemm/Gather) and verify it on ONNX Runtime.",
+        description="Quantize a float ONNX model to int8 (MatMul/Gemm/Conv/Gather) and verify it on ONNX Runtime.",
         epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 130 "
                "interrupted. Other commands: "
                "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "

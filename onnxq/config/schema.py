@@ -186,7 +186,7 @@ class QuantConfig:
     weights: QScheme = QScheme("int8", symmetric=True)
     blocks: BlockConfig = BlockConfig()
     per_channel: bool = True
-    op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather")
+    op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather", "Conv")
     # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
     quantize_activation_matmul: bool = False
     gemm_bias: Literal["int32", "float"] = "int32"

@@ -44,6 +44,9 @@ class NodePlan:
     per_token: bool = False
     # The rewrite that applies it (passes.forms): "" for the mode's own (default_form); a planner names another.
     form: str = ""
+    # A value after the node requantized with its calibrated range (static Conv: ORT fuses DequantizeLinear → Conv →
+    # QuantizeLinear into QLinearConv): the node's output, or the activation that alone reads it. None: float.
+    output: ir.Value | None = None
 
     @property
     def weight_only(self) -> bool:
@@ -69,6 +72,9 @@ class PlanContext:
     limit_pairs: bool = False
     # Activation × weight products take per-token activations (numerics.per_token).
     per_token: bool = False
+    # Activations are asymmetric: a Relu's output range starts at the zero point 0, so a requantized output may be
+    # taken after a Relu that ORT then fuses away (handlers.conv).
+    fold_relu: bool = True
 
     @property
     def weight_only(self) -> bool:

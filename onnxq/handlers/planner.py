@@ -26,6 +26,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         gemm_bias=config.gemm_bias,
         limit_pairs=needs_pair_limit(config.target, config.activations.dtype, config.weights.dtype),
         per_token=config.activation_granularity == "per-token",
+        fold_relu=not config.activations.symmetric,
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

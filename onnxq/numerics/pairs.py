@@ -19,7 +19,8 @@ import numpy as np
 from onnxq.numerics.affine import broadcast_along
 from onnxq.numerics.qparams import QParams
 
-__all__ = ["PAIR_LIMIT", "limit_pair_sums", "pair_sum_violations", "quantize_pair_limited"]
+__all__ = ["PAIR_LIMIT", "limit_pair_sums", "pair_sum_violations", "quantize_pair_limited", "gemm_view",
+           "from_gemm_view"]
 
 PAIR_LIMIT = 128
 
@@ -102,3 +103,15 @@ def quantize_pair_limited(x: np.ndarray, qparams: QParams, k_axis: int) -> tuple
         best_scale = np.where(better, scale, best_scale)
         best_err = np.where(better, err, best_err)
     return best_q, QParams(np.asarray(best_scale, dtype=np.float32), qparams.zero_point, axis)
+
+
+def gemm_view(weight: np.ndarray) -> np.ndarray:
+    """A Conv weight [M, C/group, *kernel] as the [M, K] matrix MLAS's im2col GEMM reads: K over (kernel taps,
+    input channels), input channels fastest — so K pairs are two channels of one tap, or, with an odd channel count,
+    the last channel of a tap and the first of the next (measured on ORT's QLinearConv, tests/handlers/test_conv.py)."""
+    return np.moveaxis(weight, 1, -1).reshape(weight.shape[0], -1)
+
+
+def from_gemm_view(matrix: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """gemm_view's inverse: the [M, K] matrix back in the weight's own shape."""
+    return np.ascontiguousarray(np.moveaxis(matrix.reshape(shape[0], *shape[2:], shape[1]), -1, 1))

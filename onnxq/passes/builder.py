@@ -13,7 +13,7 @@ from onnxq.config import QScheme
 from onnxq.io import page_out
 from onnxq.irquery import unique_name
 from onnxq.numerics import QParams, choose_qparams, quantize
-from onnxq.numerics.pairs import quantize_pair_limited
+from onnxq.numerics.pairs import from_gemm_view, gemm_view, quantize_pair_limited
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node"]
 
@@ -112,6 +112,9 @@ class GraphBuilder:
         qparams = _weight_qparams(array, axis, self.weight_scheme)
         if pair_limit_axis is None:
             quantized = quantize(array, qparams)
+        elif array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
+            quantized, qparams = quantize_pair_limited(gemm_view(array), qparams, 1)
+            quantized = from_gemm_view(quantized, array.shape)
         else:
             quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
         page_out(tensor)  # a memory-mapped float weight is not read again here

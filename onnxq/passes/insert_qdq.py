@@ -11,6 +11,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import attribute
 from onnxq.numerics import QParams, choose_qparams
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import PlannedRewritePass
@@ -22,6 +23,26 @@ __all__ = ["InsertQdqPass"]
 logger = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
+# Ops whose output holds only values of their first input (moved, picked or repeated): a quantized input's grid
+# holds them exactly.
+_VALUE_MOVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity",
+                           "Slice", "Gather", "Expand", "Tile", "SpaceToDepth", "DepthToSpace", "Resize"})
+
+
+def _node(builder: GraphBuilder, op_type: str, inputs: list[ir.Value], base: str) -> ir.Node:
+    """A node named as GraphBuilder.node names it, not yet in the graph."""
+    output = ir.Value(name=builder.unique(f"{base}_output"))
+    return ir.node(op_type, inputs, name=builder.unique(base), outputs=[output])
+
+
+def _moved_from(value: ir.Value) -> ir.Value | None:
+    """The input whose values `value` only moves, or None."""
+    producer = value.producer()
+    if producer is None or producer.op_type not in _VALUE_MOVING or producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type == "Resize" and attribute(producer, "mode", "nearest") != "nearest":
+        return None
+    return producer.inputs[0]
 
 
 class InsertQdqPass(PlannedRewritePass):
@@ -39,6 +60,7 @@ class InsertQdqPass(PlannedRewritePass):
     def call(self, model: ir.Model) -> RewriteResult:
         bias_fallbacks: dict[str, str] = {}
         builder = GraphBuilder(model.graph, self.config.weights)
+        # Each quantized activation once for all its readers: value (and its DequantizeLinear) → (DQ output, qparams).
         activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
         for plan in self.plans:
             node = plan.node
@@ -49,7 +71,7 @@ class InsertQdqPass(PlannedRewritePass):
             for index in plan.activations:
                 value = node.inputs[index]
                 if value not in activations:
-                    activations[value] = self._quantize_activation(builder, value, node)
+                    self._remember(activations, value, self._quantize_activation(builder, value, node, activations))
                 dequantized, act_qparams[index] = activations[value]
                 node.replace_input_with(index, dequantized)
             weight_qparams = None
@@ -62,23 +84,57 @@ class InsertQdqPass(PlannedRewritePass):
                 reason = self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
                 if reason is not None:
                     bias_fallbacks[node.name or ""] = reason
+            if plan.output is not None and plan.output not in activations:
+                self._remember(activations, plan.output, self._quantize_output(builder, plan.output))
         RemoveUnusedNodesPass()(model)
         return RewriteResult(model, modified=bool(self.plans), notes=bias_fallbacks)
 
-    def _quantize_activation(self, builder: GraphBuilder, value: ir.Value,
-                             before: ir.Node) -> tuple[ir.Value, QParams]:
+    @staticmethod
+    def _remember(activations: dict, value: ir.Value, quantized: tuple[ir.Value, QParams]) -> None:
+        # A later reader may hold the value itself or, once an output was requantized, its DequantizeLinear.
+        activations[value] = activations[quantized[0]] = quantized
+
+    def _quantize_activation(self, builder: GraphBuilder, value: ir.Value, before: ir.Node,
+                             activations: Mapping[ir.Value, tuple[ir.Value, QParams]]) -> tuple[ir.Value, QParams]:
+        """Q → DQ of a value for one reader. Behind an op that only moves or picks values of an already quantized
+        input (MaxPool, Reshape, …) its quantization is that input's: nothing is rounded again, and ORT then runs the
+        op on int8 (DropQDQNodes)."""
+        source = _moved_from(value)
+        if source is not None and source in activations and activations[source][1].axis is None:
+            qparams = activations[source][1]
+        else:
+            scheme = self.config.activations
+            rmin, rmax = self.ranges[value.name]
+            qparams = choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+        return self._qdq(builder, value, qparams, lambda node: builder.graph.insert_before(before, node)), qparams
+
+    def _quantize_output(self, builder: GraphBuilder, value: ir.Value) -> tuple[ir.Value, QParams]:
+        """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output)."""
         scheme = self.config.activations
         rmin, rmax = self.ranges[value.name]
         qparams = choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+        readers = list(value.uses())
+        inserted: list[ir.Node] = []
+        dequantized = self._qdq(builder, value, qparams, inserted.append)
+        builder.graph.insert_after(value.producer(), inserted)
+        for reader, index in readers:
+            reader.replace_input_with(index, dequantized)
+        return dequantized, qparams
+
+    @staticmethod
+    def _qdq(builder: GraphBuilder, value: ir.Value, qparams: QParams, place) -> ir.Value:
+        """QuantizeLinear → DequantizeLinear of the value, each node handed to `place` (which puts it in the graph)."""
         base = value.name or "activation"
         scale = builder.initializer(f"{base}_scale", qparams.scale)
         zero_point = builder.initializer(f"{base}_zero_point", qparams.zero_point)
-        q = builder.node("QuantizeLinear", [value, scale, zero_point], f"{base}_QuantizeLinear", before)
+        q = _node(builder, "QuantizeLinear", [value, scale, zero_point], f"{base}_QuantizeLinear")
         q.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(qparams.dtype))
-        q.outputs[0].shape = value.shape
-        dequantized = builder.dequantize(q.outputs[0], scale, zero_point, None, base, before)
-        dequantized.shape = value.shape
-        return dequantized, qparams
+        dq = _node(builder, "DequantizeLinear", [q.outputs[0], scale, zero_point], f"{base}_DequantizeLinear")
+        dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+        q.outputs[0].shape = dq.outputs[0].shape = value.shape
+        place(q)
+        place(dq)
+        return dq.outputs[0]
 
     def _quantize_bias(self, builder: GraphBuilder, node: ir.Node, index: int, act: QParams,
                        weight: QParams) -> str | None:

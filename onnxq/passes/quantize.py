@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnxq.handlers.plan import NodePlan
-from onnxq.passes import insert_blockwise, insert_dynamic, insert_qdq  # noqa: F401  (each registers its form)
+# Each module registers its form.
+from onnxq.passes import insert_blockwise, insert_conv_integer, insert_dynamic, insert_qdq  # noqa: F401
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.config import QuantConfig
 from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult, plan_tensors
@@ -17,10 +18,13 @@ __all__ = ["QuantizePass", "needed_ranges"]
 
 def needed_ranges(plans: Sequence[NodePlan], config: QuantConfig) -> list[str]:
     """What calibration must collect for these plans: the values quantized with calibrated scales under their
-    rewrite forms (passes.forms.plan_tensors), each once, in plan order. Run-time forms (dynamic, per token) and
-    weights need none."""
-    return list(dict.fromkeys(p.node.inputs[t.input].name for p in plans for t in plan_tensors(p, config)
-                              if t.scheme.source == "calibrated"))
+    rewrite forms (passes.forms.plan_tensors), then the requantized outputs (NodePlan.output), each once, in plan
+    order. Run-time forms (dynamic, per token) and weights need none."""
+    inputs = (p.node.inputs[t.input].name for p in plans for t in plan_tensors(p, config)
+              if t.scheme.source == "calibrated")
+    outputs = (p.output.name for p in plans if p.output is not None and p.form in REWRITE_FORMS
+               and REWRITE_FORMS[p.form].calibrated)
+    return list(dict.fromkeys((*inputs, *outputs)))
 
 
 class QuantizePass(PlannedRewritePass):

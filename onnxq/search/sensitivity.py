@@ -251,7 +251,9 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
         twin.outputs[0].name = f"{node.outputs[0].name}_onnxq_float"
         # Both twins are graph outputs (their local error is read), which also keeps them through the passes.
         model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
-        own_plans.append(dataclasses.replace(plan, node=node))
+        # A requantized output (Conv's) lies past the switch, where both twins would read it: each node is ranked on
+        # its input and weight quantization (a quantized reader's input puts the output's grid in its own rank).
+        own_plans.append(dataclasses.replace(plan, node=node, output=None))
         twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
     stats = builder.stats
     QuantizePass(own_plans, RewriteInputs(stats.ranges, builder.effective_config, stats.moments))(model)

@@ -20,7 +20,8 @@ import onnx_ir as ir
 
 from onnxq.calibration.specs import Batch
 from onnxq.irquery import attribute, producer
-from onnxq.numerics.pairs import pair_sum_violations
+from onnxq.numerics.im2col import ConvGeometry, im2col
+from onnxq.numerics.pairs import gemm_view, pair_sum_violations
 from onnxq.verify.sessions import make_session
 
 __all__ = ["IntegerProduct", "NodeSaturation", "SaturationEmulator", "saturation_error", "integer_products",
@@ -67,6 +68,27 @@ class IntegerProduct:
     # Run by an integer kernel even under ORT_DISABLE_ALL (MatMulInteger, MatMulIntegerToFloat, QGemm); a QDQ
     # product then runs as DequantizeLinear + float MatMul, exactly.
     integer_op: bool = True
+    # A Conv (QDQ → QLinearConv): its input goes through im2col, its weight is the [K, M] of pairs.gemm_view, and
+    # padding reads the activation's zero point.
+    conv: ConvGeometry | None = None
+    zero_point: int = 0
+
+    def saturation(self, a: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """(int32 error in the output's layout, saturated pair sums, pair sums computed) for the uint8 input a."""
+        if self.conv is None:
+            error, saturated = saturation_error(a.reshape(-1, a.shape[-1]), self.weight)
+            pair_sums = a.size // a.shape[-1] * (self.weight.shape[0] // 2) * self.weight.shape[1]
+            return error.reshape(*a.shape[:-1], -1), saturated, pair_sums
+        per_group = self.weight.shape[1] // self.conv.group
+        out = self.conv.output_shape(a.shape[2:])
+        errors, saturated = [], 0
+        for g in range(self.conv.group):
+            columns = im2col(a, self.conv, self.zero_point, g)
+            error, count = saturation_error(columns, self.weight[:, g * per_group:(g + 1) * per_group])
+            errors.append(np.moveaxis(error.reshape(a.shape[0], *out, per_group), -1, 1))
+            saturated += count
+        pair_sums = a.shape[0] * int(np.prod(out)) * (self.weight.shape[0] // 2) * self.weight.shape[1]
+        return np.concatenate(errors, axis=1), saturated, pair_sums
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
@@ -94,6 +116,8 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             found.append(IntegerProduct(node.name or "", q.outputs[0].name, weight, node.outputs[0].name,
                                         _const(w_dq.inputs[1]).astype(np.float64) * alpha,
                                         float(_const(x_dq.inputs[1])), integer_op=False))
+        elif node.op_type == "Conv" and (product := _qdq_conv(node)) is not None:
+            found.append(product)
         elif node.op_type in ("MatMulIntegerToFloat", "QGemm") and node.domain == "com.microsoft":
             a, b, a_scale, b_scale, a_zp = (
                 (node.inputs[i] for i in (0, 1, 2, 3, 4)) if node.op_type == "MatMulIntegerToFloat"
@@ -115,6 +139,27 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             name = (node.name or "").removesuffix("_MatMulInteger")
             found.append(IntegerProduct(name, node.inputs[0].name, weight, node.outputs[0].name, None, None))
     return found
+
+
+def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
+    """DequantizeLinear (uint8 activation, int8 weight) → Conv → QuantizeLinear, as ORT's QLinearConv runs it on the
+    U8S8 GEMM — except depthwise, whose kernel does not saturate (measured: tests/handlers/test_conv.py)."""
+    x_dq, w_dq = producer(node.inputs[0], "DequantizeLinear"), producer(node.inputs[1], "DequantizeLinear")
+    q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
+    weight = _const(w_dq.inputs[0]) if w_dq is not None else None
+    zero_point = _const(x_dq.inputs[2]) if x_dq is not None and len(x_dq.inputs) > 2 else None
+    if q is None or weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8:
+        return None
+    group = int(attribute(node, "group", 1))
+    if weight.shape[1] == 1 and weight.shape[0] == group:
+        return None
+    n = weight.ndim - 2
+    geometry = ConvGeometry(tuple(weight.shape[2:]), tuple(attribute(node, "strides", (1,) * n)),
+                            tuple(attribute(node, "dilations", (1,) * n)), tuple(attribute(node, "pads", ())), group,
+                            str(attribute(node, "auto_pad", "NOTSET")))
+    return IntegerProduct(node.name or "", q.outputs[0].name, np.ascontiguousarray(gemm_view(weight).T),
+                          node.outputs[0].name, _const(w_dq.inputs[1]).astype(np.float64),
+                          float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry, zero_point=int(zero_point))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,15 +232,15 @@ class SaturationEmulator:
         to_avx2, to_exact = dict(batch), dict(batch)
         avx2_differs = exact_differs = False
         for p in self.risky:
-            a = activations[p.activation]
-            error, saturated = saturation_error(a.reshape(-1, a.shape[-1]), p.weight)
-            self.stats[p.name][0] += a.size // a.shape[-1] * (p.weight.shape[0] // 2) * p.weight.shape[1]
+            error, saturated, pair_sums = p.saturation(activations[p.activation])
+            self.stats[p.name][0] += pair_sums
             self.stats[p.name][1] += saturated
-            shape = (*a.shape[:-1], p.weight.shape[1])
             if p.weight_scale is None or p.activation_scale is None:
-                delta = error.astype(np.int32).reshape(shape)
+                delta = error.astype(np.int32)
             else:
-                delta = (error * p.activation_scale * p.weight_scale).astype(np.float32).reshape(shape)
+                weight_scale = p.weight_scale if p.conv is None or p.weight_scale.ndim == 0 else \
+                    p.weight_scale.reshape(-1, *([1] * len(p.conv.kernel)))  # per channel, on axis 1
+                delta = (error * p.activation_scale * weight_scale).astype(np.float32)
             if saturated:
                 self.stats[p.name][2] = max(self.stats[p.name][2], float(np.abs(delta).max()))
             saturated_in_base = p.integer_op and self.base_saturates

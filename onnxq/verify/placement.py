@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,13 +24,18 @@ from onnxq.errors import OutputPathError
 from onnxq.handlers.registry import product_op_types
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["INTEGER_KERNELS", "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
+__all__ = ["INTEGER_KERNELS", "FLOAT_PRODUCT_KERNELS",
+           "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
 
 INTEGER_KERNELS = frozenset({
     "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
     "ConvInteger", "MatMulNBits", "QAttention"})
-# ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul).
-_FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm"})
+_LAYOUT_TOKEN = re.compile(r"_token_\d+$")
+# ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul, Conv + Relu ->
+# FusedConv).
+_FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm", "FusedConv"})
+# The float product kernels a summary counts (what is left in float of the model's compute).
+FLOAT_PRODUCT_KERNELS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"}) | _FUSED_FLOAT
 
 
 def _float_products() -> frozenset[str]:
@@ -84,8 +90,9 @@ class Placement:
             advice = (" — ORT has no int8 QDQ MatMul fusion on CUDA: weights are stored int8 (smaller) but compute "
                       "is float; for CUDA speed, weight-only int4 (MatMulNBits) is the path"
                       if self.provider == "CUDAExecutionProvider" else "")
+            ops = "/".join(sorted({self.quantized[n].op_type for n in self.float_fallbacks}))
             found.append(f"{len(self.float_fallbacks)} quantized node(s) ran on {where} as DequantizeLinear + float "
-                         f"MatMul/Gemm{advice}")
+                         f"{ops}{advice}")
         missing = [n for n, r in self.quantized.items() if r is None]
         if missing:
             found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused)")
@@ -143,4 +150,6 @@ def profiled_session(model: ModelSource, provider: str, batch: Batch,
         if event.get("cat") == "Node" and name.endswith("_kernel_time"):
             node = name[: -len("_kernel_time")]
             runs[node] = NodeRun(node, event["args"].get("op_name", "?"), event["args"].get("provider", "?"))
-    return session, Placement(provider, tuple(runs.values()), {n: runs.get(n) for n in quantized})
+    # ORT's layout transformer (NCHW → NHWC for QLinearConv, MaxPool) renames the nodes it rebuilds "<name>_token_<n>".
+    relaid = {_LAYOUT_TOKEN.sub("", name): run for name, run in runs.items()}
+    return session, Placement(provider, tuple(runs.values()), {n: runs.get(n) or relaid.get(n) for n in quantized})

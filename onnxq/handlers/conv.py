@@ -1,0 +1,82 @@
+"""Conv (1-D, 2-D, 3-D; grouped, depthwise, dilated): per-output-channel weights (axis 0), int32 bias, and in static
+mode a quantized output, so that ORT fuses DequantizeLinear → Conv → QuantizeLinear into QLinearConv.
+
+The quantized output is the Conv's own, or that of a Relu / Clip(min 0) that alone reads it: its calibrated range
+then starts at 0, its uint8 zero point is 0, and ORT drops the activation into the QLinearConv (ReluQuantFusion,
+ClipQuantFusion) — as onnxruntime.quantization does. Dynamic mode rewrites Conv to ConvInteger
+(passes/insert_conv_integer.py); weight-only mode has no Conv kernel to block-quantize for, so Conv stays float.
+
+AVX2's QLinearConv runs its im2col GEMM on the U8S8 kernel with K ordered (kernel taps, input channels), input
+channels fastest, and it saturates K pairs like MatMul's (measured: tests/handlers/test_conv.py); its depthwise
+kernel and ConvInteger do not.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.registry import register
+from onnxq.irquery import attribute
+
+__all__ = ["plan_conv", "CONV_PAIR_AXIS", "quantized_output"]
+
+# WeightSpec.pair_limit_axis of a Conv weight [Cout, Cin/group, *kernel]: its input channels, read by the kernel in
+# (taps, channels) order (numerics.pairs.gemm_view).
+CONV_PAIR_AXIS = 1
+
+
+@register("Conv")
+def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
+    x, w = node.inputs[0], node.inputs[1]
+    if constant_float(x) is not None:
+        return Skip(node, "X is a constant; only activation × weight is supported")
+    w_const = constant_float(w)
+    if w_const is None:
+        return Skip(node, f"W is {not_float32(w) or 'not a constant float32 weight'}")
+    if w_const.shape is None or len(w_const.shape) < 3:
+        return Skip(node, "W is not [M, C/group, k1, ...]")
+    if ctx.weight_only:
+        return Skip(node, "weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no block-wise "
+                          "Conv kernel (use static or dynamic mode for Conv)")
+    if (reason := unusable_weight(node, w, w_const)) is not None:
+        return Skip(node, reason)
+    axis = 0 if ctx.per_channel else None
+    if ctx.mode == "dynamic":  # ConvInteger: no saturation (measured), the bias is added in float
+        return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),), form="conv_integer",
+                        bias_note=None if len(node.inputs) < 3 else "dynamic activations: the bias is added in float")
+    depthwise = w_const.shape[1] == 1 and w_const.shape[0] == attribute(node, "group", 1)
+    pair_axis = CONV_PAIR_AXIS if ctx.limit_pairs and not depthwise else None
+    bias_index, bias_note = _bias(node)
+    return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, pair_axis),), bias_index=bias_index,
+                    bias_note=bias_note, output=quantized_output(node, ctx.fold_relu))
+
+
+def _bias(node: ir.Node) -> tuple[int | None, str | None]:
+    if len(node.inputs) < 3 or node.inputs[2] is None:
+        return None, None
+    if constant_float(node.inputs[2]) is None:
+        return None, "B is not a constant float32"
+    return 2, None
+
+
+def quantized_output(node: ir.Node, fold_relu: bool) -> ir.Value | None:
+    """The value whose calibrated range requantizes the node's output: the output, or the Relu / Clip(min ≥ 0) that
+    alone reads it (fold_relu: asymmetric activations, whose zero point is then 0); None for a graph output (its
+    float values are the user's)."""
+    out = node.outputs[0]
+    if out.is_graph_output():
+        return None
+    uses = list(out.uses())
+    if fold_relu and len(uses) == 1 and _is_relu_like(uses[0][0]) and not uses[0][0].outputs[0].is_graph_output():
+        return uses[0][0].outputs[0]
+    return out
+
+
+def _is_relu_like(node: ir.Node) -> bool:
+    if node.op_type == "Relu":
+        return True
+    if node.op_type != "Clip" or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    low = ir.convenience.get_const_tensor(node.inputs[1])
+    return low is not None and low.size == 1 and float(low.numpy().reshape(-1)[0]) >= 0.0
