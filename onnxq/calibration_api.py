@@ -21,6 +21,7 @@ from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.passes import check_model
+from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.upgrade import upgraded
 from onnxq.smoothing import smoothable_groups
 
@@ -54,7 +55,8 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
             for path in external_data_files(float_model):
                 files.add_input(path, "the input model's external data")
         declare_data_files(files, data, "the calibration data")
-    float_model, _ = upgraded(float_model)  # as quantize() converts it: the cache's fingerprint matches
+    # As quantize() prepares it (opset converted, BatchNormalization folded): the cache's fingerprint matches.
+    float_model, _ = folded_batchnorms(upgraded(float_model)[0])
     check_model(float_model)
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:

@@ -3,8 +3,9 @@ mode a quantized output, so that ORT fuses DequantizeLinear → Conv → Quantiz
 
 The quantized output is the Conv's own, or that of a Relu / Clip(min 0) that alone reads it: its calibrated range
 then starts at 0, its uint8 zero point is 0, and ORT drops the activation into the QLinearConv (ReluQuantFusion,
-ClipQuantFusion) — as onnxruntime.quantization does. Dynamic mode rewrites Conv to ConvInteger
-(passes/insert_conv_integer.py); weight-only mode has no Conv kernel to block-quantize for, so Conv stays float.
+ClipQuantFusion) — as onnxruntime.quantization does. Dynamic mode leaves Conv float unless asked (dynamic_conv:
+ConvInteger, passes/insert_conv_integer.py, measured 5.6-7.7x slower than float Conv on an AVX2 EPYC); weight-only
+mode has no Conv kernel to block-quantize for, so Conv stays float there too.
 
 AVX2's QLinearConv runs its im2col GEMM on the U8S8 kernel with K ordered (kernel taps, input channels), input
 channels fastest, and it saturates K pairs like MatMul's (measured: tests/handlers/test_conv.py); its depthwise
@@ -42,6 +43,10 @@ def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     if (reason := unusable_weight(node, w, w_const)) is not None:
         return Skip(node, reason)
     axis = 0 if ctx.per_channel else None
+    if ctx.mode == "dynamic" and not ctx.dynamic_conv:
+        return Skip(node, "dynamic mode leaves Conv float: ORT's ConvInteger ran 5.6-7.7x slower than float Conv "
+                          "(measured, AVX2) — quantize it statically (--calib DATA: QLinearConv), or set "
+                          "dynamic_conv = true")
     if ctx.mode == "dynamic":  # ConvInteger: no saturation (measured), the bias is added in float
         return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),), form="conv_integer",
                         bias_note=None if len(node.inputs) < 3 else "dynamic activations: the bias is added in float")

@@ -75,6 +75,8 @@ class PlanContext:
     # Activations are asymmetric: a Relu's output range starts at the zero point 0, so a requantized output may be
     # taken after a Relu that ORT then fuses away (handlers.conv).
     fold_relu: bool = True
+    # Dynamic mode quantizes Conv as ConvInteger (QuantConfig.dynamic_conv).
+    dynamic_conv: bool = False
 
     @property
     def weight_only(self) -> bool:

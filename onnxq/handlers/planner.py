@@ -27,6 +27,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         limit_pairs=needs_pair_limit(config.target, config.activations.dtype, config.weights.dtype),
         per_token=config.activation_granularity == "per-token",
         fold_relu=not config.activations.symmetric,
+        dynamic_conv=config.dynamic_conv,
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

@@ -16,6 +16,7 @@ from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
+from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.upgrade import upgraded
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
@@ -27,10 +28,14 @@ __all__ = ["load_and_plan", "synthetic_inputs"]
 def load_and_plan(state: RunState) -> bool:
     given, config = state.given, state.config
     loaded = load_model(given.model)
-    state.reference, converted = upgraded(loaded)  # an old opset converted; the model as given stays the reference
+    # An old opset converted, BatchNormalization folded into Conv: the model as given stays the verification's
+    # reference (state.unconverted), the prepared one is what is quantized.
+    state.reference, converted = upgraded(loaded)
+    state.reference, folded = folded_batchnorms(state.reference)
     reference = state.reference
-    if converted is not None:
-        state.notes.append(converted)
+    notes = [note for note in (converted, folded) if note is not None]
+    if notes:
+        state.notes.extend(notes)
         state.unconverted = loaded
     state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)

@@ -42,8 +42,10 @@ class RunState:
     given: RunInputs
     config: QuantConfig
     mode: str = ""
-    reference: ir.Model | None = None  # the float model as loaded (opset converted when too old); never rewritten
-    unconverted: ir.Model | None = None  # the model as given, when its opset was converted: the float reference
+    # The float model as loaded and prepared (opset converted when too old, BatchNormalization folded into Conv);
+    # never rewritten.
+    reference: ir.Model | None = None
+    unconverted: ir.Model | None = None  # the model as given, when preparing changed it: the float reference
     work: ir.Model | None = None  # the model being quantized: smoothed, then rewritten
     quantized_from: ir.Model | None = None  # the float graph the quantization starts from (smoothed, when asked)
     input_path: Path | None = None

@@ -9,8 +9,10 @@ from onnxq.calibration.specs import Batch, InputSpec
 
 __all__ = ["synthetic_batches"]
 
-# Dynamic dimensions get this size; a handful of batches suffices for a smoke test.
+# Dynamic dimensions get this size; a handful of batches suffices for a smoke test. An image's (rank ≥ 4) dynamic
+# spatial dimensions get more: a CNN's strides and pools would shrink 8 pixels to nothing.
 _DYNAMIC_DIM = 8
+_DYNAMIC_SPATIAL_DIM = 64
 
 
 def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, seed: int = 0) -> list[Batch]:
@@ -26,7 +28,9 @@ def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, s
             dims = list(spec.shape) if spec.shape is not None else [None] * (2 if spec.name in inner else 1)
             if spec.name in inner and not isinstance(dims[-1], int):
                 dims[-1] = inner[spec.name]  # a MatMul's K, from its constant weight
-            shape = tuple(d if isinstance(d, int) else _DYNAMIC_DIM for d in dims)
+            shape = tuple(d if isinstance(d, int) and d > 0  # ONNX files write -1 for dynamic too
+                          else _DYNAMIC_SPATIAL_DIM if len(dims) >= 4 and i >= 2 else _DYNAMIC_DIM
+                          for i, d in enumerate(dims))
             if spec.dtype.kind == "f":
                 batch[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
             elif spec.dtype.kind in "iu" and spec.name in bounds:

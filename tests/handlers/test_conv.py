@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
+from onnxq.errors import UnsupportedModelError
 from onnxq.verify import make_session
 from onnxq.verify.emulate import SaturationEmulator, this_cpu_saturates
 
@@ -124,12 +125,14 @@ def test_static_conv_runs_as_qlinearconv(tmp_path, rng, name, x_shape, w_shape, 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, attrs", SHAPES, ids=[s[0] for s in SHAPES])
 def test_dynamic_conv_runs_as_convinteger(tmp_path, rng, name, x_shape, w_shape, attrs):
-    """Dynamic mode: DynamicQuantizeLinear → ConvInteger → scales → float bias, no calibration; cosine ≥ 0.999 on
-    held-out data (measured ≥ 0.99999)."""
+    """Dynamic mode with dynamic_conv: DynamicQuantizeLinear → ConvInteger → scales → float bias, no calibration;
+    cosine ≥ 0.999 on held-out data (measured ≥ 0.99999). Without it, Conv stays float and says why."""
     model, _ = _cnn(x_shape, w_shape, attrs, rng, pool=name in ("2d", "3d"))
     path = tmp_path / "cnn.onnx"
     onnx.save(model, path)
-    result = onnxq.quantize(path, None, config=onnxq.QuantConfig(mode="dynamic"))
+    with pytest.raises(UnsupportedModelError, match="ConvInteger ran 5.6-7.7x slower"):
+        onnxq.quantize(path, None, config=onnxq.QuantConfig(mode="dynamic"))
+    result = onnxq.quantize(path, None, config=onnxq.QuantConfig(mode="dynamic", dynamic_conv=True))
     assert sum(n.op_type == "ConvInteger" for n in result.model.graph) == 2
     assert result.report.verification.passed
     held_out = rng.normal(0, 1, (8, *x_shape[1:])).astype(np.float32)
@@ -175,3 +178,49 @@ def test_pair_limit_keeps_conv_exact_on_avx2(tmp_path, rng):
         kernel_error, emulation_error = np.abs(deployed - full_exact).max(), np.abs(deployed - avx2[0]).max()
         assert kernel_error > 1e-3 * np.abs(full_exact).max()  # measured: 0.050 of 18.7
         assert emulation_error <= 0.1 * kernel_error  # measured: 0 (bit for bit after requantization)
+
+
+def test_batchnorm_folded_into_conv(tmp_path, rng):
+    """Conv → BatchNormalization → Relu: the BN is folded into the Conv before planning (one Conv quantized, its
+    requantized output after the Relu, QLinearConv on ORT), said in the report, and verified against the model as
+    given: cosine ≥ 0.999 (measured 0.99998)."""
+    model, data = _cnn((2, 8, 9, 9), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}, rng)
+    graph = model.graph
+    conv1 = next(n for n in graph.node if n.name == "conv1")
+    conv1.output[0] = "c1_raw"
+    stats = [rng.uniform(0.5, 2, 16), rng.normal(0, 0.5, 16), rng.normal(0, 0.5, 16), rng.uniform(0.2, 3, 16)]
+    graph.initializer.extend(numpy_helper.from_array(a.astype(np.float32), n)
+                             for a, n in zip(stats, ["bn_scale", "bn_b", "bn_mean", "bn_var"]))
+    graph.node.insert(1, helper.make_node("BatchNormalization", ["c1_raw", "bn_scale", "bn_b", "bn_mean", "bn_var"],
+                                          ["c1"], name="bn1", epsilon=1e-3))
+    path = tmp_path / "bn.onnx"
+    onnx.save(model, path)
+    before = path.read_bytes()
+    result = onnxq.quantize(path, data)
+    assert path.read_bytes() == before
+    assert "BatchNormalization" not in {n.op_type for n in result.model.graph}
+    assert any("1 BatchNormalization node(s) folded" in note for note in result.report.notes)
+    report = result.report.to_dict()
+    assert report["verification"]["passed"]
+    placement = report["verification"]["providers"]["CPUExecutionProvider"]["placement"]
+    assert placement["quantized"]["conv1"]["op_type"] == "QLinearConv"
+    held_out = rng.normal(0, 1, (8, 8, 9, 9)).astype(np.float32)
+    want = make_session(path, optimize=False).run(None, {"x": held_out})[0]
+    got = make_session(result.model, optimize=True).run(None, {"x": held_out})[0]
+    assert _cosine(want, got) >= 0.999
+
+
+def test_unknown_image_size_gets_synthetic_inputs_a_cnn_can_take(tmp_path, rng):
+    """No data at all, an image input declared [-1, 8, ?, ?] (ONNX files write -1 for a dynamic batch): the smoke
+    test's synthetic images are 8 × 8 × 64 × 64, which three stride-2 Convs can take (8 pixels could not)."""
+    w = [rng.normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32) for _ in range(3)]
+    nodes = [helper.make_node("Conv", [x, f"w{i}"], [y], name=f"conv{i}", strides=[2, 2], pads=[1, 1, 1, 1])
+             for i, (x, y) in enumerate([("x", "a"), ("a", "b"), ("b", "c")])]
+    nodes.append(helper.make_node("GlobalAveragePool", ["c"], ["y"], name="gap"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 8, None, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(w)])
+    path = tmp_path / "cnn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    result = onnxq.quantize(path, None, config=onnxq.QuantConfig(mode="dynamic", dynamic_conv=True))
+    assert result.report.verification.passed and result.report.verification.samples == 32
