@@ -1,0 +1,140 @@
+"""Conv models against onnxruntime.quantization, same data, same machine, same run.
+
+    python bench/bench_conv.py [--out bench/out/conv]
+
+Models: a 3-Conv CNN built here, and PP-OCR's direction classifier and text detector as rapidocr-onnxruntime 1.4.4
+ships them (fetched with `pip download`, the wheel's sha256 checked). Inputs are synthetic pages (dark rectangles
+on a light background, PP-OCR's normalization to [-1, 1]): the figures say how close and how fast, not how well
+text is read. Per model: latency (interleaved medians), cosine to float and argmax agreement on held-out inputs
+(last axis), for float, onnxq static, onnxruntime's quantize_static (QDQ, per channel, U8S8) and quantize_dynamic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import interleaved_latency_ms, mean_cosine, session  # noqa: E402
+
+WHEEL = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
+MODELS = {"ppocr_cls": ("rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (48, 192), 64),
+          "ppocr_det": ("rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (320, 320), 16)}
+
+
+def fetch(out: Path) -> Path:
+    name, version, sha256 = WHEEL
+    wheel = next(out.glob(f"{name.replace('-', '_')}-{version}-*.whl"), None)
+    if wheel is None:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(out),
+                        f"{name}=={version}"], check=True)
+        wheel = next(out.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise SystemExit(f"{wheel.name}: sha256 {digest}, expected {sha256}")
+    return wheel
+
+
+def pages(n: int, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    images = np.ones((n, 3, height, width), np.float32)
+    for image in images:
+        for _ in range(rng.integers(3, 9)):
+            y, x = rng.integers(0, height - 8), rng.integers(0, width - 20)
+            image[:, y:y + rng.integers(4, max(5, height // 3)), x:x + rng.integers(10, width // 2)] = \
+                rng.uniform(0, 0.3)
+        image += rng.normal(0, 0.05, image.shape).astype(np.float32)
+    return (images - 0.5) / 0.5
+
+
+def small_cnn(path: Path, rng: np.random.Generator) -> Path:
+    nodes, inits, x, channels = [], [], "x", (3, 32, 64, 64)
+    for i in range(3):
+        w = rng.normal(0, 1 / np.sqrt(channels[i] * 9), (channels[i + 1], channels[i], 3, 3)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(rng.normal(0, 0.1, channels[i + 1]).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        x = f"r{i}"
+        if i == 0:
+            nodes.append(helper.make_node("MaxPool", [x], ["p0"], kernel_shape=[2, 2], strides=[2, 2]))
+            x = "p0"
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("MatMul", ["f", "wf"], ["y"], name="fc")]
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.1, (64, 10)).astype(np.float32), "wf"))
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def quantize_all(source: Path, calibration: np.ndarray, out: Path) -> dict[str, Path]:
+    import onnxq
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
+                                          quantize_static)
+
+    name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+    paths = {"float": source, "onnxq static": out / f"{source.stem}_onnxq.onnx",
+             "ORT static": out / f"{source.stem}_ort_static.onnx", "ORT dynamic": out / f"{source.stem}_ort_dyn.onnx"}
+    onnxq.quantize(source, {name: calibration}, output=paths["onnxq static"],
+                   config=onnxq.QuantConfig(verify=onnxq.VerifyConfig(enabled=False)))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([{name: calibration[i:i + 1]} for i in range(len(calibration))])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(source, paths["ORT static"], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    try:
+        quantize_dynamic(source, paths["ORT dynamic"], weight_type=QuantType.QInt8)
+    except Exception as e:  # noqa: BLE001 — its failure is a result
+        print(f"  ORT quantize_dynamic failed on {source.name}: {str(e)[:120]}")
+        del paths["ORT dynamic"]
+    return paths
+
+
+def measure(label: str, paths: dict[str, Path], held_out: np.ndarray, rounds: int) -> None:
+    name = onnx.load(str(paths["float"]), load_external_data=False).graph.input[0].name
+    feed = {name: held_out}
+    reference = session(paths["float"]).run(None, feed)[0]
+    latency = interleaved_latency_ms(paths, feed, rounds)
+    print(f"\n{label}: {len(held_out)} held-out inputs, latency median of {rounds} interleaved rounds")
+    print(f"  {'model':14s} {'latency ms':>10s} {'x float':>8s} {'cosine':>8s} {'argmax agree':>13s}")
+    for kind, path in paths.items():
+        out = session(path).run(None, feed)[0]
+        agree = float((out.argmax(-1) == reference.argmax(-1)).mean())
+        print(f"  {kind:14s} {latency[kind]:10.1f} {latency[kind] / latency['float']:8.2f} "
+              f"{mean_cosine(reference, out):8.4f} {agree:13.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "conv"))
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    cnn = small_cnn(out / "small_cnn.onnx", rng)
+    images = rng.normal(0, 1, (40, 3, 64, 64)).astype(np.float32)
+    measure("small CNN (3 Conv + MatMul)", quantize_all(cnn, images[:32], out), images[32:], args.rounds)
+    with zipfile.ZipFile(fetch(out)) as wheel:
+        for label, (member, (height, width), count) in MODELS.items():
+            path = out / Path(member).name
+            path.write_bytes(wheel.read(member))
+            data = pages(count + 8, height, width, rng)
+            measure(label, quantize_all(path, data[:count], out), data[count:], args.rounds)
+
+
+if __name__ == "__main__":
+    main()
