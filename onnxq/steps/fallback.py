@@ -3,6 +3,7 @@ until the tolerance is met (onnxq.search.fallback)."""
 
 from __future__ import annotations
 
+from onnxq.search.build import Overrides
 from onnxq.search.fallback import fall_back as search
 from onnxq.steps.sensitivity import wants_fallback
 from onnxq.steps.state import RunState
@@ -20,6 +21,9 @@ def fall_back(state: RunState) -> bool:
         state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
         return True
     state.adopt(chosen.built, chosen.verification)
+    # Later builds (check_speed's per-kind trials) start from these decisions.
+    state.overrides = state.overrides | Overrides(float_nodes=tuple(chosen.excluded),
+                                                  eight_bit=tuple(chosen.eight_bit))
     placed(state)
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
     state.eight_bit |= set(chosen.eight_bit)

@@ -1,0 +1,115 @@
+"""--check-speed, per node kind: a kind of quantized node whose integer kernel is slower than float on this CPU is
+kept float, by measurement (never by a table that another CPU would contradict).
+
+The kinds are what ORT runs on different kernels: MatMul, Gemm, and Conv as depthwise, 1×1 and k×k (MLAS has a
+depthwise QLinearConv kernel and a GEMM one; on an AVX2 EPYC the depthwise one ran far slower than float NCHWc Conv,
+README, Conv). Each kind, most nodes first, is tried float on top of the decisions so far; the two models take
+turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row. The
+chosen model is verified like any search's candidate, so the gate still decides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from onnxq.calibration.specs import Batch
+from onnxq.handlers.plan import NodePlan
+from onnxq.handlers.registry import product_op_types
+from onnxq.irquery import attribute
+from onnxq.report import escape
+from onnxq.search.build import Builder, Built, Overrides
+from onnxq.verify.speed import check_speed
+
+__all__ = ["MARGIN", "node_kind", "KindTiming", "SpeedByKind", "choose_kinds"]
+
+# Faster by less than this is noise on a shared machine: the kind stays quantized (smaller, and as asked).
+MARGIN = 0.05
+
+
+def node_kind(plan: NodePlan, node: ir.Node) -> str | None:
+    """The kernel family a planned node runs on, from its float node; None for a node that computes no product (a
+    Gather's table)."""
+    if node.op_type not in product_op_types() or plan.weight_only:
+        return None
+    if node.op_type != "Conv":
+        return node.op_type
+    weight = ir.convenience.get_const_tensor(node.inputs[1])
+    if weight is None:
+        return "Conv"
+    if weight.shape[1] == 1 and weight.shape[0] == attribute(node, "group", 1):
+        return "Conv depthwise"
+    return "Conv 1x1" if all(k == 1 for k in weight.shape[2:]) else "Conv kxk"
+
+
+@dataclasses.dataclass(frozen=True)
+class KindTiming:
+    kind: str
+    nodes: int
+    quantized_ms: float  # the model with this kind quantized (and the kinds decided before as decided)
+    float_ms: float  # the same with this kind float
+    kept_float: bool
+
+    def text(self) -> str:
+        verdict = "kept float" if self.kept_float else "quantized"
+        return (f"  {self.kind} ({self.nodes} node(s)): {self.quantized_ms:.2f} ms quantized, {self.float_ms:.2f} ms "
+                f"float -> {verdict}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedByKind:
+    """The report section: each kind's timing and decision on this CPU."""
+
+    provider: str
+    timings: tuple[KindTiming, ...]
+    float_nodes: tuple[str, ...]
+    key: str = "speed_by_kind"
+
+    def to_dict(self) -> dict:
+        return {"provider": self.provider, "margin": MARGIN, "float_nodes": list(self.float_nodes),
+                "kinds": [dataclasses.asdict(t) for t in self.timings]}
+
+    def text(self) -> list[str]:
+        kept = [t.kind for t in self.timings if t.kept_float]
+        head = (f"speed by node kind on {self.provider.replace('ExecutionProvider', '')} (each kind float vs "
+                f"quantized, interleaved): {'kept float: ' + ', '.join(kept) if kept else 'every kind quantized'}")
+        return [head, *(t.text() for t in self.timings)]
+
+    def html(self) -> str:
+        rows = "".join(f"<tr><td>{escape(t.kind)}</td><td>{t.nodes}</td><td>{t.quantized_ms:.2f}</td>"
+                       f"<td>{t.float_ms:.2f}</td><td>{'kept float' if t.kept_float else 'quantized'}</td></tr>"
+                       for t in self.timings)
+        return ("<h2>Speed by node kind</h2><table><tr><th>kind</th><th>nodes</th><th>quantized ms</th>"
+                f"<th>float ms</th><th>decision</th></tr>{rows}</table>")
+
+
+def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, batch: Batch, provider: str,
+                 rounds: int = 10) -> tuple[SpeedByKind, Built | None]:
+    """(the timings, the model with the slow kinds float — None when every kind stays quantized)."""
+    kinds: dict[str, list[str]] = {}
+    float_nodes = {n.name: n for n in builder.float_model.graph}
+    for plan in plans:
+        kind = node_kind(plan, float_nodes[plan.node.name])
+        if kind is not None:
+            kinds.setdefault(kind, []).append(plan.node.name or "")
+    floats: list[str] = []
+    current, chosen, timings = model, None, []
+    for kind, names in sorted(kinds.items(), key=lambda item: -len(item[1])):
+        candidate = builder.build(Overrides(float_nodes=tuple(floats + names)))
+        quantized_ms, float_ms = _timed(current, candidate.model, batch, provider, rounds)
+        slower = quantized_ms > float_ms * (1 + MARGIN)
+        if slower:  # confirmed by a second measurement: one noisy round of medians must not drop a kind
+            quantized_ms, float_ms = _timed(current, candidate.model, batch, provider, rounds)
+            slower = quantized_ms > float_ms * (1 + MARGIN)
+        timings.append(KindTiming(kind, len(names), quantized_ms, float_ms, slower))
+        if slower:
+            floats += names
+            current, chosen = candidate.model, candidate
+    return SpeedByKind(provider, tuple(timings), tuple(floats)), chosen
+
+
+def _timed(quantized: ir.Model, floating: ir.Model, batch: Batch, provider: str, rounds: int) -> tuple[float, float]:
+    """(ms with the kind quantized, ms with it float): interleaved medians (verify.speed)."""
+    timing = check_speed(quantized, floating, batch, [provider], rounds)[0]
+    return timing.float_ms, timing.quantized_ms  # check_speed names its first model "float"

@@ -1,0 +1,97 @@
+"""--check-speed per node kind: kinds, the decision rule on given timings, and a real run end to end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxq
+from onnxq.search import speed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "handlers"))
+from test_conv import _cnn  # noqa: E402
+
+
+def _model(tmp_path, rng) -> tuple[Path, dict]:
+    """x → Conv 3×3 → Relu → depthwise Conv → Relu → Conv 1×1 → GlobalAveragePool → Flatten → MatMul."""
+    model, data = _cnn((2, 8, 16, 16), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}, rng, pool=False)
+    graph = model.graph
+    conv2 = next(n for n in graph.node if n.name == "conv2")
+    conv2.input[0] = "d1"
+    graph.initializer.append(onnx.numpy_helper.from_array(rng.normal(0, 0.3, (16, 1, 3, 3)).astype(np.float32),
+                                                          "wd"))
+    graph.node.insert(2, onnx.helper.make_node("Conv", ["r1", "wd"], ["dw"], name="depthwise", group=16,
+                                               pads=[1, 1, 1, 1]))
+    graph.node.insert(3, onnx.helper.make_node("Relu", ["dw"], ["d1"], name="relu_dw"))
+    y = graph.output[0].name
+    gap = next(n for n in graph.node if n.output[0] == y)
+    gap.output[0] = "pooled"
+    graph.node.extend([onnx.helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+                       onnx.helper.make_node("MatMul", ["flat", "wf"], [y], name="fc")])
+    graph.initializer.append(onnx.numpy_helper.from_array(rng.normal(0, 0.3, (5, 4)).astype(np.float32), "wf"))
+    path = tmp_path / "kinds.onnx"
+    onnx.save(model, path)
+    return path, data
+
+
+def test_kinds(tmp_path, rng):
+    path, data = _model(tmp_path, rng)
+    result = onnxq.quantize(path, data, config=onnxq.QuantConfig(verify=onnxq.VerifyConfig(enabled=False)))
+    from onnxq.handlers import plan_model
+
+    plans, _ = plan_model(onnxq.io.load_model(path).graph, onnxq.QuantConfig(), "static")
+    assert {p.node.name: speed.node_kind(p, p.node) for p in plans} == {
+        "conv1": "Conv kxk", "depthwise": "Conv depthwise", "conv2": "Conv 1x1", "fc": "MatMul"}
+    assert {n.name for n in result.model.graph if n.op_type == "Conv"} >= {"conv1", "depthwise", "conv2"}
+
+
+def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monkeypatch):
+    """Given timings (our own timer replaced, ORT untouched): the depthwise kind is slower quantized in both
+    measurements and goes float; the 1×1 kind is slower once only (noise) and stays quantized. The chosen model is
+    verified, reported and saved."""
+    path, data = _model(tmp_path, rng)
+    calls: dict[str, int] = {}
+
+    def int8_weights(model):  # the nodes whose weight comes out of a DequantizeLinear
+        return {n.name for n in model.graph if n.op_type in ("Conv", "MatMul") and n.inputs[1].producer() is not None
+                and n.inputs[1].producer().op_type == "DequantizeLinear"}
+
+    def timed(quantized, floating, batch, provider, rounds):
+        (kind,) = int8_weights(quantized) - int8_weights(floating)
+        calls[kind] = calls.get(kind, 0) + 1
+        if kind == "depthwise" or (kind == "conv2" and calls[kind] == 1):
+            return 2.0, 1.0
+        return 1.0, 1.5
+
+    monkeypatch.setattr(speed, "_timed", timed)
+    result = onnxq.quantize(path, data, output=tmp_path / "q.onnx",
+                            config=onnxq.QuantConfig(verify=onnxq.VerifyConfig(check_speed=True)))
+    report = result.report.to_dict()
+    section = report["speed_by_kind"]
+    decided = {k["kind"]: k["kept_float"] for k in section["kinds"]}
+    assert decided == {"Conv kxk": False, "Conv depthwise": True, "Conv 1x1": False, "MatMul": False}
+    assert calls == {"conv1": 1, "depthwise": 2, "conv2": 2, "fc": 1}
+    assert section["float_nodes"] == ["depthwise"]
+    assert "depthwise" not in {e["name"] for e in report["quantized"]}
+    assert any(n.startswith("speed: Conv depthwise kept float") for n in report["notes"])
+    assert report["verification"]["passed"]
+    saved = onnx.load(tmp_path / "q.onnx")
+    depthwise = next(n for n in saved.graph.node if n.name == "depthwise")
+    assert not any(p.op_type == "DequantizeLinear" for p in saved.graph.node if p.output[0] == depthwise.input[1])
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
+    """Real ORT sessions: every kind is timed and each decision follows its own numbers (whatever this CPU is)."""
+    path, data = _model(tmp_path, rng)
+    config = onnxq.QuantConfig(mode=mode, dynamic_conv=True, verify=onnxq.VerifyConfig(check_speed=True))
+    report = onnxq.quantize(path, data if mode == "static" else None, config=config).report.to_dict()
+    kinds = report["speed_by_kind"]["kinds"]
+    assert {k["kind"] for k in kinds} == {"Conv kxk", "Conv depthwise", "Conv 1x1", "MatMul"}
+    for k in kinds:
+        assert k["kept_float"] == (k["quantized_ms"] > k["float_ms"] * (1 + speed.MARGIN))
+    assert report["verification"]["passed"] and report["speed"]
