@@ -21,8 +21,7 @@ from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.passes import check_model
-from onnxq.passes.fold_batchnorm import folded_batchnorms
-from onnxq.passes.upgrade import upgraded
+from onnxq.passes.preparation import prepared
 from onnxq.smoothing import smoothable_groups
 
 __all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations"]
@@ -56,7 +55,7 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
                 files.add_input(path, "the input model's external data")
         declare_data_files(files, data, "the calibration data")
     # As quantize() prepares it (opset converted, BatchNormalization folded): the cache's fingerprint matches.
-    float_model, _ = folded_batchnorms(upgraded(float_model)[0])
+    float_model, _ = prepared(float_model)
     check_model(float_model)
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:

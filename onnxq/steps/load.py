@@ -16,8 +16,7 @@ from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
-from onnxq.passes.fold_batchnorm import folded_batchnorms
-from onnxq.passes.upgrade import upgraded
+from onnxq.passes.preparation import prepared
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
@@ -28,12 +27,10 @@ __all__ = ["load_and_plan", "synthetic_inputs"]
 def load_and_plan(state: RunState) -> bool:
     given, config = state.given, state.config
     loaded = load_model(given.model)
-    # An old opset converted, BatchNormalization folded into Conv: the model as given stays the verification's
-    # reference (state.unconverted), the prepared one is what is quantized.
-    state.reference, converted = upgraded(loaded)
-    state.reference, folded = folded_batchnorms(state.reference)
+    # Prepared (passes.preparation: an old opset converted, weight casts and BatchNormalization folded): the model
+    # as given stays the verification's reference (state.unconverted), the prepared one is what is quantized.
+    state.reference, notes = prepared(loaded)
     reference = state.reference
-    notes = [note for note in (converted, folded) if note is not None]
     if notes:
         state.notes.extend(notes)
         state.unconverted = loaded

@@ -1,0 +1,25 @@
+"""The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
+None), in order: an old opset converted, Identity / Cast of weights folded, BatchNormalization folded into Conv. The
+model as given is never changed; it stays the verification's reference."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnxq.passes.fold_batchnorm import folded_batchnorms
+from onnxq.passes.fold_weight_casts import folded_weight_casts
+from onnxq.passes.upgrade import upgraded
+
+__all__ = ["PREPARATIONS", "prepared"]
+
+PREPARATIONS = (upgraded, folded_weight_casts, folded_batchnorms)
+
+
+def prepared(model: ir.Model) -> tuple[ir.Model, list[str]]:
+    """(the model after every preparation, their notes for the report)."""
+    notes = []
+    for preparation in PREPARATIONS:
+        model, note = preparation(model)
+        if note is not None:
+            notes.append(note)
+    return model, notes
