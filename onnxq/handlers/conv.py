@@ -48,8 +48,9 @@ def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
                           "(measured, AVX2) — quantize it statically (--calib DATA: QLinearConv), or set "
                           "dynamic_conv = true")
     if ctx.mode == "dynamic":  # ConvInteger: no saturation (measured), the bias is added in float
+        has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
         return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),), form="conv_integer",
-                        bias_note=None if len(node.inputs) < 3 else "dynamic activations: the bias is added in float")
+                        bias_note="dynamic activations: the bias is added in float" if has_bias else None)
     depthwise = w_const.shape[1] == 1 and w_const.shape[0] == attribute(node, "group", 1)
     pair_axis = CONV_PAIR_AXIS if ctx.limit_pairs and not depthwise else None
     bias_index, bias_note = _bias(node)

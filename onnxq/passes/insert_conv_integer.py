@@ -35,7 +35,7 @@ def _conv_integer(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInp
         weight = builder.quantized_weight(node.inputs[1], spec.axis)
         base = node.name or "Conv"
         integer = builder.node("ConvInteger", [x_q, weight.quantized, x_zero_point], f"{base}_ConvInteger", node,
-                               attributes={k: v for k, v in node.attributes.items()})
+                               attributes=dict(node.attributes))
         as_float = builder.node("Cast", [integer.outputs[0]], f"{base}_Cast", node,
                                 attributes={"to": ir.DataType.FLOAT})
         rank = len(weight.quantized.shape)

@@ -148,7 +148,8 @@ def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
     q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
     weight = _const(w_dq.inputs[0]) if w_dq is not None else None
     zero_point = _const(x_dq.inputs[2]) if x_dq is not None and len(x_dq.inputs) > 2 else None
-    if q is None or weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8:
+    if q is None or weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8 \
+            or not _requantized(node.outputs[0]):
         return None
     group = int(attribute(node, "group", 1))
     if weight.shape[1] == 1 and weight.shape[0] == group:
@@ -160,6 +161,16 @@ def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
     return IntegerProduct(node.name or "", q.outputs[0].name, np.ascontiguousarray(gemm_view(weight).T),
                           node.outputs[0].name, _const(w_dq.inputs[1]).astype(np.float64),
                           float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry, zero_point=int(zero_point))
+
+
+def _requantized(value: ir.Value) -> bool:
+    """Whether a Conv output goes into QuantizeLinear (directly, or through the Relu / Clip ORT fuses): the pattern
+    ORT runs as QLinearConv. Else the Conv runs in float after DequantizeLinear, which cannot saturate."""
+    uses = list(value.uses())
+    if len(uses) == 1 and uses[0][0].op_type in ("Relu", "Clip") and not value.is_graph_output():
+        value = uses[0][0].outputs[0]
+        uses = list(value.uses())
+    return bool(uses) and not value.is_graph_output() and all(u[0].op_type == "QuantizeLinear" for u in uses)
 
 
 @dataclasses.dataclass(frozen=True)
