@@ -6,7 +6,7 @@ import collections
 
 from onnxq.report import QuantReport
 from onnxq.verify.check import OutputCheck, Verification
-from onnxq.verify.placement import FLOAT_PRODUCT_KERNELS, INTEGER_KERNELS
+from onnxq.verify.placement import INTEGER_KERNELS, float_product_kernels
 
 __all__ = ["format_summary", "format_verification"]
 
@@ -33,7 +33,7 @@ def format_verification(v: Verification) -> list[str]:
         if p is not None:
             integer = collections.Counter(r.op_type for r in p.runs if r.op_type in INTEGER_KERNELS)
             text = ", ".join(f"{n} {op}" for op, n in integer.most_common()) or "none"
-            floats = sum(n for op, n in p.kernels.items() if op in FLOAT_PRODUCT_KERNELS)
+            floats = sum(n for op, n in p.kernels.items() if op in float_product_kernels())
             lines.append(f"ORT {_short(check.provider)} kernels: integer {text}; float MatMul/Gemm/Conv {floats}"
                          f" ({len(p.integer)}/{len(p.quantized)} quantized nodes on integer kernels)")
             lines += [f"  ! {finding}" for finding in p.findings()]

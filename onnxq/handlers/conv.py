@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
+                                 unusable_weight)
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
-__all__ = ["plan_conv", "CONV_PAIR_AXIS", "quantized_output"]
+__all__ = ["plan_conv", "CONV_PAIR_AXIS", "quantized_output", "is_depthwise", "is_relu_like"]
 
 # WeightSpec.pair_limit_axis of a Conv weight [Cout, Cin/group, *kernel]: its input channels, read by the kernel in
 # (taps, channels) order (numerics.pairs.gemm_view).
@@ -29,18 +30,15 @@ CONV_PAIR_AXIS = 1
 
 @register("Conv")
 def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
-    x, w = node.inputs[0], node.inputs[1]
-    if constant_float(x) is not None:
-        return Skip(node, "X is a constant; only activation × weight is supported")
-    w_const = constant_float(w)
-    if w_const is None:
-        return Skip(node, f"W is {not_float32(w) or 'not a constant float32 weight'}")
+    w_const = constant_weight(node, ("X", "W"))
+    if isinstance(w_const, Skip):
+        return w_const
     if w_const.shape is None or len(w_const.shape) < 3:
         return Skip(node, "W is not [M, C/group, k1, ...]")
     if ctx.weight_only:
         return Skip(node, "weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no block-wise "
                           "Conv kernel (use static or dynamic mode for Conv)")
-    if (reason := unusable_weight(node, w, w_const)) is not None:
+    if (reason := unusable_weight(node, node.inputs[1], w_const)) is not None:
         return Skip(node, reason)
     axis = 0 if ctx.per_channel else None
     if ctx.mode == "dynamic" and not ctx.dynamic_conv:
@@ -51,11 +49,16 @@ def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
         return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis),), form="conv_integer",
                         bias_note="dynamic activations: the bias is added in float" if has_bias else None)
-    depthwise = w_const.shape[1] == 1 and w_const.shape[0] == attribute(node, "group", 1)
-    pair_axis = CONV_PAIR_AXIS if ctx.limit_pairs and not depthwise else None
+    pair_axis = CONV_PAIR_AXIS if ctx.limit_pairs and not is_depthwise(node, w_const.shape) else None
     bias_index, bias_note = _bias(node)
     return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, pair_axis),), bias_index=bias_index,
                     bias_note=bias_note, output=quantized_output(node, ctx.fold_relu))
+
+
+def is_depthwise(node: ir.Node, weight_shape) -> bool:
+    """One input channel per group and one output channel per group: ORT runs it on MLAS's depthwise kernel (which
+    does not saturate) instead of the im2col GEMM."""
+    return weight_shape[1] == 1 and weight_shape[0] == attribute(node, "group", 1)
 
 
 def _bias(node: ir.Node) -> tuple[int | None, str | None]:
@@ -74,12 +77,13 @@ def quantized_output(node: ir.Node, fold_relu: bool) -> ir.Value | None:
     if out.is_graph_output():
         return None
     uses = list(out.uses())
-    if fold_relu and len(uses) == 1 and _is_relu_like(uses[0][0]) and not uses[0][0].outputs[0].is_graph_output():
+    if fold_relu and len(uses) == 1 and is_relu_like(uses[0][0]) and not uses[0][0].outputs[0].is_graph_output():
         return uses[0][0].outputs[0]
     return out
 
 
-def _is_relu_like(node: ir.Node) -> bool:
+def is_relu_like(node: ir.Node) -> bool:
+    """A Relu, or a Clip whose minimum is ≥ 0: ORT folds it into the QuantizeLinear after it."""
     if node.op_type == "Relu":
         return True
     if node.op_type != "Clip" or len(node.inputs) < 2 or node.inputs[1] is None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
+                                 unusable_weight)
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
@@ -13,13 +14,10 @@ __all__ = ["plan_gemm"]
 
 @register("Gemm")
 def plan_gemm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
-    a, b = node.inputs[0], node.inputs[1]
-    c = node.inputs[2] if len(node.inputs) > 2 else None
-    b_const = constant_float(b)
-    if constant_float(a) is not None:
-        return Skip(node, "A is a constant; only activation × weight is supported")
-    if b_const is None:
-        return Skip(node, f"B is {not_float32(b) or 'not a constant float32 weight'}")
+    b, c = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else None
+    b_const = constant_weight(node, ("A", "B"))
+    if isinstance(b_const, Skip):
+        return b_const
     if b_const.shape is None or len(b_const.shape) != 2:
         return Skip(node, "B is not 2-D")
     if (reason := unusable_weight(node, b, b_const)) is not None:

@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "PlanContext", "default_form",
+__all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "constant_weight", "PlanContext", "default_form",
            "not_float32", "unusable_weight", "TINY_WEIGHT"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
@@ -103,6 +103,17 @@ def constant_float(value: ir.Value | None) -> ir.TensorProtocol | None:
     if tensor is None or tensor.dtype != ir.DataType.FLOAT:
         return None
     return tensor
+
+
+def constant_weight(node: ir.Node, names: tuple[str, str]) -> ir.TensorProtocol | Skip:
+    """Input 1's float32 constant of an activation (input 0) × weight (input 1) product, or why the node is
+    skipped; `names` are the op's names for the two inputs (Gemm's A and B, Conv's X and W)."""
+    if constant_float(node.inputs[0]) is not None:
+        return Skip(node, f"{names[0]} is a constant; only activation × weight is supported")
+    weight = constant_float(node.inputs[1])
+    if weight is None:
+        return Skip(node, f"{names[1]} is {not_float32(node.inputs[1]) or 'not a constant float32 weight'}")
+    return weight
 
 
 def not_float32(value: ir.Value) -> str | None:

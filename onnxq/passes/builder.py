@@ -53,7 +53,8 @@ class QuantizedWeight:
 class GraphBuilder:
     """Makes uniquely named initializers and nodes, and quantizes each (weight, axis, layout) once."""
 
-    def __init__(self, graph: ir.Graph, weight_scheme: QScheme) -> None:
+    def __init__(self, graph: ir.Graph, weight_scheme: QScheme | None = None) -> None:
+        """weight_scheme: how quantized_weight quantizes (None: a builder that only names and adds values)."""
         self.graph = graph
         self.weight_scheme = weight_scheme
         self._taken: set[str] = set(graph.initializers)
@@ -74,12 +75,14 @@ class GraphBuilder:
         self.graph.register_initializer(value)
         return value
 
-    def node(self, op_type: str, inputs: list[ir.Value | None], base: str, before: ir.Node, *,
+    def node(self, op_type: str, inputs: list[ir.Value | None], base: str, before: ir.Node | None, *,
              attributes: dict | None = None, num_outputs: int = 1, domain: str = "") -> ir.Node:
+        """A uniquely named node, put before `before` (None: not put in the graph yet; the caller places it)."""
         outputs = [ir.Value(name=self.unique(f"{base}_output_{i}" if num_outputs > 1 else f"{base}_output"))
                    for i in range(num_outputs)]
         node = ir.node(op_type, inputs, attributes or {}, domain=domain, outputs=outputs, name=self.unique(base))
-        self.graph.insert_before(before, node)
+        if before is not None:
+            self.graph.insert_before(before, node)
         return node
 
     def quantized_weight(self, value: ir.Value, axis: int | None, transpose: bool = False,

@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.io import LOAD_NOTES
-from onnxq.irquery import attribute, unique_name
-from onnxq.passes.builder import replace_node
+from onnxq.irquery import attribute
+from onnxq.passes.builder import GraphBuilder, replace_node
 
 __all__ = ["folded_batchnorms"]
 
@@ -22,12 +21,12 @@ def folded_batchnorms(model: ir.Model) -> tuple[ir.Model, str | None]:
     if not any(_foldable(node) is not None for node in model.graph):
         return model, None
     folded = model.clone()
-    folded.meta[LOAD_NOTES] = model.meta.get(LOAD_NOTES, {})
+    builder = GraphBuilder(folded.graph)
     count = 0
     for node in list(folded.graph):
         conv = _foldable(node)
         if conv is not None:
-            _fold(folded.graph, conv, node)
+            _fold(builder, conv, node)
             count += 1
     return folded, (f"{count} BatchNormalization node(s) folded into the Conv before them (quantized as one Conv); "
                     "verified against the model as given")
@@ -62,7 +61,7 @@ def _foldable(node: ir.Node) -> ir.Node | None:
     return conv
 
 
-def _fold(graph: ir.Graph, conv: ir.Node, bn: ir.Node) -> None:
+def _fold(builder: GraphBuilder, conv: ir.Node, bn: ir.Node) -> None:
     scale, shift, mean, var = _constants(bn)
     factor = scale / np.sqrt(var + float(attribute(bn, "epsilon", 1e-5)))
     weight = ir.convenience.get_const_tensor(conv.inputs[1]).numpy().astype(np.float64)
@@ -70,16 +69,8 @@ def _fold(graph: ir.Graph, conv: ir.Node, bn: ir.Node) -> None:
             if len(conv.inputs) > 2 and conv.inputs[2] is not None else np.zeros(weight.shape[0]))
     new_weight = (weight * factor.reshape(-1, *([1] * (weight.ndim - 1)))).astype(np.float32)
     new_bias = ((bias - mean) * factor + shift).astype(np.float32)
-    taken = set(graph.initializers)
-    inputs = [conv.inputs[0]]
-    for base, array in ((conv.inputs[1].name or "W", new_weight), (f"{conv.name or 'Conv'}_B", new_bias)):
-        name = unique_name(f"{base}_bn_folded", taken)
-        value = ir.Value(name=name, const_value=ir.tensor(array, name=name), shape=ir.Shape(array.shape),
-                         type=ir.TensorType(ir.DataType.FLOAT))
-        graph.register_initializer(value)
-        inputs.append(value)
     if len(conv.inputs) < 3:
         conv.resize_inputs(3)
-    for index in (1, 2):
-        conv.replace_input_with(index, inputs[index])
-    replace_node(graph, bn, conv.outputs[0])
+    conv.replace_input_with(1, builder.initializer(f"{conv.inputs[1].name or 'W'}_bn_folded", new_weight))
+    conv.replace_input_with(2, builder.initializer(f"{conv.name or 'Conv'}_B_bn_folded", new_bias))
+    replace_node(builder.graph, bn, conv.outputs[0])

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.io import LOAD_NOTES
-from onnxq.irquery import attribute, unique_name
+from onnxq.irquery import attribute
+from onnxq.passes.builder import GraphBuilder
 
 __all__ = ["folded_weight_casts"]
 
@@ -20,17 +20,12 @@ def folded_weight_casts(model: ir.Model) -> tuple[ir.Model, str | None]:
     if not any(_foldable(node) for node in model.graph):
         return model, None
     folded = model.clone()
-    folded.meta[LOAD_NOTES] = model.meta.get(LOAD_NOTES, {})
-    taken = set(folded.graph.initializers)
+    builder = GraphBuilder(folded.graph)
     count = 0
     for node in list(folded.graph):
         if _foldable(node):
-            source = ir.convenience.get_const_tensor(node.inputs[0])
-            array = np.asarray(source.numpy()).astype(np.float32)
-            name = unique_name(f"{node.outputs[0].name or 'weight'}_folded", taken)
-            value = ir.Value(name=name, const_value=ir.tensor(array, name=name), shape=ir.Shape(array.shape),
-                             type=ir.TensorType(ir.DataType.FLOAT))
-            folded.graph.register_initializer(value)
+            array = np.asarray(ir.convenience.get_const_tensor(node.inputs[0]).numpy()).astype(np.float32)
+            value = builder.initializer(f"{node.outputs[0].name or 'weight'}_folded", array)
             node.outputs[0].replace_all_uses_with(value)
             folded.graph.remove(node, safe=True)
             count += 1

@@ -29,12 +29,6 @@ _VALUE_MOVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeez
                            "Slice", "Gather", "Expand", "Tile", "SpaceToDepth", "DepthToSpace", "Resize"})
 
 
-def _node(builder: GraphBuilder, op_type: str, inputs: list[ir.Value], base: str) -> ir.Node:
-    """A node named as GraphBuilder.node names it, not yet in the graph."""
-    output = ir.Value(name=builder.unique(f"{base}_output"))
-    return ir.node(op_type, inputs, name=builder.unique(base), outputs=[output])
-
-
 def _moved_from(value: ir.Value) -> ir.Value | None:
     """The input whose values `value` only moves, or None."""
     producer = value.producer()
@@ -103,16 +97,12 @@ class InsertQdqPass(PlannedRewritePass):
         if source is not None and source in activations and activations[source][1].axis is None:
             qparams = activations[source][1]
         else:
-            scheme = self.config.activations
-            rmin, rmax = self.ranges[value.name]
-            qparams = choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+            qparams = self._calibrated(value)
         return self._qdq(builder, value, qparams, lambda node: builder.graph.insert_before(before, node)), qparams
 
     def _quantize_output(self, builder: GraphBuilder, value: ir.Value) -> tuple[ir.Value, QParams]:
         """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output)."""
-        scheme = self.config.activations
-        rmin, rmax = self.ranges[value.name]
-        qparams = choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+        qparams = self._calibrated(value)
         readers = list(value.uses())
         inserted: list[ir.Node] = []
         dequantized = self._qdq(builder, value, qparams, inserted.append)
@@ -121,15 +111,20 @@ class InsertQdqPass(PlannedRewritePass):
             reader.replace_input_with(index, dequantized)
         return dequantized, qparams
 
+    def _calibrated(self, value: ir.Value) -> QParams:
+        scheme = self.config.activations
+        rmin, rmax = self.ranges[value.name]
+        return choose_qparams(rmin, rmax, scheme.np_dtype, scheme.symmetric)
+
     @staticmethod
     def _qdq(builder: GraphBuilder, value: ir.Value, qparams: QParams, place) -> ir.Value:
         """QuantizeLinear → DequantizeLinear of the value, each node handed to `place` (which puts it in the graph)."""
         base = value.name or "activation"
         scale = builder.initializer(f"{base}_scale", qparams.scale)
         zero_point = builder.initializer(f"{base}_zero_point", qparams.zero_point)
-        q = _node(builder, "QuantizeLinear", [value, scale, zero_point], f"{base}_QuantizeLinear")
+        q = builder.node("QuantizeLinear", [value, scale, zero_point], f"{base}_QuantizeLinear", None)
         q.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(qparams.dtype))
-        dq = _node(builder, "DequantizeLinear", [q.outputs[0], scale, zero_point], f"{base}_DequantizeLinear")
+        dq = builder.node("DequantizeLinear", [q.outputs[0], scale, zero_point], f"{base}_DequantizeLinear", None)
         dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
         q.outputs[0].shape = dq.outputs[0].shape = value.shape
         place(q)

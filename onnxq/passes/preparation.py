@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxq.io import LOAD_NOTES
 from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.fold_weight_casts import folded_weight_casts
 from onnxq.passes.upgrade import upgraded
@@ -19,7 +20,10 @@ def prepared(model: ir.Model) -> tuple[ir.Model, list[str]]:
     """(the model after every preparation, their notes for the report)."""
     notes = []
     for preparation in PREPARATIONS:
-        model, note = preparation(model)
+        result, note = preparation(model)
+        if result is not model:  # a prepared clone: clone() drops meta, and the report reads what loading noted
+            result.meta[LOAD_NOTES] = model.meta.get(LOAD_NOTES, {})
+        model = result
         if note is not None:
             notes.append(note)
     return model, notes

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from onnxq.errors import UnsupportedModelError, one_line
-from onnxq.io import LOAD_NOTES
 from onnxq.io.naming import name_nodes
 from onnxq.passes.prepare import MIN_OPSET, onnx_opset
 
@@ -40,7 +39,6 @@ def upgraded(model: ir.Model) -> tuple[ir.Model, str | None]:
             f"onnx's version converter could not convert it ({one_line(reason)[:300]}) — re-export the model with "
             f"opset >= {MIN_OPSET}")
     added = len(name_nodes(converted))  # the converter's new nodes (Constant axes) come unnamed
-    converted.meta[LOAD_NOTES] = model.meta.get(LOAD_NOTES, {})
     return converted, (f"opset {opset} converted to {MIN_OPSET} with onnx's version converter ({added} node(s) "
                        "added); verified against the model as given")
 

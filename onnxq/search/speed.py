@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnxq.calibration.specs import Batch
+from onnxq.handlers.conv import is_depthwise
 from onnxq.handlers.plan import NodePlan
 from onnxq.handlers.registry import product_op_types
-from onnxq.irquery import attribute
 from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.verify.speed import check_speed
@@ -38,7 +38,7 @@ def node_kind(plan: NodePlan, node: ir.Node) -> str | None:
     weight = ir.convenience.get_const_tensor(node.inputs[1])
     if weight is None:
         return "Conv"
-    if weight.shape[1] == 1 and weight.shape[0] == attribute(node, "group", 1):
+    if is_depthwise(node, weight.shape):
         return "Conv depthwise"
     return "Conv 1x1" if all(k == 1 for k in weight.shape[2:]) else "Conv kxk"
 

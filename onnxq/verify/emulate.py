@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.specs import Batch
+from onnxq.handlers.conv import is_depthwise, is_relu_like
 from onnxq.irquery import attribute, producer
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
@@ -102,14 +103,10 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
     found = []
     for node in model.graph:
         if node.op_type in ("MatMul", "Gemm"):
-            x_dq, w_dq = producer(node.inputs[0], "DequantizeLinear"), producer(node.inputs[1], "DequantizeLinear")
-            q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
-            weight = _const(w_dq.inputs[0]) if w_dq is not None else None
-            if q is None or weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+            operands = _qdq_operands(node)
+            if operands is None or operands[3].ndim != 2:
                 continue
-            x_zero_point = _const(x_dq.inputs[2])
-            if x_zero_point is None or x_zero_point.dtype != np.uint8:
-                continue
+            x_dq, w_dq, q, weight = operands
             gemm = node.op_type == "Gemm"
             weight = weight.T if gemm and attribute(node, "transB") else weight
             alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
@@ -141,33 +138,43 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
     return found
 
 
-def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
-    """DequantizeLinear (uint8 activation, int8 weight) → Conv → QuantizeLinear, as ORT's QLinearConv runs it on the
-    U8S8 GEMM — except depthwise, whose kernel does not saturate (measured: tests/handlers/test_conv.py)."""
+def _qdq_operands(node: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node, np.ndarray] | None:
+    """(the activation's DequantizeLinear, the weight's, the QuantizeLinear before the activation, the int8 weight)
+    of a uint8 activation × int8 constant weight product in QDQ form, or None."""
     x_dq, w_dq = producer(node.inputs[0], "DequantizeLinear"), producer(node.inputs[1], "DequantizeLinear")
     q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
     weight = _const(w_dq.inputs[0]) if w_dq is not None else None
-    zero_point = _const(x_dq.inputs[2]) if x_dq is not None and len(x_dq.inputs) > 2 else None
-    if q is None or weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8 \
-            or not _requantized(node.outputs[0]):
+    zero_point = _const(x_dq.inputs[2]) if q is not None and len(x_dq.inputs) > 2 else None
+    if weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8:
+        return None
+    return x_dq, w_dq, q, weight
+
+
+def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
+    """DequantizeLinear (uint8 activation, int8 weight) → Conv → QuantizeLinear, as ORT's QLinearConv runs it on the
+    U8S8 GEMM — except depthwise, whose kernel does not saturate (measured: tests/handlers/test_conv.py)."""
+    operands = _qdq_operands(node)
+    if operands is None or not _requantized(node.outputs[0]):
+        return None
+    x_dq, w_dq, q, weight = operands
+    if is_depthwise(node, weight.shape):
         return None
     group = int(attribute(node, "group", 1))
-    if weight.shape[1] == 1 and weight.shape[0] == group:
-        return None
     n = weight.ndim - 2
     geometry = ConvGeometry(tuple(weight.shape[2:]), tuple(attribute(node, "strides", (1,) * n)),
                             tuple(attribute(node, "dilations", (1,) * n)), tuple(attribute(node, "pads", ())), group,
                             str(attribute(node, "auto_pad", "NOTSET")))
     return IntegerProduct(node.name or "", q.outputs[0].name, np.ascontiguousarray(gemm_view(weight).T),
                           node.outputs[0].name, _const(w_dq.inputs[1]).astype(np.float64),
-                          float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry, zero_point=int(zero_point))
+                          float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry,
+                          zero_point=int(_const(x_dq.inputs[2])))
 
 
 def _requantized(value: ir.Value) -> bool:
     """Whether a Conv output goes into QuantizeLinear (directly, or through the Relu / Clip ORT fuses): the pattern
     ORT runs as QLinearConv. Else the Conv runs in float after DequantizeLinear, which cannot saturate."""
     uses = list(value.uses())
-    if len(uses) == 1 and uses[0][0].op_type in ("Relu", "Clip") and not value.is_graph_output():
+    if len(uses) == 1 and is_relu_like(uses[0][0]) and not value.is_graph_output():
         value = uses[0][0].outputs[0]
         uses = list(value.uses())
     return bool(uses) and not value.is_graph_output() and all(u[0].op_type == "QuantizeLinear" for u in uses)

@@ -24,7 +24,7 @@ from onnxq.errors import OutputPathError
 from onnxq.handlers.registry import product_op_types
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["INTEGER_KERNELS", "FLOAT_PRODUCT_KERNELS",
+__all__ = ["INTEGER_KERNELS", "float_product_kernels",
            "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
 
 INTEGER_KERNELS = frozenset({
@@ -34,11 +34,9 @@ _LAYOUT_TOKEN = re.compile(r"_token_\d+$")
 # ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul, Conv + Relu ->
 # FusedConv).
 _FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm", "FusedConv"})
-# The float product kernels a summary counts (what is left in float of the model's compute).
-FLOAT_PRODUCT_KERNELS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"}) | _FUSED_FLOAT
 
 
-def _float_products() -> frozenset[str]:
+def float_product_kernels() -> frozenset[str]:
     """Kernels that compute a planned product in float: the handler registry's product op types (a new op counts
     as soon as its planner is registered) and ORT's fused float forms."""
     return product_op_types() | _FUSED_FLOAT
@@ -74,7 +72,7 @@ class Placement:
     @property
     def float_fallbacks(self) -> list[str]:
         """Quantized nodes that ran as DequantizeLinear + a float product."""
-        return [n for n, r in self.quantized.items() if r is not None and r.op_type in _float_products()]
+        return [n for n, r in self.quantized.items() if r is not None and r.op_type in float_product_kernels()]
 
     @property
     def cpu_fallbacks(self) -> list[NodeRun]:
@@ -115,7 +113,7 @@ def quantized_nodes(model: ModelSource) -> dict[str, str]:
     operators (MatMulInteger, QOperator's MatMulIntegerToFloat / QGemm). Name → op type. Weights are not loaded."""
     graph = (model if isinstance(model, ir.Model) else ir.from_proto(onnx.load(str(model),
                                                                                  load_external_data=False))).graph
-    found, products = {}, _float_products()
+    found, products = {}, float_product_kernels()
     for node in graph:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
             continue
