@@ -2,8 +2,9 @@
 
 Every static model is first rewritten in QDQ form (QuantizeLinear/DequantizeLinear around float ops: any runtime,
 ORT fuses them on CPU). A format other than qdq lowers that model in place (passes/lower_qoperator.py registers
-"qoperator"); its lowering returns the planned nodes it left in QDQ form, with why. Dynamic and weight-only models
-are operator form already (MatMulInteger, MatMulNBits): no format lowers them.
+"qoperator", passes/lower_qlinear.py "qlinear"); its lowering returns the planned nodes it left in QDQ form, with
+why. A format lowers the modes it names (static only, by default: dynamic and weight-only models are operator form
+already, MatMulInteger and MatMulNBits), and may ask the planners to requantize every product's output.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ class OutputFormat:
     name: str
     description: str
     lower: Lowering | None = None  # None: the QDQ model as it is
+    # The modes whose models it lowers.
+    lowered_modes: frozenset[str] = frozenset({"static"})
+    # Static products get a requantized (calibrated) output, as QLinearMatMul / QLinearConv take one.
+    requantize_products: bool = False
+    # Why weight-only models cannot take this format (their blocks are com.microsoft operators), or None.
+    refuses_weight_only: str | None = None
 
 
 FORMATS: dict[str, OutputFormat] = {}

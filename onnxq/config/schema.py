@@ -210,6 +210,9 @@ class QuantConfig:
         if self.weights.dtype == "uint8":
             raise ConfigError("weights.dtype uint8 is not supported: use int8 (ORT's integer kernels take int8 "
                               "weights), or int4 / uint4 for 4-bit weights")
+        if self.weight_only and FORMATS[self.format].refuses_weight_only:
+            raise ConfigError(f"format {self.format} with weight-only {self.weights.dtype} weights: "
+                              f"{FORMATS[self.format].refuses_weight_only}")
         if self.weight_only:
             self._check_weight_only()
         elif self.blocks != BlockConfig():

@@ -17,11 +17,11 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
-                                 unusable_weight)
+                                 quantized_output, unusable_weight)
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
-__all__ = ["plan_conv", "CONV_PAIR_AXIS", "quantized_output", "is_depthwise", "is_relu_like"]
+__all__ = ["plan_conv", "CONV_PAIR_AXIS", "is_depthwise"]
 
 # WeightSpec.pair_limit_axis of a Conv weight [Cout, Cin/group, *kernel]: its input channels, read by the kernel in
 # (taps, channels) order (numerics.pairs.gemm_view).
@@ -67,26 +67,3 @@ def _bias(node: ir.Node) -> tuple[int | None, str | None]:
     if constant_float(node.inputs[2]) is None:
         return None, "B is not a constant float32"
     return 2, None
-
-
-def quantized_output(node: ir.Node, fold_relu: bool) -> ir.Value | None:
-    """The value whose calibrated range requantizes the node's output: the output, or the Relu / Clip(min ≥ 0) that
-    alone reads it (fold_relu: asymmetric activations, whose zero point is then 0); None for a graph output (its
-    float values are the user's)."""
-    out = node.outputs[0]
-    if out.is_graph_output():
-        return None
-    uses = list(out.uses())
-    if fold_relu and len(uses) == 1 and is_relu_like(uses[0][0]) and not uses[0][0].outputs[0].is_graph_output():
-        return uses[0][0].outputs[0]
-    return out
-
-
-def is_relu_like(node: ir.Node) -> bool:
-    """A Relu, or a Clip whose minimum is ≥ 0: ORT folds it into the QuantizeLinear after it."""
-    if node.op_type == "Relu":
-        return True
-    if node.op_type != "Clip" or len(node.inputs) < 2 or node.inputs[1] is None:
-        return False
-    low = ir.convenience.get_const_tensor(node.inputs[1])
-    return low is not None and low.size == 1 and float(low.numpy().reshape(-1)[0]) >= 0.0

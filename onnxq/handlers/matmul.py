@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32,
+                                 quantized_output, unusable_weight)
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_matmul"]
@@ -32,7 +33,8 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return NodePlan(node, weights=(WeightSpec(1, 1),))
         # B is [K, N]: K pairs lie along axis 0.
         spec = WeightSpec(1, 1 if ctx.per_channel else None, 0 if ctx.limit_pairs else None)
-        return NodePlan(node, activations=(0,), weights=(spec,), per_token=ctx.per_token)
+        return NodePlan(node, activations=(0,), weights=(spec,), per_token=ctx.per_token,
+                        output=_requantized_output(node, ctx) if not ctx.per_token else None)
     if b.is_graph_input() and b.const_value is not None:
         return Skip(node, "B is an initializer that is also a graph input, so it may change at run time")
     if (reason := not_float32(b)) is not None:
@@ -43,4 +45,10 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, "both inputs are activations (quantize_activation_matmul is off)")
     if not (_is_float(a) and _is_float(b)):
         return Skip(node, "inputs are not float32")
-    return NodePlan(node, activations=(0, 1))
+    return NodePlan(node, activations=(0, 1), output=_requantized_output(node, ctx))
+
+
+def _requantized_output(node: ir.Node, ctx: PlanContext) -> ir.Value | None:
+    """Where the output format takes a requantized product (QLinearMatMul), the value whose calibrated range sets
+    it, as for Conv (a Relu that alone reads the MatMul is folded in); else None: the output stays float."""
+    return quantized_output(node, ctx.fold_relu) if ctx.requantize_products else None

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxq.errors import UnsupportedModelError
 
 __all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "constant_weight", "PlanContext", "default_form",
-           "not_float32", "unusable_weight", "TINY_WEIGHT"]
+           "not_float32", "unusable_weight", "quantized_output", "is_relu_like", "TINY_WEIGHT"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
 # range (1.2e-38): the product would come out 0 (or denormal) instead of the float result.
@@ -77,6 +77,8 @@ class PlanContext:
     fold_relu: bool = True
     # Dynamic mode quantizes Conv as ConvInteger (QuantConfig.dynamic_conv).
     dynamic_conv: bool = False
+    # Static MatMuls requantize their output too (the output format's products take one: QLinearMatMul).
+    requantize_products: bool = False
 
     @property
     def weight_only(self) -> bool:
@@ -136,3 +138,26 @@ def unusable_weight(node: ir.Node, value: ir.Value, tensor: ir.TensorProtocol) -
     if 0.0 < largest < TINY_WEIGHT:
         return f"largest |weight| is {largest:.3g} (< {TINY_WEIGHT:g}): its quantization scale would underflow float32"
     return None
+
+
+def quantized_output(node: ir.Node, fold_relu: bool) -> ir.Value | None:
+    """The value whose calibrated range requantizes the node's output: the output, or the Relu / Clip(min ≥ 0) that
+    alone reads it (fold_relu: asymmetric activations, whose zero point is then 0); None for a graph output (its
+    float values are the user's)."""
+    out = node.outputs[0]
+    if out.is_graph_output():
+        return None
+    uses = list(out.uses())
+    if fold_relu and len(uses) == 1 and is_relu_like(uses[0][0]) and not uses[0][0].outputs[0].is_graph_output():
+        return uses[0][0].outputs[0]
+    return out
+
+
+def is_relu_like(node: ir.Node) -> bool:
+    """A Relu, or a Clip whose minimum is ≥ 0: ORT folds it into the QuantizeLinear after it."""
+    if node.op_type == "Relu":
+        return True
+    if node.op_type != "Clip" or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    low = ir.convenience.get_const_tensor(node.inputs[1])
+    return low is not None and low.size == 1 and float(low.numpy().reshape(-1)[0]) >= 0.0

@@ -7,6 +7,7 @@ import dataclasses
 import onnx_ir as ir
 
 from onnxq.config import QuantConfig
+from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
 from onnxq.targets import needs_pair_limit
@@ -28,6 +29,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         per_token=config.activation_granularity == "per-token",
         fold_relu=not config.activations.symmetric,
         dynamic_conv=config.dynamic_conv,
+        requantize_products=mode == "static" and FORMATS[config.format].requantize_products,
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

@@ -12,7 +12,7 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan
-from onnxq.passes import lower_qoperator  # noqa: F401  (registers format qoperator)
+from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
 
@@ -27,9 +27,9 @@ class Rewritten:
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                 config: QuantConfig, mode: str, moments: WeightMoments | None = None) -> Rewritten:
-    """Rewrite the model in place. Only a static model is lowered: dynamic and weight-only models are operator form
-    already (MatMulInteger, MatMulNBits)."""
+    """Rewrite the model in place, then lower it when the format lowers this mode's models."""
     notes = QuantizePass(plans, RewriteInputs(ranges, config, moments))(model).notes
-    lower = FORMATS[config.format].lower
-    kept = dict(lower(model, plans)) if mode == "static" and lower is not None else {}
+    output_format = FORMATS[config.format]
+    lowers = output_format.lower is not None and mode in output_format.lowered_modes
+    kept = dict(output_format.lower(model, plans)) if lowers else {}
     return Rewritten(notes, kept)

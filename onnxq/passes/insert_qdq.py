@@ -94,7 +94,9 @@ class InsertQdqPass(PlannedRewritePass):
         input (MaxPool, Reshape, …) its quantization is that input's: nothing is rounded again, and ORT then runs the
         op on int8 (DropQDQNodes)."""
         source = _moved_from(value)
-        if source is not None and source in activations and activations[source][1].axis is None:
+        while source is not None and source not in activations:  # MaxPool → Reshape → …: back to a quantized value
+            source = _moved_from(source)
+        if source is not None and activations[source][1].axis is None:
             qparams = activations[source][1]
         else:
             qparams = self._calibrated(value)

@@ -19,10 +19,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.specs import Batch
-from onnxq.handlers.conv import is_depthwise, is_relu_like
+from onnxq.handlers.conv import is_depthwise
+from onnxq.handlers.plan import is_relu_like
 from onnxq.irquery import attribute, producer
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
+from onnxq.verify.qdq_view import qdq_view
 from onnxq.verify.sessions import make_session
 
 __all__ = ["IntegerProduct", "NodeSaturation", "SaturationEmulator", "saturation_error", "integer_products",
@@ -106,11 +108,11 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             operands = _qdq_operands(node)
             if operands is None or operands[3].ndim != 2:
                 continue
-            x_dq, w_dq, q, weight = operands
+            x_dq, w_dq, activation, weight = operands
             gemm = node.op_type == "Gemm"
             weight = weight.T if gemm and attribute(node, "transB") else weight
             alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
-            found.append(IntegerProduct(node.name or "", q.outputs[0].name, weight, node.outputs[0].name,
+            found.append(IntegerProduct(node.name or "", activation.name, weight, node.outputs[0].name,
                                         _const(w_dq.inputs[1]).astype(np.float64) * alpha,
                                         float(_const(x_dq.inputs[1])), integer_op=False))
         elif node.op_type == "Conv" and (product := _qdq_conv(node)) is not None:
@@ -138,16 +140,19 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
     return found
 
 
-def _qdq_operands(node: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node, np.ndarray] | None:
-    """(the activation's DequantizeLinear, the weight's, the QuantizeLinear before the activation, the int8 weight)
-    of a uint8 activation × int8 constant weight product in QDQ form, or None."""
+def _qdq_operands(node: ir.Node) -> tuple[ir.Node, ir.Node, ir.Value, np.ndarray] | None:
+    """(the activation's DequantizeLinear, the weight's, the uint8 activation it reads, the int8 weight) of a uint8
+    activation × int8 constant weight product in QDQ form, or None. The uint8 activation is a QuantizeLinear's
+    output, or (format qlinear) of ops that moved such values on the integers (MaxPool, Reshape)."""
     x_dq, w_dq = producer(node.inputs[0], "DequantizeLinear"), producer(node.inputs[1], "DequantizeLinear")
-    q = producer(x_dq.inputs[0], "QuantizeLinear") if x_dq is not None else None
+    activation = x_dq.inputs[0] if x_dq is not None else None
+    if activation is None or activation.producer() is None:  # a constant: not an activation
+        return None
     weight = _const(w_dq.inputs[0]) if w_dq is not None else None
-    zero_point = _const(x_dq.inputs[2]) if q is not None and len(x_dq.inputs) > 2 else None
+    zero_point = _const(x_dq.inputs[2]) if len(x_dq.inputs) > 2 else None
     if weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8:
         return None
-    return x_dq, w_dq, q, weight
+    return x_dq, w_dq, activation, weight
 
 
 def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
@@ -156,7 +161,7 @@ def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
     operands = _qdq_operands(node)
     if operands is None or not _requantized(node.outputs[0]):
         return None
-    x_dq, w_dq, q, weight = operands
+    x_dq, w_dq, activation, weight = operands
     if is_depthwise(node, weight.shape):
         return None
     group = int(attribute(node, "group", 1))
@@ -164,7 +169,7 @@ def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
     geometry = ConvGeometry(tuple(weight.shape[2:]), tuple(attribute(node, "strides", (1,) * n)),
                             tuple(attribute(node, "dilations", (1,) * n)), tuple(attribute(node, "pads", ())), group,
                             str(attribute(node, "auto_pad", "NOTSET")))
-    return IntegerProduct(node.name or "", q.outputs[0].name, np.ascontiguousarray(gemm_view(weight).T),
+    return IntegerProduct(node.name or "", activation.name, np.ascontiguousarray(gemm_view(weight).T),
                           node.outputs[0].name, _const(w_dq.inputs[1]).astype(np.float64),
                           float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry,
                           zero_point=int(_const(x_dq.inputs[2])))
@@ -232,6 +237,7 @@ class SaturationEmulator:
     def __init__(self, model: ir.Model, output_names: Sequence[str], base_saturates: bool) -> None:
         self.output_names = list(output_names)
         self.base_saturates = base_saturates
+        model = qdq_view(model)  # QLinearMatMul / QLinearConv: their exact float product, then the requantization
         self.products = integer_products(model)
         self.stats = {p.name: [0, 0, 0.0] for p in self.products}
         self.risky = [p for p in self.products if can_saturate(p.weight)]

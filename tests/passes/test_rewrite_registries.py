@@ -109,8 +109,8 @@ def test_a_registered_format_is_usable_end_to_end(samples_dir, tagged_format):
     assert result.model.metadata_props["quantized_by"] == "onnxq test format"
     kept = [n for n in result.report.notes if "kept in QDQ form (the test format keeps QDQ)" in n]
     assert len(kept) == len(result.report.quantized) == 3 and kept[0].startswith(f"format {tagged_format}: ")
-    with pytest.raises(onnxq.errors.ConfigError, match="unknown format 'qlinear'; use one of qdq, qoperator"):
-        QuantConfig(format="qlinear")
+    with pytest.raises(onnxq.errors.ConfigError, match="unknown format 'tflite'; use one of qdq, qoperator, qlinear"):
+        QuantConfig(format="tflite")
 
 
 def test_calibration_collects_the_ranges_the_plans_forms_read(rng, float16_weights):

@@ -1,0 +1,105 @@
+"""onnxq's three static output formats (qdq, qoperator, qlinear) against each other and onnxruntime.quantization's
+QOperator form, same models, data and machine, one run.
+
+    python bench/bench_formats.py [--out bench/out/formats] [--rounds 15]
+
+Models: the small CNN of bench_conv.py, PP-OCR's direction classifier (rapidocr-onnxruntime 1.4.4, sha256 checked,
+synthetic pages) and, when ../shared/models is present, all-MiniLM-L6-v2 (its calibration and evaluation sentences).
+Per model and form: latency × float (interleaved medians, batch as given), cosine to float on held-out inputs
+(sentence embeddings for MiniLM), argmax agreement for the classifiers, size, the operators ORT ran the products on,
+and whether the file holds com.microsoft operators (qlinear must not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_conv import MODELS, fetch, pages, small_cnn  # noqa: E402
+from common import SHARED, file_mb, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
+
+FORMATS = ("qdq", "qoperator", "qlinear")
+
+
+def quantize_forms(source: Path, calibration: list[dict], out: Path) -> dict[str, Path]:
+    import onnxq
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    paths = {"float": source}
+    for form in FORMATS:
+        paths[f"onnxq {form}"] = out / f"{source.stem}_{form}.onnx"
+        onnxq.quantize(source, calibration, output=paths[f"onnxq {form}"],
+                       config=onnxq.QuantConfig(format=form, verify=onnxq.VerifyConfig(enabled=False)))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(calibration)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    paths["ORT QOperator"] = out / f"{source.stem}_ort_qoperator.onnx"
+    quantize_static(source, paths["ORT QOperator"], Reader(), quant_format=QuantFormat.QOperator, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return paths
+
+
+def measure(label: str, paths: dict[str, Path], feed: dict, output: str | None, rounds: int) -> None:
+    reference = session(paths["float"]).run([output] if output else None, feed)[0]
+    latency = interleaved_latency_ms(paths, feed, rounds)
+    print(f"\n{label}: latency median of {rounds} interleaved rounds")
+    print(f"  {'form':14s} {'ms':>7s} {'x float':>8s} {'cosine':>8s} {'argmax':>7s} {'MB':>6s} {'contrib':>7s}")
+    for kind, path in paths.items():
+        out = session(path).run([output] if output else None, feed)[0]
+        agree = float((out.argmax(-1) == reference.argmax(-1)).mean())
+        contrib = sum(n.domain == "com.microsoft" for n in onnx.load(str(path), load_external_data=False).graph.node)
+        print(f"  {kind:14s} {latency[kind]:7.2f} {latency[kind] / latency['float']:8.2f} "
+              f"{mean_cosine(reference, out):8.4f} {agree:7.3f} {file_mb(path):6.2f} {contrib:7d}")
+
+
+def _minilm(out: Path, rounds: int) -> None:
+    folder = SHARED / "minilm"
+    if not (folder / "all-MiniLM-L6-v2.onnx").is_file():
+        print("\nMiniLM: skipped (needs ../shared/models/minilm)")
+        return
+    docs = np.load(folder / "calib_docs.npz")
+    calibration = [{k: docs[k][i:i + 8] for k in docs.files} for i in range(0, len(docs["input_ids"]), 8)]
+    paths = quantize_forms(folder / "all-MiniLM-L6-v2.onnx", calibration, out)
+    evaluation = np.load(folder / "eval_sentences.npz")
+    measure("all-MiniLM-L6-v2 (eval sentences, one batch)", paths, {k: evaluation[k] for k in evaluation.files},
+            "sentence_embedding", rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "formats"))
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(machine())
+    rng = np.random.default_rng(0)
+    images = rng.normal(0, 1, (40, 3, 64, 64)).astype(np.float32)
+    cnn = small_cnn(out / "small_cnn.onnx", rng)
+    measure("small CNN (3 Conv + MatMul), 8 images", quantize_forms(cnn, [{"x": images[:32]}], out),
+            {"x": images[32:]}, None, args.rounds)
+    member, (height, width), count = MODELS["ppocr_cls"]
+    with zipfile.ZipFile(fetch(out)) as wheel:
+        path = out / Path(member).name
+        path.write_bytes(wheel.read(member))
+    data = pages(count + 8, height, width, rng)
+    name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+    measure("PP-OCR direction classifier, 8 synthetic lines",
+            quantize_forms(path, [{name: data[i:i + 8]} for i in range(0, count, 8)], out),
+            {name: data[count:]}, None, args.rounds)
+    _minilm(out, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
