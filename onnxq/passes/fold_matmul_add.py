@@ -11,7 +11,6 @@ verification's reference.
 from __future__ import annotations
 
 import onnx_ir as ir
-
 from onnx_ir.passes.common import ShapeInferencePass
 
 from onnxq.passes.builder import replace_node
