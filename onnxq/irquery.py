@@ -3,9 +3,10 @@ a fresh name)."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
-__all__ = ["producer", "attribute", "unique_name"]
+__all__ = ["producer", "attribute", "constant_array", "unique_name"]
 
 
 def producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -18,6 +19,12 @@ def attribute(node: ir.Node, name: str, default: float | int = 0) -> float | int
     """An attribute's value, or the default when the node does not set it."""
     attr = node.attributes.get(name)
     return default if attr is None else attr.value
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The value's constant (initializer or Constant node) as an array, or None."""
+    tensor = None if value is None else ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()
 
 
 def unique_name(base: str, taken: set[str]) -> str:

@@ -6,11 +6,9 @@ import onnx_ir as ir
 
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32,
                                  quantized_output, unusable_weight)
-from onnxq.handlers.registry import register
+from onnxq.handlers.registry import product_op_types, register
 
 __all__ = ["plan_matmul"]
-
-_PRODUCTS = frozenset({"MatMul", "Gemm", "Conv"})
 
 
 def _is_float(value: ir.Value) -> bool:
@@ -58,6 +56,6 @@ def _requantized_output(node: ir.Node, ctx: PlanContext) -> ir.Value | None:
     0.993 without), and the product keeps a float output. None: float."""
     value = quantized_output(node, ctx.fold_relu) if ctx.requantize_products else None
     readers = [] if value is None else list(value.uses())
-    if readers and all(user.op_type in _PRODUCTS and index == 0 for user, index in readers):
+    if readers and all(user.op_type in product_op_types() and index == 0 for user, index in readers):
         return value
     return None

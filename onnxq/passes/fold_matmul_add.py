@@ -13,6 +13,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from onnxq.handlers.plan import constant_float
 from onnxq.passes.builder import replace_node
 
 __all__ = ["folded_matmul_adds"]
@@ -45,8 +46,8 @@ def folded_matmul_adds(model: ir.Model) -> tuple[ir.Model, str | None]:
 
 
 def _constant_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    tensor = None if value is None or value.is_graph_input() else ir.convenience.get_const_tensor(value)
-    return None if tensor is None or tensor.dtype != ir.DataType.FLOAT else tuple(tensor.shape)
+    tensor = constant_float(value)
+    return None if tensor is None else tuple(tensor.shape)
 
 
 def _foldable(node: ir.Node, rank_known: bool = True) -> ir.Node | None:

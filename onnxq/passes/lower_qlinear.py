@@ -28,7 +28,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config.formats import OutputFormat, register_format
 from onnxq.handlers.plan import NodePlan, is_relu_like
-from onnxq.irquery import attribute, producer
+from onnxq.irquery import attribute, constant_array, producer
 from onnxq.passes.builder import GraphBuilder, replace_node
 from onnxq.passes.contract import KeepsOutputNames
 from onnxq.passes.lower_qoperator import LoweringResult
@@ -81,15 +81,10 @@ def _requantizing(node: ir.Node) -> tuple[ir.Node, ir.Node | None] | None:
 def _folds(activation: ir.Node, q: ir.Node) -> bool:
     """Whether quantizing alone does what the Relu / Clip did: its zero point is the type's least value and a Clip's
     minimum is 0 (its maximum is at or above the calibrated range's, which the QuantizeLinear saturates at)."""
-    zero_point = _constant(q.inputs[2] if len(q.inputs) > 2 else None)
+    zero_point = constant_array(q.inputs[2] if len(q.inputs) > 2 else None)
     if zero_point is None or zero_point.size != 1 or int(zero_point.reshape(-1)[0]) != np.iinfo(zero_point.dtype).min:
         return False
-    return activation.op_type == "Relu" or float(_constant(activation.inputs[1]).reshape(-1)[0]) == 0.0
-
-
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    tensor = None if value is None else ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
+    return activation.op_type == "Relu" or float(constant_array(activation.inputs[1]).reshape(-1)[0]) == 0.0
 
 
 class LowerToQLinearPass(KeepsOutputNames):
@@ -166,7 +161,7 @@ def _lower_gemm(builder: GraphBuilder, node: ir.Node) -> str | None:
     """Gemm → MatMulInteger chain: B transposed to [K, N] when transB (its per-row scales become per column), alpha
     in the weight scale, C (the int32 bias dequantized, or float times beta) added last."""
     a, b = _dequantized(node.inputs[0]), _dequantized(node.inputs[1])
-    if a is None or b is None or _constant(b.values) is None:
+    if a is None or b is None or constant_array(b.values) is None:
         return "an input is not dequantized (not quantized by onnxq)"
     if attribute(node, "transA"):
         return "Gemm with transA = 1 (MatMulInteger takes A as [M, K])"
@@ -175,8 +170,8 @@ def _lower_gemm(builder: GraphBuilder, node: ir.Node) -> str | None:
     trans_b, alpha = attribute(node, "transB"), float(attribute(node, "alpha", 1.0))
     if not b.per_tensor and b.axis != (0 if trans_b else 1):
         return "weight scales are not per output feature"
-    weight = np.ascontiguousarray(_constant(b.values).T) if trans_b else None
-    scale = _constant(b.scale) * np.float32(alpha) if alpha != 1.0 else None
+    weight = np.ascontiguousarray(constant_array(b.values).T) if trans_b else None
+    scale = constant_array(b.scale) * np.float32(alpha) if alpha != 1.0 else None
     if weight is not None or scale is not None:
         base = b.values.name or "weight"
         b = dataclasses.replace(
@@ -194,13 +189,14 @@ def _lower_gemm(builder: GraphBuilder, node: ir.Node) -> str | None:
 def _float_bias(builder: GraphBuilder, bias: ir.Value, beta: float) -> ir.Value | None:
     """C·beta as a float value: an int32 bias dequantized here (a constant), a float one as it is."""
     quantized = _dequantized(bias)
-    if quantized is not None and _constant(quantized.values) is not None:
-        values = (_constant(quantized.values).astype(np.float64) * _constant(quantized.scale).astype(np.float64)
-                  * beta).astype(np.float32)
+    integers = None if quantized is None else constant_array(quantized.values)
+    if integers is not None:
+        scale = constant_array(quantized.scale).astype(np.float64)
+        values = (integers.astype(np.float64) * scale * beta).astype(np.float32)
         return builder.initializer(f"{quantized.values.name}_float", values)
     if beta == 1.0:
         return bias
-    constant = _constant(bias)
+    constant = constant_array(bias)
     return None if constant is None else builder.initializer(f"{bias.name}_beta", (constant * beta).astype(np.float32))
 
 
@@ -262,7 +258,7 @@ def _moving(value: ir.Value | None, opset: int) -> bool:
 
 def _same_qparams(source: _Quantized, q: ir.Node) -> bool:
     pairs = [(source.scale, q.inputs[1]), (source.zero_point, q.inputs[2] if len(q.inputs) > 2 else None)]
-    arrays = [(_constant(x), _constant(y)) for x, y in pairs]
+    arrays = [(constant_array(x), constant_array(y)) for x, y in pairs]
     return all(x is not None and y is not None and x.dtype == y.dtype and np.array_equal(x, y) for x, y in arrays)
 
 

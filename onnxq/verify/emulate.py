@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.conv import is_depthwise
 from onnxq.handlers.plan import is_relu_like
-from onnxq.irquery import attribute, producer
+from onnxq.irquery import attribute, constant_array, producer
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
 from onnxq.verify.qdq_view import qdq_view
@@ -94,11 +94,6 @@ class IntegerProduct:
         return np.concatenate(errors, axis=1), saturated, pair_sums
 
 
-def _const(value: ir.Value | None) -> np.ndarray | None:
-    tensor = None if value is None else ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
 def integer_products(model: ir.Model) -> list[IntegerProduct]:
     """The U8S8 products of a QDQ (DequantizeLinear → MatMul/Gemm), QOperator (MatMulIntegerToFloat, QGemm) or
     dynamic (MatMulInteger) model."""
@@ -113,25 +108,26 @@ def integer_products(model: ir.Model) -> list[IntegerProduct]:
             weight = weight.T if gemm and attribute(node, "transB") else weight
             alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
             found.append(IntegerProduct(node.name or "", activation.name, weight, node.outputs[0].name,
-                                        _const(w_dq.inputs[1]).astype(np.float64) * alpha,
-                                        float(_const(x_dq.inputs[1])), integer_op=False))
+                                        constant_array(w_dq.inputs[1]).astype(np.float64) * alpha,
+                                        float(constant_array(x_dq.inputs[1])), integer_op=False))
         elif node.op_type == "Conv" and (product := _qdq_conv(node)) is not None:
             found.append(product)
         elif node.op_type in ("MatMulIntegerToFloat", "QGemm") and node.domain == "com.microsoft":
             a, b, a_scale, b_scale, a_zp = (
                 (node.inputs[i] for i in (0, 1, 2, 3, 4)) if node.op_type == "MatMulIntegerToFloat"
                 else (node.inputs[i] for i in (0, 3, 1, 4, 2)))
-            weight, zp = _const(b), _const(a_zp)
+            weight, zp = constant_array(b), constant_array(a_zp)
             if weight is None or weight.dtype != np.int8 or weight.ndim != 2 or zp is None or zp.dtype != np.uint8:
                 continue
             gemm = node.op_type == "QGemm"
             weight = weight.T if gemm and attribute(node, "transB") else weight
             alpha = attribute(node, "alpha", 1.0) if gemm else 1.0
             found.append(IntegerProduct(node.name or "", a.name, weight, node.outputs[0].name,
-                                        _const(b_scale).astype(np.float64) * alpha, float(_const(a_scale))))
+                                        constant_array(b_scale).astype(np.float64) * alpha,
+                                        float(constant_array(a_scale))))
         elif node.op_type == "MatMulInteger":
             # Per tensor (DynamicQuantizeLinear) or per token (a uint8 Cast): the kernel sees the uint8 values.
-            weight = _const(node.inputs[1])
+            weight = constant_array(node.inputs[1])
             if node.inputs[0].dtype != ir.DataType.UINT8 or weight is None or weight.dtype != np.int8 \
                     or weight.ndim != 2:
                 continue
@@ -148,8 +144,8 @@ def _qdq_operands(node: ir.Node) -> tuple[ir.Node, ir.Node, ir.Value, np.ndarray
     activation = x_dq.inputs[0] if x_dq is not None else None
     if activation is None or activation.producer() is None:  # a constant: not an activation
         return None
-    weight = _const(w_dq.inputs[0]) if w_dq is not None else None
-    zero_point = _const(x_dq.inputs[2]) if len(x_dq.inputs) > 2 else None
+    weight = constant_array(w_dq.inputs[0]) if w_dq is not None else None
+    zero_point = constant_array(x_dq.inputs[2]) if len(x_dq.inputs) > 2 else None
     if weight is None or weight.dtype != np.int8 or zero_point is None or zero_point.dtype != np.uint8:
         return None
     return x_dq, w_dq, activation, weight
@@ -170,9 +166,9 @@ def _qdq_conv(node: ir.Node) -> IntegerProduct | None:
                             tuple(attribute(node, "dilations", (1,) * n)), tuple(attribute(node, "pads", ())), group,
                             str(attribute(node, "auto_pad", "NOTSET")))
     return IntegerProduct(node.name or "", activation.name, np.ascontiguousarray(gemm_view(weight).T),
-                          node.outputs[0].name, _const(w_dq.inputs[1]).astype(np.float64),
-                          float(_const(x_dq.inputs[1])), integer_op=False, conv=geometry,
-                          zero_point=int(_const(x_dq.inputs[2])))
+                          node.outputs[0].name, constant_array(w_dq.inputs[1]).astype(np.float64),
+                          float(constant_array(x_dq.inputs[1])), integer_op=False, conv=geometry,
+                          zero_point=int(constant_array(x_dq.inputs[2])))
 
 
 def _requantized(value: ir.Value) -> bool:
