@@ -39,6 +39,12 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--providers", metavar="LIST",
                    help="execution providers to verify on, comma-separated: auto (default: CPU, plus CUDA when "
                         "present), cpu, cuda")
+    p.add_argument("--task-metric", metavar="MODULE:FUNCTION",
+                   help="your own evaluation, gated besides the tolerances: FUNCTION(outputs: dict of arrays) returns "
+                        "the batch's score (higher is better) or one decision per sample (compared with the float "
+                        "model's); MODULE is importable from here or a FILE.py")
+    p.add_argument("--task-max-drop", type=float, metavar="X",
+                   help="with --task-metric: how far the quantized score may fall below the float one (default 0.01)")
 
 
 _METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement"}
@@ -68,9 +74,11 @@ def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> V
     tolerance = _changed(verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
                          max_abs_error=args.max_abs)
     providers = tuple(p.strip() for p in args.providers.split(",")) if args.providers else None
-    verify = _changed(verify, tolerance=tolerance, providers=providers)
+    verify = _changed(verify, tolerance=tolerance, providers=providers, task_metric=args.task_metric,
+                      task_max_drop=args.task_max_drop)
     if getattr(args, "tolerance", None):
         verify = _apply_tolerance_specs(verify, args.tolerance)
+    if getattr(args, "tolerance", None) or args.task_metric:  # an accuracy target given here: meet it
         verify = dataclasses.replace(verify, fallback=not getattr(args, "no_fallback", False))
     return verify
 

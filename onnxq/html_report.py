@@ -42,6 +42,8 @@ def render_html(report: QuantReport) -> str:
             parts.append(f"<p class='fail'>{_e(message)}</p>")
         for check in v.providers:
             parts.append(f"<h3>{_e(check.provider)}</h3>{_checks_table(check.outputs)}")
+            if check.task is not None:
+                parts.append(f"<p class='{'ok' if check.task.passed else 'fail'}'>{_e(check.task.text().strip())}</p>")
             if check.placement is not None:
                 kernels = ", ".join(f"{n} {_e(op)}" for op, n in check.placement.kernels.items())
                 parts.append(f"<p>Kernels ORT ran: {kernels}</p>")

@@ -39,6 +39,8 @@ def format_verification(v: Verification) -> list[str]:
             lines += [f"  ! {finding}" for finding in p.findings()]
         lines.append(f"verification on {_short(check.provider)}, {v.samples} samples of {v.data}:")
         lines += _table(check.outputs)
+        if check.task is not None:
+            lines.append(check.task.text())
     for provider, checks in v.agreement.items():
         lines.append(f"agreement, quantized on CPU vs on {_short(provider)}:")
         lines += _table(checks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
 from onnxq.config.formats import FORMATS
+from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
 from onnxq.numerics.methods import RANGE_METHODS
@@ -141,10 +142,22 @@ class VerifyConfig:
     # Time float vs quantized on each provider (one verification batch, interleaved rounds); warn when the
     # quantized model is not faster. Off by default: it costs a few seconds and is noisy on shared machines.
     check_speed: bool = False
+    # The user's own evaluation, "module:function", "file.py:function" or (from Python) the function: called on each
+    # verification batch's outputs ({name: array}, read-only), it returns the batch's score (a float, higher is
+    # better; averaged over batches by their samples) or one decision per sample (strings, labels: compared with the
+    # float model's, the score is the share kept). The gate, sensitivity and fallback use it besides the tolerances.
+    task_metric: str | Callable[..., Any] | None = None
+    # Pass when the quantized score is at most this far below the float model's (decisions: this share may change).
+    task_max_drop: float = 0.01
 
     def __post_init__(self) -> None:
         check_ranges(self)
         check_providers(self.providers)
+        if self.task_metric is not None:
+            if not isinstance(self.task_metric, str) and not callable(self.task_metric):
+                raise ConfigError(f"verify.task_metric must be \"module:function\" or a function, got "
+                                  f"{type(self.task_metric).__name__}")
+            resolve_hook(self.task_metric, "verify.task_metric")  # a missing module fails here, before any work
 
     def tolerance_for(self, output: str) -> Tolerance:
         return self.output_tolerances.get(output, self.tolerance)
@@ -273,4 +286,8 @@ class QuantConfig:
         return cls.from_dict(read_toml(path))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-ready: a task metric given as a function is written as its module:name."""
+        data = dataclasses.asdict(self)
+        if self.verify.task_metric is not None:
+            data["verify"]["task_metric"] = hook_name(self.verify.task_metric)
+        return data

@@ -34,6 +34,7 @@ from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
+from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
 
@@ -44,13 +45,15 @@ _TOP_NODES = 8  # nodes the summary lists
 _SWITCH = "onnxq_switch_{}"
 
 
-def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float]) -> float:
+def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float], task: TaskMetrics | None) -> float:
     """The ranking key: the worst output's 1 - mean cosine, as a share of that output's budget (1 - its
-    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most. An output
-    that is not finite (NaN, inf) is infinitely harmful."""
-    if not all(m.finite for m in outputs.values()):
+    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most; with a task
+    metric, its drop as a share of task_max_drop when that is worse. An output that is not finite (NaN, inf) is
+    infinitely harmful."""
+    if not all(m.finite for m in outputs.values()) or (task is not None and not math.isfinite(task.drop)):
         return math.inf
-    return max(((1.0 - m.cosine_mean) / budgets.get(name, 1.0) for name, m in outputs.items()), default=0.0)
+    harm = max(((1.0 - m.cosine_mean) / budgets.get(name, 1.0) for name, m in outputs.items()), default=0.0)
+    return harm if task is None else max(harm, task.drop / max(task.max_drop, 1e-6))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +65,13 @@ class NodeSensitivity:
     # The node's own output, quantized twin vs float, both on float inputs.
     local_sqnr_db: float
     harm: float
+    task: TaskMetrics | None = None  # verify.task_metric when only this node is quantized
 
     def to_dict(self) -> dict:
         return {"name": self.name, "op_type": self.op_type, "harm": finite_or_none(self.harm),
                 "local_sqnr_db": finite_or_none(self.local_sqnr_db),
-                "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
+                "outputs": {k: m.to_dict() for k, m in self.outputs.items()},
+                "task": None if self.task is None else self.task.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +82,12 @@ class GroupSensitivity:
     members: tuple[str, ...]
     outputs: dict[str, OutputMetrics]
     harm: float
+    task: TaskMetrics | None = None
 
     def to_dict(self) -> dict:
         return {"pattern": self.pattern, "members": list(self.members), "harm": finite_or_none(self.harm),
-                "outputs": {k: m.to_dict() for k, m in self.outputs.items()}}
+                "outputs": {k: m.to_dict() for k, m in self.outputs.items()},
+                "task": None if self.task is None else self.task.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +108,7 @@ class Sensitivity:
         lines = []
         if self.nodes:
             lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples, {self._on}; harm = 1 "
-                         "- cosine of the worst output, per unit of its tolerance):")
+                         f"- cosine of the worst output, per unit of its tolerance{self._task_words}):")
         for node in self.nodes[:_TOP_NODES]:
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
             lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
@@ -113,7 +120,7 @@ class Sensitivity:
     def html(self) -> str:
         parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples, "
                  f"{escape(self._on)} ({escape(self.kernels_reason)}); harm = 1 − cosine of the worst output, per unit "
-                 "of its tolerance.</p>",
+                 f"of its tolerance{escape(self._task_words)}.</p>",
                  bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node")]
         rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
                        for g in self.groups)
@@ -121,6 +128,11 @@ class Sensitivity:
             parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
                          f"</tr>{rows}</table>")
         return "".join(parts)
+
+    @property
+    def _task_words(self) -> str:
+        ranked = next((n.task for n in (*self.nodes, *self.groups) if n.task is not None), None)
+        return "" if ranked is None else f", or task metric {ranked.metric}'s drop per unit of task_max_drop if worse"
 
     @property
     def _on(self) -> str:
@@ -149,21 +161,21 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     budgets = _budgets(builder)
     model, twins = _switch_model(builder, plans)
     runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
-                         (deployed, why_exact))
+                         (deployed, why_exact), task_metric(builder.effective_config.verify))
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
-        outputs = runner.errors({i})
+        outputs, task = runner.errors({i})
         nodes.append(NodeSensitivity(node_name, op_type, outputs, runner.local[i].result().sqnr_db,
-                                     _harm(outputs, budgets)))
+                                     _harm(outputs, budgets, task), task))
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
         members.setdefault(group_pattern(node_name), []).append(i)
     groups = []
     for pattern, index in members.items():
         if len(index) > 1:
-            outputs = runner.errors(set(index))
+            outputs, task = runner.errors(set(index))
             groups.append(GroupSensitivity(pattern, tuple(twins[i][0] for i in index), outputs,
-                                           _harm(outputs, budgets)))
+                                           _harm(outputs, budgets, task), task))
     return Sensitivity(samples=sum(samples_in(b) for b in batches),
                        nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))),
@@ -186,16 +198,19 @@ class _SwitchRuns:
     so the float parts' kernels cancel out and only the switched nodes differ."""
 
     def __init__(self, model: ir.Model, names: list[str], twins: list[tuple[str, str, str, str]],
-                 batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str]) -> None:
-        self.names, self.batches = names, list(batches)
+                 batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str],
+                 metric: TaskMetric | None) -> None:
+        self.names, self.batches, self.metric = names, list(batches), metric
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
         self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
         local_outputs = [name for twin in twins for name in twin[2:]]
-        self.references, self.local = [], [MetricsAccumulator() for _ in twins]
+        self.references, self.task_references, self.local = [], [], [MetricsAccumulator() for _ in twins]
         for batch in self.batches:
             values = self.session.run(names + local_outputs, self._feed(batch, set()))
             self.references.append(values[:len(names)])
+            if metric is not None:  # the float model's answer, once per batch
+                self.task_references.append(metric(names, values[:len(names)], samples_in(batch)))
             pairs = values[len(names):]
             for i in range(len(twins)):
                 self.local[i].add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
@@ -203,12 +218,18 @@ class _SwitchRuns:
     def _feed(self, batch: Batch, on: set[int]) -> dict:
         return {**batch, **{s: np.array(i in on) for i, s in enumerate(self.switches)}}
 
-    def errors(self, on: set[int]) -> dict[str, OutputMetrics]:
+    def errors(self, on: set[int]) -> tuple[dict[str, OutputMetrics], TaskMetrics | None]:
+        """Every model output's error with the switches `on` quantized, and the task metric's (None without one)."""
         accumulators = {n: MetricsAccumulator() for n in self.names}
-        for batch, reference in zip(self.batches, self.references):
-            for n, ref, got in zip(self.names, reference, self.session.run(self.names, self._feed(batch, on))):
+        task = None if self.metric is None else TaskAccumulator(self.metric)
+        for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
+            values = self.session.run(self.names, self._feed(batch, on))
+            for n, ref, got in zip(self.names, reference, values):
                 accumulators[n].add(ref, got)
-        return {n: a.result() for n, a in accumulators.items()}
+            if task is not None:
+                samples = samples_in(batch)
+                task.add(self.task_references[i], self.metric(self.names, values, samples), samples)
+        return {n: a.result() for n, a in accumulators.items()}, None if task is None else task.result()
 
 
 def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Batch,

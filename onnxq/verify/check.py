@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 import onnxruntime as ort
 
+from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
 from onnxq.io import load_model
@@ -18,6 +19,7 @@ from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.reference import Reference
 from onnxq.verify.sessions import ModelSource, make_session
+from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
            "resolve_providers", "failures_for"]
@@ -28,15 +30,17 @@ class ProviderCheck:
     provider: str
     outputs: tuple[OutputCheck, ...]  # quantized on this provider vs float on CPU
     placement: Placement | None
+    task: TaskMetrics | None = None  # the user's own evaluation (verify.task_metric), quantized here vs float
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
 
     def to_dict(self) -> dict:
         return {"provider": self.provider, "passed": self.passed,
                 "outputs": {o.name: o.to_dict() for o in self.outputs},
-                "placement": None if self.placement is None else self.placement.to_dict()}
+                "placement": None if self.placement is None else self.placement.to_dict(),
+                "task": None if self.task is None else self.task.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,14 +109,19 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
     accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
     agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
+    task = _TaskRun(config, reference.names, providers)
     coverage = None if target is None else CoverageRun(
-        quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target)
+        quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
+        task.metric)
     for batch, outputs in reference:
+        raw = {p: s.run(reference.names, batch) for p, s in sessions.items()}
+        expected_task = task.add(batch, outputs, raw)
         # Each array in float64 once, with its norms, for every comparison it takes part in.
         expected = [Operand(e) for e in outputs]
-        got = {p: [Operand(g) for g in s.run(reference.names, batch)] for p, s in sessions.items()}
+        got = {p: [Operand(g) for g in values] for p, values in raw.items()}
+        del raw
         if coverage is not None:
-            coverage.add(batch, expected, got["CPUExecutionProvider"])
+            coverage.add(batch, expected, got["CPUExecutionProvider"], expected_task)
         for p in providers:
             for name, e, g in zip(reference.names, expected, got[p]):
                 accumulators[p][name].add(e, g)
@@ -120,12 +129,13 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
             for name, c, g in zip(reference.names, got["CPUExecutionProvider"], got[p]):
                 agreement[p][name].add(c, g)
     checks = tuple(ProviderCheck(p, tuple(OutputCheck(n, m, failures_for(m, config.tolerance_for(n)))
-                                          for n, m in ((n, a.result()) for n, a in accumulators[p].items())), None)
+                                          for n, m in ((n, a.result()) for n, a in accumulators[p].items())), None,
+                                 task.result(p))
                    for p in providers)
     agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
                        for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
     verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable),
-                                None if coverage is None else coverage.result(checks[0].outputs))
+                                None if coverage is None else coverage.result(checks[0].outputs, checks[0].task))
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification
@@ -139,3 +149,26 @@ def with_placement(verification: Verification, quant_model: ModelSource, batch: 
                                                                        quantized_nodes))
                    for c in verification.providers)
     return dataclasses.replace(verification, providers=checks)
+
+
+class _TaskRun:
+    """verify.task_metric over a verification: the float outputs' answer once per batch, each provider's against
+    it. Nothing when no task metric is set."""
+
+    def __init__(self, config: VerifyConfig, names: list[str], providers: list[str]) -> None:
+        self.names = names
+        self.metric = task_metric(config)
+        self.accumulators = {} if self.metric is None else {p: TaskAccumulator(self.metric) for p in providers}
+
+    def add(self, batch: Batch, reference: list, got: Mapping[str, list]) -> float | list | None:
+        """Each provider's answer against the float outputs' answer, which it returns (None: no task metric)."""
+        if self.metric is None:
+            return None
+        samples = samples_in(batch)
+        expected = self.metric(self.names, reference, samples)
+        for provider, outputs in got.items():
+            self.accumulators[provider].add(expected, self.metric(self.names, outputs, samples), samples)
+        return expected
+
+    def result(self, provider: str) -> TaskMetrics | None:
+        return None if self.metric is None else self.accumulators[provider].result()

@@ -17,11 +17,13 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from onnxq.calibration.batching import samples_in
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import OutputCheck, failures_for
+from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
@@ -49,15 +51,17 @@ class TargetCheck:
     how: str
     outputs: tuple[OutputCheck, ...]
     saturating_nodes: tuple[NodeSaturation, ...] = ()
+    task: TaskMetrics | None = None  # verify.task_metric on this target's outputs
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
 
     def to_dict(self) -> dict:
         return {"target": self.target, "how": self.how, "passed": self.passed,
                 "outputs": {o.name: o.to_dict() for o in self.outputs},
-                "saturating_nodes": [n.to_dict() for n in self.saturating_nodes]}
+                "saturating_nodes": [n.to_dict() for n in self.saturating_nodes],
+                "task": None if self.task is None else self.task.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +86,11 @@ class Coverage:
     def failures(self) -> list[str]:
         lines = []
         for t in self.targets:
-            for o in t.outputs:
-                if o.failures:
-                    nodes = ", ".join(n.name for n in sorted(t.saturating_nodes, key=lambda n: -n.saturated)[:5])
-                    culprit = f" — saturating nodes: {nodes}" if nodes else ""
-                    lines.append(f"on {t.target} ({t.how.split(':')[0]}): {o.name} {'; '.join(o.failures)}{culprit}")
+            nodes = ", ".join(n.name for n in sorted(t.saturating_nodes, key=lambda n: -n.saturated)[:5])
+            culprit = f" — saturating nodes: {nodes}" if nodes else ""
+            found = [f"{o.name} {'; '.join(o.failures)}" for o in t.outputs if o.failures]
+            found += [] if t.task is None else list(t.task.failures)
+            lines += [f"on {t.target} ({t.how.split(':')[0]}): {failure}{culprit}" for failure in found]
         return lines
 
     def text(self) -> list[str]:
@@ -140,8 +144,10 @@ class CoverageRun:
     """Fed batch by batch with the float outputs and this CPU's deployed outputs; runs the exact quantization and,
     when a covered target is AVX2 and this CPU is not, the emulation."""
 
-    def __init__(self, quant_model: ir.Model, names: Sequence[str], config: VerifyConfig, target: str) -> None:
+    def __init__(self, quant_model: ir.Model, names: Sequence[str], config: VerifyConfig, target: str,
+                 task: TaskMetric | None = None) -> None:
         self.names = list(names)
+        self.task = task
         self.config = config
         self.target = target
         saturates = this_cpu_saturates()
@@ -152,21 +158,31 @@ class CoverageRun:
         self._exact = self._accumulators()
         self._gap = self._accumulators()
         self._emulated = self._accumulators()
+        self._task = {kind: None if task is None else TaskAccumulator(task) for kind in ("exact", "emulated")}
 
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
         return {n: MetricsAccumulator() for n in self.names}
 
-    def add(self, batch, expected: Sequence[np.ndarray | Operand], deployed: Sequence[np.ndarray | Operand]) -> None:
+    def add(self, batch, expected: Sequence[np.ndarray | Operand], deployed: Sequence[np.ndarray | Operand],
+            expected_task: float | list | None = None) -> None:
+        """expected_task: the task metric's answer on the float outputs (with a task metric)."""
         base, emulated, exact = self._emulator.run(batch)
+        self._add_task("exact", exact or base, batch, expected_task)
         exact = [Operand(x) for x in exact or base]
         for name, e, x, d in zip(self.names, expected, exact, deployed):
             self._exact[name].add(e, x)
             self._gap[name].add(x, d)
         if self._emulate:
+            self._add_task("emulated", emulated or base, batch, expected_task)
             for name, e, m in zip(self.names, expected, emulated or base):
                 self._emulated[name].add(e, m)
 
-    def result(self, deployed_checks: tuple) -> Coverage:
+    def _add_task(self, kind: str, outputs: Sequence[np.ndarray], batch, expected: float | list | None) -> None:
+        if self.task is not None:
+            samples = samples_in(batch)
+            self._task[kind].add(expected, self.task(self.names, outputs, samples), samples)
+
+    def result(self, deployed_checks: tuple, deployed_task: TaskMetrics | None = None) -> Coverage:
         exact = _checks(self._exact, self.config.tolerance_for)
         gap = _checks(self._gap, lambda _: Tolerance(min_cosine=None))
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
@@ -177,9 +193,11 @@ class CoverageRun:
         for t in self.targets:
             nodes = saturating if TARGETS[t].saturates_u8s8 else ()
             if t == self.here:
-                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, nodes))
+                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, nodes, deployed_task))
             else:
-                checks.append(TargetCheck(t, _HOW[TARGETS[t].checked_by], by_check[TARGETS[t].checked_by], nodes))
+                how = TARGETS[t].checked_by
+                task = self._task[how]
+                checks.append(TargetCheck(t, _HOW[how], by_check[how], nodes, None if task is None else task.result()))
         return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)
 
