@@ -60,7 +60,8 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm/Conv)")
-    batches = validated_batches(data, input_specs(float_model), config.calibration.batch_size,
+    specs = input_specs(float_model, config.calibration.sample_axes, config.calibration.constant_inputs)
+    batches = validated_batches(data, specs, config.calibration.batch_size,
                                 config.calibration.max_samples)
     channel_names = smoothable_activations(float_model, config) if config.smooth != "off" else ()
     return summarize(float_model, names, batches, config.calibration.histogram_bins, progress,

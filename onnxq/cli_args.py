@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from onnxq.config import QScheme, QuantConfig, VerifyConfig
+from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.errors import ConfigError
 
 __all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
@@ -86,13 +86,36 @@ def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> V
 def add_calibration_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
     p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+    add_layout_flags(p)
+
+
+def add_layout_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sample-axis", action="append", metavar="INPUT=AXIS",
+                   help="the data holds this input's samples on AXIS, as the model takes it (e.g. state=1 for a "
+                        "state [2, batch, 128]); repeatable")
+    p.add_argument("--constant-input", action="append", metavar="INPUT",
+                   help="the data gives this input once, fed whole with every batch (a sample rate, an initial "
+                        "state); repeatable")
+
+
+def layout_from_args(calibration: CalibrationConfig, args: argparse.Namespace) -> CalibrationConfig:
+    """--sample-axis and --constant-input over the config's calibration.sample_axes / constant_inputs."""
+    axes = dict(calibration.sample_axes)
+    for spec in args.sample_axis or ():
+        name, _, axis = spec.rpartition("=")
+        if not name or not axis.isdigit():
+            raise ConfigError(f"--sample-axis {spec!r}: expected INPUT=AXIS with AXIS an integer >= 0, e.g. state=1")
+        axes[name] = int(axis)
+    constant = tuple(dict.fromkeys([*calibration.constant_inputs, *(args.constant_input or ())]))
+    return dataclasses.replace(calibration, sample_axes=axes, constant_inputs=constant)
 
 
 def config_from_args(args: argparse.Namespace) -> QuantConfig:
     config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
     if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings (and smooth) apply
         smooth = _smooth_value(args.smooth)
-        return config.replace(calibration=_changed(config.calibration, batch_size=args.calib_batch_size,
+        return config.replace(calibration=_changed(layout_from_args(config.calibration, args),
+                                                   batch_size=args.calib_batch_size,
                                                    max_samples=args.calib_samples),
                               smooth=config.smooth if smooth is None else smooth)
     top = {k: v for k, v in {
@@ -116,7 +139,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         top["blocks"] = blocks
     if args.activation_dtype:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
-    calibration = _changed(config.calibration, batch_size=args.calib_batch_size, max_samples=args.calib_samples,
+    calibration = _changed(layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
+                           max_samples=args.calib_samples,
                            method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
     verify = verify_config_from_args(config.verify, args)
     verify = _changed(verify, enabled=False if args.no_verify else None,

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from onnxq.calibration_api import calibrate, merge_calibrations
-from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
-                            path_arg, verify_config_from_args)
+from onnxq.cli_args import (Parser, add_calibration_flags, add_layout_flags, add_tolerance_flags, add_verbose_flag,
+                            config_from_args, layout_from_args, path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
@@ -40,6 +40,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
+    add_layout_flags(p)
     add_verbose_flag(p)
     return p
 
@@ -109,8 +110,10 @@ def _verify_command(argv: list[str]) -> int:
         if args.report:
             files.claim(args.report, "--report")
         base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
-        verification = verify(args.float_model, args.quant_model, args.data,
-                              config=verify_config_from_args(base.verify, args), target=args.target or base.target)
+        config = base.replace(verify=verify_config_from_args(base.verify, args),
+                              calibration=layout_from_args(base.calibration, args))
+        verification = verify(args.float_model, args.quant_model, args.data, config=config,
+                              target=args.target or base.target)
         if args.report:
             text = json.dumps({"schema_version": SCHEMA_VERSION, "verification": verification.to_dict()}, indent=2)
             write_output(args.report, lambda staged: staged.write_text(text + "\n"))

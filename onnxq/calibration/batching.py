@@ -11,23 +11,49 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from onnxq.calibration.specs import Batch, InputSpec
+from onnxq.calibration.specs import Batch, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["samples_in", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter", "Holdout",
-           "Batches"]
+__all__ = ["samples_in", "take", "concatenate", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter",
+           "Holdout", "Batches"]
 
 logger = logging.getLogger(__name__)
 
 
 def samples_in(batch: Batch) -> int:
-    """The number of samples in a batch (the first axis of its arrays)."""
-    return len(next(iter(batch.values())))
+    """The number of samples in a batch (along each input's samples axis; 1 when every input is held constant)."""
+    for name, array in batch.items():
+        axis = sample_axis(batch, name)
+        if axis is not None and array.ndim > axis:
+            return array.shape[axis]
+    return 1
+
+
+def take(batch: Batch, index: slice | np.ndarray) -> Batch:
+    """The samples `index` (a slice or a boolean mask) selects, along each input's samples axis; inputs held
+    constant are kept whole."""
+    axes = getattr(batch, "axes", {})
+    return laid_out({k: _along(v, axes.get(k, 0), index) for k, v in batch.items()}, axes)
+
+
+def _along(array: np.ndarray, axis: int | None, index: slice | np.ndarray) -> np.ndarray:
+    if axis is None:
+        return array
+    return array[index] if axis == 0 else array[(slice(None),) * axis + (index,)]
+
+
+def concatenate(batches: Sequence[Batch]) -> Batch:
+    """One batch of the samples of all (inputs held constant: the first batch's value)."""
+    first = batches[0]
+    axes = getattr(first, "axes", {})
+    return laid_out({k: v if axes.get(k, 0) is None else np.concatenate([b[k] for b in batches], axis=axes.get(k, 0))
+                     for k, v in first.items()}, axes)
 
 
 def fixed_batch_size(specs: list[InputSpec]) -> int | None:
-    """The batch size the model's inputs fix (the same fixed first dimension wherever one is fixed), else None."""
-    fixed = {spec.shape[0] for spec in specs if spec.shape and isinstance(spec.shape[0], int) and spec.shape[0] > 0}
+    """The batch size the model's inputs fix (the same fixed dimension along the samples axis wherever one is
+    fixed), else None."""
+    fixed = {spec.batch_dim for spec in specs if isinstance(spec.batch_dim, int) and spec.batch_dim > 0}
     return fixed.pop() if len(fixed) == 1 else None
 
 
@@ -44,9 +70,9 @@ def exact_batches(batches: Iterable[Batch], size: int, what: str = "calibration"
         count += n
         while count >= size:
             merged = _concatenate(pending, size, what)
-            yield {k: v[:size] for k, v in merged.items()}
+            yield take(merged, slice(0, size))
             count -= size
-            pending = [{k: v[size:] for k, v in merged.items()}] if count else []
+            pending = [take(merged, slice(size, None))] if count else []
     if count:
         logger.warning("%d %s sample(s) left out: not a whole batch of %d (the model's fixed batch size)", count,
                        what, size)
@@ -56,7 +82,7 @@ def _concatenate(pending: list[Batch], size: int, what: str) -> Batch:
     if len(pending) == 1:
         return pending[0]
     try:
-        return {k: np.concatenate([b[k] for b in pending]) for k in pending[0]}
+        return concatenate(pending)
     except ValueError:
         raise CalibrationDataError(f"{what} samples of different shapes would have to share a batch of {size} (the "
                                    "model's fixed batch size) — give each shard a whole number of batches") from None
@@ -70,7 +96,7 @@ def first_samples(batches: Iterable[Batch], count: int, fixed: int | None) -> li
     for batch in exact_batches(batches, fixed, "verification") if fixed else batches:
         if taken >= count:
             break
-        batch = {k: v[:count - taken] for k, v in batch.items()}
+        batch = take(batch, slice(0, count - taken))
         out.append(batch)
         taken += samples_in(batch)
     return out
@@ -153,10 +179,10 @@ class Holdout:
             elif hold.sum() > room:
                 hold[np.flatnonzero(hold)[room:]] = False
             if hold.any():
-                self.held.append({k: v[hold] for k, v in batch.items()})
+                self.held.append(take(batch, hold))
                 self.held_count += int(hold.sum())
             if (~hold).any():
-                kept = {k: v[~hold] for k, v in batch.items()} if hold.any() else batch
+                kept = take(batch, ~hold) if hold.any() else batch
                 if self.first is None:
                     self.first = kept
                 yield kept

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size
+from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size, take
 from onnxq.calibration.npz import NpzMember, open_npz
-from onnxq.calibration.specs import Batch, DataSource, InputSpec
+from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
@@ -19,41 +19,43 @@ __all__ = ["iter_batches", "validate_batch", "validated_batches", "reread_batche
 
 
 def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = None,
-                 what: str = "calibration") -> Iterator[Batch]:
-    """Batches (dicts of arrays sharing a first, samples axis) from any supported source, up to max_samples."""
+                 what: str = "calibration", axes: Mapping[str, int | None] | None = None) -> Iterator[Batch]:
+    """Batches (dicts of arrays sharing a samples axis: 0, or the input's entry in `axes`; None: held constant,
+    fed whole with every batch) from any supported source, up to max_samples."""
+    axes = axes or {}
     remaining = max_samples if max_samples is not None else float("inf")
-    for batch in _raw_batches(source, batch_size, what):
+    for batch in _raw_batches(source, batch_size, what, axes):
         if remaining <= 0:
             return
         n = _num_samples(batch, what)
         if n > remaining:
-            batch = {k: v[: int(remaining)] for k, v in batch.items()}
+            batch = take(batch, slice(0, int(remaining)))
             n = int(remaining)
         remaining -= n
         yield batch
 
 
-def _raw_batches(source: DataSource, batch_size: int, what: str) -> Iterator[Batch]:
+def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[str, int | None]) -> Iterator[Batch]:
     if callable(source) and not isinstance(source, Mapping):
         source = source()
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            yield from _folder_batches(path, batch_size, what)
+            yield from _folder_batches(path, batch_size, what, axes)
         elif path.suffix == ".npy":
             raise CalibrationDataError(
                 f"{what} file {path} is a single .npy: put one <input name>.npy per model input in a folder and "
                 "pass the folder, or save them together with numpy.savez")
         else:
-            yield from _slices(_load_npz(path, what), batch_size, what)
+            yield from _slices(_load_npz(path, what), batch_size, what, axes)
     elif isinstance(source, Mapping):
-        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size, what)
+        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size, what, axes)
     elif isinstance(source, Iterable):
         for i, item in enumerate(source):
             if not isinstance(item, Mapping):
                 raise CalibrationDataError(
                     f"{what} item {i} is a {type(item).__name__}, not a dict of input name → array")
-            yield {k: np.asarray(v) for k, v in item.items()}
+            yield laid_out({k: np.asarray(v) for k, v in item.items()}, axes)
     else:
         raise CalibrationDataError(
             f"{what} data of type {type(source).__name__} is not supported — pass an .npz path, a folder of .npz, "
@@ -104,11 +106,11 @@ def declare_data_files(files: RunFiles, source: DataSource | None, what: str) ->
         files.add_input(file, f"{what} file")
 
 
-def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
+def _folder_batches(path: Path, batch_size: int, what: str, axes: Mapping[str, int | None]) -> Iterator[Batch]:
     shards, arrays = data_files(path, what)
     for file in shards:
         members = _load_npz(file, what)
-        yield from _slices(members, batch_size, what)
+        yield from _slices(members, batch_size, what, axes)
         for member in members.values():  # one shard's files open at a time, however many shards
             member.close()
     if arrays:
@@ -119,7 +121,7 @@ def _folder_batches(path: Path, batch_size: int, what: str) -> Iterator[Batch]:
             except (ValueError, OSError, MemoryError) as e:
                 raise CalibrationDataError(f"{what} file {one_line(file)} is not a readable .npy array "
                                            f"({one_line(e)}) — save it with numpy.save") from None
-        yield from _slices(loaded, batch_size, what)
+        yield from _slices(loaded, batch_size, what, axes)
 
 
 def _load_npz(path: Path, what: str) -> dict[str, NpzMember]:
@@ -127,24 +129,43 @@ def _load_npz(path: Path, what: str) -> dict[str, NpzMember]:
     return open_npz(path, what)
 
 
-def _slices(arrays: Mapping[str, np.ndarray | NpzMember], batch_size: int, what: str) -> Iterator[Batch]:
+def _slices(arrays: Mapping[str, np.ndarray | NpzMember], batch_size: int, what: str,
+            axes: Mapping[str, int | None]) -> Iterator[Batch]:
     if not arrays:
         return
-    if any(a.ndim == 0 for a in arrays.values()):
-        yield arrays  # let validation report the missing samples axis
+    # An .npz member reads rows of axis 0 on demand; one with its samples elsewhere, or held constant, is read whole.
+    batch = laid_out({k: np.asarray(v) if isinstance(v, NpzMember) and axes.get(k, 0) != 0 else v
+                      for k, v in arrays.items()}, axes)
+    if any(a.ndim <= (sample_axis(batch, k) or 0) and sample_axis(batch, k) is not None for k, a in arrays.items()):
+        yield batch  # let validation report the missing samples axis
         return
-    n = _num_samples(arrays, what)
+    n = _num_samples(batch, what)
     for start in range(0, n, batch_size):
-        yield {k: v[start:start + batch_size] for k, v in arrays.items()}
+        yield take(batch, slice(start, start + batch_size))
 
 
 def _num_samples(batch: Batch, what: str) -> int:
-    counts = {k: (v.shape[0] if v.ndim else 0) for k, v in batch.items()}
+    counts = {k: v.shape[axis] if v.ndim > axis else 0 for k, v in batch.items()
+              if (axis := sample_axis(batch, k)) is not None}
     if len(set(counts.values())) > 1:
-        detail = ", ".join(f"{k}: {n}" for k, n in counts.items())
-        raise CalibrationDataError(f"{what} inputs have different numbers of samples ({detail}); the first axis "
-                                   "of every array holds the samples")
-    return next(iter(counts.values()), 0)
+        detail = ", ".join(f"{k}: {n}" + (f" on axis {sample_axis(batch, k)}" if sample_axis(batch, k) else "")
+                           for k, n in counts.items())
+        raise CalibrationDataError(f"{what} inputs have different numbers of samples ({detail}); each array holds "
+                                   "its samples on axis 0, or the axis calibration.sample_axes gives it"
+                                   + _axis_hint(batch, counts))
+    return next(iter(counts.values()), 1)
+
+
+def _axis_hint(batch: Batch, counts: Mapping[str, int]) -> str:
+    """Where an input whose count is off has the others' (largest) count on another axis: the flag that says so."""
+    most = max(counts.values())
+    for name, count in counts.items():
+        shape = batch[name].shape
+        axes = [i for i, n in enumerate(shape) if n == most and i != sample_axis(batch, name)]
+        if count != most and axes:
+            return (f" — {name!r} has {most} on axis {axes[0]}: if that is its samples axis, pass --sample-axis "
+                    f"{name}={axes[0]} (TOML [calibration] sample_axes = {{{name} = {axes[0]}}})")
+    return ""
 
 
 def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str = "calibration") -> Batch:
@@ -155,7 +176,7 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
         if name not in by_name:
             raise CalibrationDataError(
                 f"{what} data has '{name}', which matches no model input; the model's inputs are: {expected}")
-    out: Batch = {}
+    out = {}
     for spec in specs:
         if spec.name not in batch:
             raise CalibrationDataError(
@@ -165,23 +186,31 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
             raise CalibrationDataError(
                 f"{what} input '{spec.name}' is {array.dtype} but the model expects {spec.dtype} — "
                 f"convert it with .astype(numpy.{spec.dtype})")
-        if spec.shape is not None:
-            if array.ndim != len(spec.shape):
-                raise CalibrationDataError(
-                    f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
-                    f"rank {len(spec.shape)} {spec.describe()}; the first axis holds the samples")
-            for got, want in zip(array.shape[1:], spec.shape[1:]):
-                if isinstance(want, int) and got != want:
-                    raise CalibrationDataError(
-                        f"{what} input '{spec.name}' has shape {array.shape} but the model expects "
-                        f"{spec.describe()}")
+        _check_shape(spec, array, what)
         if array.dtype != spec.dtype:
             array = array.astype(spec.dtype)
         if spec.dtype.kind == "f" and not np.all(np.isfinite(array)):
             bad = "NaN" if np.isnan(array).any() else "inf"
             raise CalibrationDataError(f"{what} input '{spec.name}' contains {bad} — remove or fix those samples")
         out[spec.name] = array
-    return out
+    return laid_out(out, {s.name: s.sample_axis for s in specs})
+
+
+def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
+    """Rank and every fixed dimension but the samples axis (an input held constant: every one)."""
+    if spec.shape is None:
+        return
+    axis = spec.sample_axis
+    where = ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with every "
+             "batch" if axis is None else f"axis {axis} holds the samples")
+    if array.ndim != len(spec.shape):
+        raise CalibrationDataError(
+            f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
+            f"rank {len(spec.shape)} {spec.describe()}; {where}")
+    for i, (got, want) in enumerate(zip(array.shape, spec.shape)):
+        if i != axis and isinstance(want, int) and got != want:
+            raise CalibrationDataError(
+                f"{what} input '{spec.name}' has shape {array.shape} but the model expects {spec.describe()}; {where}")
 
 
 def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
@@ -192,5 +221,7 @@ def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: in
     if fixed is not None:
         batch_size = fixed
         max_samples = None if max_samples is None else max(fixed, max_samples // fixed * fixed)
-    batches = (validate_batch(batch, specs, what) for batch in iter_batches(source, batch_size, max_samples, what))
+    axes = {s.name: s.sample_axis for s in specs}
+    batches = (validate_batch(batch, specs, what)
+               for batch in iter_batches(source, batch_size, max_samples, what, axes))
     yield from batches if fixed is None else exact_batches(batches, fixed, what)

@@ -10,9 +10,32 @@ from typing import Any, Union
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["Batch", "DataSource", "InputSpec", "input_specs"]
+from onnxq.errors import ConfigError, one_line
+
+__all__ = ["Batch", "LaidOutBatch", "DataSource", "InputSpec", "input_specs", "laid_out", "sample_axis", "with_layout"]
 
 Batch = dict[str, np.ndarray]
+
+
+class LaidOutBatch(dict):
+    """A batch whose inputs do not all hold their samples on axis 0: `axes` maps such an input to its samples'
+    axis, or to None for an input held constant (fed whole with every batch: a sample rate, an initial state).
+    ONNX Runtime reads it as the dict it is; plain dicts are batches with every input's samples on axis 0."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -> None:
+        super().__init__(arrays)
+        self.axes = dict(axes)
+
+
+def laid_out(arrays: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -> Batch:
+    """The arrays as a batch with these sample axes (entries of 0 and absent names: axis 0)."""
+    axes = {k: a for k, a in axes.items() if a != 0 and k in arrays}
+    return LaidOutBatch(arrays, axes) if axes else dict(arrays)
+
+
+def sample_axis(batch: Mapping[str, np.ndarray], name: str) -> int | None:
+    """Where input `name`'s samples lie in this batch (None: held constant)."""
+    return getattr(batch, "axes", {}).get(name, 0)
 # A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
 # memory-mapped); a mapping of arrays (first axis = samples); an iterable of such mappings, each one batch; or a
 # callable returning any of these (called once per pass over the data).
@@ -24,14 +47,28 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple[int | str | None, ...] | None  # None: unknown rank; str/None entries: dynamic
+    # The axis holding the samples in this input's data; None: one value held constant for every batch.
+    sample_axis: int | None = 0
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else ", ".join(str(d) if d is not None else "?" for d in self.shape)
         return f"{self.dtype} [{dims}]"
 
+    @property
+    def batch_dim(self) -> int | str | None:
+        """The model's dimension along the samples axis (None: unknown, or the input is held constant)."""
+        if self.sample_axis is None or self.shape is None or self.sample_axis >= len(self.shape):
+            return None
+        return self.shape[self.sample_axis]
 
-def input_specs(model: ir.Model) -> list[InputSpec]:
-    """The inputs a user must feed (initializers that are also inputs have defaults and are left out)."""
+
+def input_specs(model: ir.Model, sample_axes: Mapping[str, int] | None = None,
+                constant_inputs: Iterable[str] = ()) -> list[InputSpec]:
+    """The inputs a user must feed (initializers that are also inputs have defaults and are left out), with where
+    their samples lie: as sample_axes and constant_inputs say (calibration config), else axis 0, except a scalar
+    input (held constant: it has no samples axis) and an input whose first dimension is fixed while a later one
+    carries the name of the other inputs' first dimension (a recurrent state [2, batch, 128] beside an input
+    [batch, time]: axis 1)."""
     specs = []
     for value in model.graph.inputs:
         if value.name in model.graph.initializers:
@@ -42,4 +79,41 @@ def input_specs(model: ir.Model) -> list[InputSpec]:
             shape = tuple(d if isinstance(d, int) else (d.value if isinstance(d, ir.SymbolicDim) else None)
                           for d in value.shape)
         specs.append(InputSpec(value.name, np.dtype(dtype), shape))
-    return specs
+    batch_names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
+    specs = [dataclasses.replace(s, sample_axis=_inferred_axis(s, batch_names)) for s in specs]
+    return with_layout(specs, sample_axes or {}, constant_inputs)
+
+
+def with_layout(specs: list[InputSpec], sample_axes: Mapping[str, int], constant_inputs: Iterable[str]) -> list[
+        InputSpec]:
+    """The specs with the user's layout (calibration.sample_axes, calibration.constant_inputs) over the inferred
+    one; a name that is no input, or an axis past an input's rank, is refused with the inputs listed."""
+    by_name = {s.name: s for s in specs}
+    constant = set(constant_inputs)
+    listed = ", ".join(f"{s.name} ({s.describe()})" for s in specs)
+    for name in [*sample_axes, *constant]:
+        if name not in by_name:
+            raise ConfigError(f"calibration.sample_axes / constant_inputs name {one_line(repr(name))}, which is not an "
+                              f"input of the model; its inputs are: {one_line(listed)}")
+    both = sorted(constant & set(sample_axes))
+    if both:
+        raise ConfigError(f"input {one_line(repr(both[0]))} is both in calibration.sample_axes and in constant_inputs "
+                          "— an input either has samples on an axis or is held constant")
+    out = []
+    for spec in specs:
+        axis = None if spec.name in constant else sample_axes.get(spec.name, spec.sample_axis)
+        if axis is not None and spec.shape is not None and not 0 <= axis < len(spec.shape):
+            rank = len(spec.shape)
+            raise ConfigError(f"calibration.sample_axes gives input {one_line(repr(spec.name))} axis {axis}, but it "
+                              f"has rank {rank} ({spec.describe()}) — give an axis in [0, {rank})")
+        out.append(dataclasses.replace(spec, sample_axis=axis))
+    return out
+
+
+def _inferred_axis(spec: InputSpec, batch_names: set[str]) -> int | None:
+    if spec.shape is None or (spec.shape and not isinstance(spec.shape[0], int)):
+        return 0
+    if not spec.shape:
+        return None
+    named = [i for i, d in enumerate(spec.shape) if isinstance(d, str) and d in batch_names]
+    return named[0] if len(named) == 1 else 0

@@ -89,11 +89,19 @@ class CalibrationConfig:
     batch_size: int = 8
     # Use only the first N samples (None: all).
     max_samples: int | None = None
+    # Where the data (calibration and verification alike) holds each input's samples when not on axis 0, as the
+    # model takes it: {"state": 1} for a recurrent state [2, batch, 128]. Inferred when the model names the dims.
+    sample_axes: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Inputs given once and fed whole with every batch (a sample rate, an initial state); scalar inputs always are.
+    constant_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.method not in RANGE_METHODS:
             raise ConfigError(f"calibration.method {self.method!r} is not one of {list(RANGE_METHODS)}")
+        for name, axis in self.sample_axes.items():
+            if isinstance(axis, bool) or not isinstance(axis, int) or axis < 0:
+                raise ConfigError(f"calibration.sample_axes gives {name!r} {axis!r} — an axis is an integer >= 0")
 
     @property
     def needs_histogram(self) -> bool:

@@ -48,7 +48,7 @@ def load_and_plan(state: RunState) -> bool:
     state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
-    state.specs = input_specs(state.work)
+    state.specs = input_specs(state.work, config.calibration.sample_axes, config.calibration.constant_inputs)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
     state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back)

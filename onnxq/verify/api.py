@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
-from onnxq.config import VerifyConfig
+from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
 from onnxq.verify.check import Reference, Verification, verify_models
@@ -23,19 +23,22 @@ ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model
 
 
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
-           config: VerifyConfig | None = None, providers: tuple[str, ...] | None = None,
+           config: VerifyConfig | QuantConfig | None = None, providers: tuple[str, ...] | None = None,
            batch_size: int = 8, target: str = "portable") -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.
+    config: a VerifyConfig, or a QuantConfig whose verify table applies and whose calibration.sample_axes /
+    constant_inputs say how the data holds its samples.
     target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one."""
-    config = config or VerifyConfig()
+    layout = config.calibration if isinstance(config, QuantConfig) else CalibrationConfig()
+    config = config.verify if isinstance(config, QuantConfig) else config or VerifyConfig()
     if providers is not None:
         config = dataclasses.replace(config, providers=tuple(providers))
     with run_files() as files:  # what it reads, so that no output of the run (a report) lands on it
         float_ir = _load(files, float_model, "the float model")
         quant_ir = _load(files, quant_model, "the quantized model")
         declare_data_files(files, data, "the verification data")
-    specs = input_specs(float_ir)
+    specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs)
     quant_inputs = {s.name for s in input_specs(quant_ir)}
     if quant_inputs != {s.name for s in specs}:
         raise CalibrationDataError(f"the two models have different inputs ({sorted(quant_inputs)} vs "
