@@ -6,7 +6,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["producer", "attribute", "constant_array", "unique_name"]
+__all__ = ["producer", "attribute", "constant_array", "unique_name", "Body", "bodies", "OUTER_NAMES"]
+
+# graph.meta key: the names a body's own rewrite must not take (every name of the model around it).
+OUTER_NAMES = "onnxq.outer_names"
 
 
 def producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -35,3 +38,29 @@ def unique_name(base: str, taken: set[str]) -> str:
         name = f"{base}_{i}"
     taken.add(name)
     return name
+
+
+class Body:
+    """A subgraph: an If branch, a Loop or Scan body (at any depth), and where it is, in words."""
+
+    def __init__(self, graph: ir.Graph, owner: ir.Node, attribute_name: str) -> None:
+        self.graph, self.owner, self.attribute = graph, owner, attribute_name
+
+    @property
+    def where(self) -> str:
+        return f"{self.owner.op_type} {self.owner.name!r} {self.attribute}"
+
+
+def bodies(graph: ir.Graph) -> list[Body]:
+    """Every subgraph under the graph, outer ones first."""
+    found = []
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                found.append(Body(attr.value, node, attr.name))
+                found += bodies(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for i, sub in enumerate(attr.value):
+                    found.append(Body(sub, node, f"{attr.name}[{i}]"))
+                    found += bodies(sub)
+    return found

@@ -47,6 +47,8 @@ class NodePlan:
     # A value after the node requantized with its calibrated range (static Conv: ORT fuses DequantizeLinear → Conv →
     # QuantizeLinear into QLinearConv): the node's output, or the activation that alone reads it. None: float.
     output: ir.Value | None = None
+    # Where a node inside a subgraph is (irquery.Body.where: "If 'x' then_branch"); "" in the main graph.
+    scope: str = ""
 
     @property
     def weight_only(self) -> bool:

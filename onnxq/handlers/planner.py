@@ -10,16 +10,33 @@ from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
+from onnxq.irquery import bodies
 from onnxq.targets import needs_pair_limit
 
-__all__ = ["plan_model"]
+__all__ = ["plan_model", "BODY_MODES"]
+
+
+# The mode a subgraph's nodes take in a run of each mode. Calibration observes the main graph's values only (ORT
+# returns no value of a body), so a static run quantizes bodies' activations at run time.
+BODY_MODES = {"static": "dynamic", "dynamic": "dynamic", "weight-only": "weight-only"}
 
 
 def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[NodePlan], list[Skip]]:
-    """Plans in graph order for the nodes of config.op_types; nodes of other op types are not candidates.
+    """Plans in graph order for the nodes of config.op_types (nodes of other op types are not candidates), then
+    each subgraph's (If branches, Loop and Scan bodies, at any depth) in BODY_MODES[mode], their plans' scope
+    saying where they are."""
+    plans, skips = _plan_graph(graph, config, mode, "")
+    body_mode = BODY_MODES[mode]
+    why = "" if body_mode == mode else f"{body_mode} inside subgraphs (calibration observes the main graph only): "
+    for body in bodies(graph):
+        body_plans, body_skips = _plan_graph(body.graph, config, body_mode, body.where)
+        plans += body_plans
+        skips += [Skip(s.node, f"{why}{s.reason} (inside {body.where})") for s in body_skips]
+    return plans, skips
 
-    Only the main graph is planned: nodes inside If/Loop bodies stay float.
-    """
+
+def _plan_graph(graph: ir.Graph, config: QuantConfig, mode: str, scope: str) -> tuple[list[NodePlan], list[Skip]]:
+    """One graph's own nodes (not its subgraphs')."""
     ctx = PlanContext(
         per_channel=config.per_channel,
         mode=mode,
@@ -48,7 +65,7 @@ def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[No
         if reason is not None:
             result = Skip(node, reason)
         if isinstance(result, NodePlan):
-            plans.append(result if result.form else dataclasses.replace(result, form=default_form(mode, result)))
+            plans.append(dataclasses.replace(result, form=result.form or default_form(mode, result), scope=scope))
         else:
             skips.append(result)
     return plans, skips

@@ -12,6 +12,8 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan
+from onnxq.handlers.planner import BODY_MODES
+from onnxq.passes.bodies import body_as_model, drop_unread_initializers
 from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
@@ -27,9 +29,29 @@ class Rewritten:
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                 config: QuantConfig, mode: str, moments: WeightMoments | None = None) -> Rewritten:
-    """Rewrite the model in place, then lower it when the format lowers this mode's models."""
-    notes = QuantizePass(plans, RewriteInputs(ranges, config, moments))(model).notes
-    output_format = FORMATS[config.format]
-    lowers = output_format.lower is not None and mode in output_format.lowered_modes
-    kept = dict(output_format.lower(model, plans)) if lowers else {}
+    """Rewrite the model in place, then lower it when the format lowers this mode's models. Each subgraph's plans
+    are applied to it as a model of its own (passes.bodies), in the mode bodies take (handlers.BODY_MODES), before
+    the main graph's, so that the main graph's rewrite sees which float weights the bodies still read."""
+    notes: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    by_graph: dict[int, list[NodePlan]] = {}
+    for plan in plans:
+        if plan.scope:
+            by_graph.setdefault(id(plan.node.graph), []).append(plan)
+    for body_plans in by_graph.values():
+        with body_as_model(model, body_plans[0].node.graph) as body:
+            _apply(body, body_plans, (ranges, config, BODY_MODES[mode], moments), notes, kept)
+    if by_graph:
+        drop_unread_initializers(model)
+    _apply(model, [p for p in plans if not p.scope], (ranges, config, mode, moments), notes, kept)
     return Rewritten(notes, kept)
+
+
+def _apply(model: ir.Model, plans: Sequence[NodePlan], settings: tuple, notes: dict[str, str],
+           kept: dict[str, str]) -> None:
+    ranges, config, mode, moments = settings
+    if plans:
+        notes.update(QuantizePass(plans, RewriteInputs(ranges, config, moments))(model).notes)
+    output_format = FORMATS[config.format]
+    if output_format.lower is not None and mode in output_format.lowered_modes:
+        kept.update(output_format.lower(model, plans))

@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from onnxq.config import QScheme
 from onnxq.io import page_out
-from onnxq.irquery import unique_name
+from onnxq.irquery import OUTER_NAMES, unique_name
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import from_gemm_view, gemm_view, quantize_pair_limited
 
@@ -62,6 +62,7 @@ class GraphBuilder:
             self._taken.add(node.name or "")
             self._taken.update(v.name for v in node.outputs if v.name)
         self._taken.update(v.name for v in graph.inputs if v.name)
+        self._taken.update(graph.meta.get(OUTER_NAMES, ()))  # a subgraph's rewrite: the outer model's names too
         self._weights: dict[tuple[int, int | None, bool, int | None], QuantizedWeight] = {}
 
     def unique(self, base: str) -> str:

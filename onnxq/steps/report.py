@@ -52,7 +52,7 @@ def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
         if plan.per_token:
             parts.append("activation per token (dynamic, symmetric, uint8 + 128)")
         else:
-            kind = "dynamic" if state.mode == "dynamic" else "static"
+            kind = "dynamic" if state.mode == "dynamic" or plan.scope else "static"
             parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
         if plan.weights:  # an integer kernel reads this node: its types on the target, and why
             parts.append(integer_types_reason(config.target, config.activations.dtype))
@@ -60,6 +60,10 @@ def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
         parts.append(state.bias_fallbacks.get(node.name or "", "bias int32"))
     elif plan.bias_note:
         parts.append(f"bias float: {plan.bias_note}")
+    if plan.scope:
+        observed = ("; dynamic: calibration observes the main graph's values only" if state.mode == "static"
+                    and plan.activations else "")
+        parts.append(f"inside {plan.scope}{observed}")
     return NodeEntry(node.name or "", node.op_type, "; ".join(parts))
 
 

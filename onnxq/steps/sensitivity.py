@@ -27,13 +27,17 @@ def sensitivity(state: RunState) -> bool:
     config = state.config
     if state.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
         return False
+    # The switch model doubles main-graph nodes; a subgraph's nodes are not ranked (nor kept float by the fallback).
+    plans = [p for p in state.plans if not p.scope]
+    if not plans:
+        return False
     samples = first_samples(state.batches, config.verify.sensitivity_samples or 16, fixed_batch_size(state.specs))
-    per_node = wants_fallback(state) or len(state.plans) <= config.verify.sensitivity_max_nodes
+    per_node = wants_fallback(state) or len(plans) <= config.verify.sensitivity_max_nodes
     if not per_node:
-        state.notes.append(f"sensitivity: {len(state.plans)} quantized nodes > verify.sensitivity_max_nodes "
+        state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
     deployed, why_not = _deployed_kernels(state, samples[0])
-    state.sensitivity = result = layer_sensitivity(state.builder, state.plans, samples, per_node, deployed, why_not)
+    state.sensitivity = result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not)
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")

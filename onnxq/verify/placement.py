@@ -93,7 +93,8 @@ class Placement:
                          f"{ops}{advice}")
         missing = [n for n, r in self.quantized.items() if r is None]
         if missing:
-            found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused)")
+            found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused; inside "
+                         "an If / Loop / Scan body: a branch not taken, or renamed by ORT's fusion in the body)")
         if self.cpu_fallbacks:
             ops = collections.Counter(r.op_type for r in self.cpu_fallbacks)
             found.append(f"{len(self.cpu_fallbacks)} node(s) fell back to CPU: "
@@ -114,7 +115,7 @@ def quantized_nodes(model: ModelSource) -> dict[str, str]:
     graph = (model if isinstance(model, ir.Model) else ir.from_proto(onnx.load(str(model),
                                                                                  load_external_data=False))).graph
     found, products = {}, float_product_kernels()
-    for node in graph:
+    for node in graph.all_nodes():  # subgraphs too: ORT profiles the nodes of the bodies it runs
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
             continue
         producers = {v.producer().op_type for v in node.inputs if v is not None and v.producer() is not None}

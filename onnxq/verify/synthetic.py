@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.specs import Batch, InputSpec
+from onnxq.calibration.specs import Batch, InputSpec, laid_out
 
 __all__ = ["synthetic_batches"]
 
@@ -39,7 +39,7 @@ def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, s
                 batch[spec.name] = np.ones(shape, dtype=bool)
             else:
                 batch[spec.name] = np.ones(shape, dtype=spec.dtype)
-        batches.append(batch)
+        batches.append(laid_out(batch, {s.name: s.sample_axis for s in specs}))  # a scalar input is held constant
     return batches
 
 

@@ -391,7 +391,8 @@ CASES: dict[str, Case] = {
     "external data past the end": Case(lambda w: _external(w, "w.bin", length=K * N * 4 * 2), "past the end"),
     "external data offset past the end": Case(lambda w: _external(w, "w.bin", declared_offset=10**9), "past the end"),
     "external data missing": Case(lambda w: _external(w, "w.bin", write_data=False), "is missing"),
-    # The body stays float; its weight is read from beside the input and stored in the output itself.
+    # The body's MatMul is quantized (dynamic): its weight is read from beside the input, the int8 one stored in the
+    # output itself.
     "external data in an If body": Case(lambda w: _external_in_body(w, "bw.bin"), check=_runs({"MatMul": 0})),
     "external data .. in an If body": Case(lambda w: _external_in_body(w, "../bw.bin"), "outside the model's"),
     "external data past the end in an If body": Case(lambda w: _external_in_body(w, "bw.bin", length=N * N * 8),
