@@ -136,7 +136,7 @@ def _slices(arrays: Mapping[str, np.ndarray | NpzMember], batch_size: int, what:
     # An .npz member reads rows of axis 0 on demand; one with its samples elsewhere, or held constant, is read whole.
     batch = laid_out({k: np.asarray(v) if isinstance(v, NpzMember) and axes.get(k, 0) != 0 else v
                       for k, v in arrays.items()}, axes)
-    if any(a.ndim <= (sample_axis(batch, k) or 0) and sample_axis(batch, k) is not None for k, a in arrays.items()):
+    if any((axis := sample_axis(batch, k)) is not None and a.ndim <= axis for k, a in batch.items()):
         yield batch  # let validation report the missing samples axis
         return
     n = _num_samples(batch, what)

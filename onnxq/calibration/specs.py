@@ -15,6 +15,10 @@ from onnxq.errors import ConfigError, one_line
 __all__ = ["Batch", "LaidOutBatch", "DataSource", "InputSpec", "input_specs", "laid_out", "sample_axis", "with_layout"]
 
 Batch = dict[str, np.ndarray]
+# A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
+# memory-mapped); a mapping of arrays (samples on axis 0, or as calibration.sample_axes says); an iterable of such
+# mappings, each one batch; or a callable returning any of these (called once per pass over the data).
+DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any]]
 
 
 class LaidOutBatch(dict):
@@ -36,10 +40,6 @@ def laid_out(arrays: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -
 def sample_axis(batch: Mapping[str, np.ndarray], name: str) -> int | None:
     """Where input `name`'s samples lie in this batch (None: held constant)."""
     return getattr(batch, "axes", {}).get(name, 0)
-# A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
-# memory-mapped); a mapping of arrays (first axis = samples); an iterable of such mappings, each one batch; or a
-# callable returning any of these (called once per pass over the data).
-DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any]]
 
 
 @dataclasses.dataclass(frozen=True)
