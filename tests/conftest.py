@@ -42,6 +42,16 @@ def weight(tape: ir.tape.Tape, rng: np.random.Generator, name: str, shape: tuple
     return tape.initializer(ir.tensor(rng.normal(0, 1, shape).astype(np.float32), name=name))
 
 
+def tied_classes(rng: np.random.Generator, features: int = 32, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """A classifier head's (weight, bias) whose classes 0 and 1 share a weight column up to 1e-4 and lead every other
+    class by a margin: int8 keeps cosine ≈ 1 while flipping its answers between the two."""
+    w = rng.normal(0, 1, (features, classes)).astype(np.float32)
+    w[:, 1] = w[:, 0] + rng.normal(0, 1e-4, features).astype(np.float32)
+    bias = np.full(classes, -30.0, np.float32)
+    bias[:2] = 0.0
+    return w, bias
+
+
 def node_named(model: ir.Model, name: str) -> ir.Node:
     return next(n for n in model.graph if n.name == name)
 

@@ -4,7 +4,7 @@ passes it, the argmax gate does not (issue 19, scope 9)."""
 
 import numpy as np
 import onnx_ir as ir
-from conftest import to_model
+from conftest import tied_classes, to_model
 
 import onnxq
 from onnxq.cli import main
@@ -29,10 +29,7 @@ def _near_tie_classifier(rng) -> ir.Model:
     """10 classes; classes 0 and 1 share a weight column up to 1e-4, and lead every other class by a margin."""
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["batch", 32])
-    w = rng.normal(0, 1, (32, 10)).astype(np.float32)
-    w[:, 1] = w[:, 0] + rng.normal(0, 1e-4, 32).astype(np.float32)
-    bias = np.full(10, -30.0, np.float32)
-    bias[:2] = 0.0
+    w, bias = tied_classes(rng)
     logits = tape.op("Gemm", [x, tape.initializer(ir.tensor(w, name="w")),
                               tape.initializer(ir.tensor(bias, name="b"))], name="classifier")
     logits.name = "logits"

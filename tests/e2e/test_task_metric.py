@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import onnx_ir as ir
 import pytest
-from conftest import to_model
+from conftest import tied_classes, to_model
 
 import onnxq
 from onnxq.cli import main
@@ -22,10 +22,7 @@ from onnxq.verify.task import TaskAccumulator, TaskMetric
 def _tied_classifier(rng) -> ir.Model:
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["batch", 32])
-    w = rng.normal(0, 1, (32, 10)).astype(np.float32)
-    w[:, 1] = w[:, 0] + rng.normal(0, 1e-4, 32).astype(np.float32)
-    bias = np.full(10, -30.0, np.float32)
-    bias[:2] = 0.0
+    w, bias = tied_classes(rng)
     hidden_w = (np.eye(32) + rng.normal(0, 0.05, (32, 32))).astype(np.float32)
     hidden = tape.op("Relu", [tape.op("MatMul", [x, tape.initializer(ir.tensor(hidden_w, name="hidden_w"))],
                                       name="hidden")])
