@@ -28,18 +28,20 @@ def resolve_hook(hook: str | Callable[..., Any], key: str) -> Callable[..., Any]
     """The function a spec names; one line naming the spec and the fix when it cannot be had."""
     if callable(hook):
         return hook
-    if hook in _LOADED:
-        return _LOADED[hook]
     where, sep, name = hook.rpartition(":")
     if not sep or not where or not name.isidentifier():
         raise ConfigError(f"{key} {one_line(repr(hook))} is not MODULE:FUNCTION or FILE.py:FUNCTION — name the "
                           "function to call, e.g. mytask.metrics:evaluate")
+    # A file is known by its absolute path: the same relative spec from another working directory is another file.
+    cache_key = f"{Path(where).resolve()}:{name}" if where.endswith(".py") else hook
+    if cache_key in _LOADED:
+        return _LOADED[cache_key]
     module = _load_file(where, key) if where.endswith(".py") else _import(where, key)
     function = getattr(module, name, None)
     if not callable(function):
         raise ConfigError(f"{key} {one_line(repr(hook))}: {one_line(where)} has no function {name!r} — check the "
                           "name")
-    _LOADED[hook] = function
+    _LOADED[cache_key] = function
     return function
 
 
