@@ -32,6 +32,8 @@ class OutputFormat:
     requantize_products: bool = False
     # Why weight-only models cannot take this format (their blocks are com.microsoft operators), or None.
     refuses_weight_only: str | None = None
+    # Only ONNX-standard operators: planners leave float what only a com.microsoft kernel would run.
+    standard_ops_only: bool = False
 
 
 FORMATS: dict[str, OutputFormat] = {}

@@ -81,6 +81,11 @@ class PlanContext:
     dynamic_conv: bool = False
     # Static MatMuls requantize their output too (the output format's products take one: QLinearMatMul).
     requantize_products: bool = False
+    # The output format takes ONNX-standard operators only (no com.microsoft kernel such as DynamicQuantizeLSTM).
+    standard_ops_only: bool = False
+    # Whether uint8 activations quantized at run time inside a kernel (DynamicQuantizeLSTM), whatever the configured
+    # activation dtype, need int8 weights' K pairs limited on the target.
+    limit_runtime_pairs: bool = False
 
     @property
     def weight_only(self) -> bool:

@@ -47,6 +47,8 @@ def _plan_graph(graph: ir.Graph, config: QuantConfig, mode: str, scope: str) -> 
         fold_relu=not config.activations.symmetric,
         dynamic_conv=config.dynamic_conv,
         requantize_products=mode == "static" and FORMATS[config.format].requantize_products,
+        standard_ops_only=FORMATS[config.format].standard_ops_only,
+        limit_runtime_pairs=needs_pair_limit(config.target, "uint8", config.weights.dtype),
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

@@ -15,7 +15,8 @@ from onnxq.irquery import OUTER_NAMES, unique_name
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import from_gemm_view, gemm_view, quantize_pair_limited
 
-__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node"]
+__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node",
+           "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
 _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
@@ -113,14 +114,7 @@ class GraphBuilder:
         array = tensor.numpy().astype(np.float32, copy=False)
         if transpose:
             array = np.ascontiguousarray(array.T)
-        qparams = _weight_qparams(array, axis, self.weight_scheme)
-        if pair_limit_axis is None:
-            quantized = quantize(array, qparams)
-        elif array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
-            quantized, qparams = quantize_pair_limited(gemm_view(array), qparams, 1)
-            quantized = from_gemm_view(quantized, array.shape)
-        else:
-            quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
+        quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis)
         page_out(tensor)  # a memory-mapped float weight is not read again here
         if memo is not None:
             quantized.flags.writeable = False  # shared by graphs: a write would change them all
@@ -149,13 +143,29 @@ class GraphBuilder:
         return out
 
 
-def replace_node(graph: ir.Graph, node: ir.Node, result: ir.Value) -> None:
-    """`result` takes the place of the node's output (its type, shape, name, every use, a graph output too) and the
-    node goes: how every rewrite swaps a float node for its quantized form."""
-    old = node.outputs[0]
-    result.type, result.shape = old.type, old.shape
-    old.replace_all_uses_with(result, replace_graph_outputs=True)
-    result.name, old.name = old.name, None
+def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme,
+                          pair_limit_axis: int | None = None) -> tuple[np.ndarray, QParams]:
+    """A float weight's integer array and qparams under the scheme; pair_limit_axis: its K axis, whose pairs are
+    kept within the U8S8 limit (numerics.pairs). A weight of rank > 2 is a Conv's, limited as im2col reads it."""
+    qparams = _weight_qparams(array, axis, scheme)
+    if pair_limit_axis is None:
+        return quantize(array, qparams), qparams
+    if array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
+        quantized, qparams = quantize_pair_limited(gemm_view(array), qparams, 1)
+        return from_gemm_view(quantized, array.shape), qparams
+    return quantize_pair_limited(array, qparams, pair_limit_axis)
+
+
+def replace_node(graph: ir.Graph, node: ir.Node, *results: ir.Value | None) -> None:
+    """Each result takes the place of the node's output in the same position (its type, shape, name, every use, a
+    graph output too; None: an output nothing reads) and the node goes: how every rewrite swaps a float node for its
+    quantized form."""
+    for old, result in zip(node.outputs, results):
+        if result is None:
+            continue
+        result.type, result.shape = old.type, old.shape
+        old.replace_all_uses_with(result, replace_graph_outputs=True)
+        result.name, old.name = old.name, None
     graph.remove(node, safe=True)
 
 

@@ -271,6 +271,6 @@ def _lower_planned(model: ir.Model, plans: Sequence[NodePlan]) -> dict[str, str]
 
 register_format(OutputFormat(
     "qlinear", "ONNX-standard integer operators only (QLinearMatMul, QLinearConv, MatMulInteger), any ONNX runtime",
-    _lower_planned, lowered_modes=frozenset({"static", "dynamic"}), requantize_products=True,
+    _lower_planned, lowered_modes=frozenset({"static", "dynamic"}), requantize_products=True, standard_ops_only=True,
     refuses_weight_only="weight-only blocks are com.microsoft MatMulNBits / GatherBlockQuantized; use format qdq "
                         "(with blocks.format = qdq for opset-21 DequantizeLinear blocks)"))

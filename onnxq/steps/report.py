@@ -8,6 +8,7 @@ from pathlib import Path
 from onnxq.handlers import NodePlan
 from onnxq.io import LOAD_NOTES, model_size_bytes
 from onnxq.io.outputs import active_run
+from onnxq.passes.forms import REWRITE_FORMS
 from onnxq.report import NodeEntry, QuantReport, Smoothing
 from onnxq.steps.state import RunState
 from onnxq.targets import integer_types_reason
@@ -49,13 +50,15 @@ def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
     node, config = plan.node, state.config
     parts = [_weight_words(plan, spec_axis, state) for spec_axis in (spec.axis for spec in plan.weights)]
     if plan.activations:
+        # A form without calibrated ranges quantizes at run time, to uint8 (DynamicQuantizeLinear, or in its kernel).
+        calibrated = plan.form in REWRITE_FORMS and REWRITE_FORMS[plan.form].calibrated and not plan.per_token
+        dtype = config.activations.dtype if calibrated else "uint8"
         if plan.per_token:
             parts.append("activation per token (dynamic, symmetric, uint8 + 128)")
         else:
-            kind = "dynamic" if state.mode == "dynamic" or plan.scope else "static"
-            parts.append(f"{len(plan.activations)} activation(s) {config.activations.dtype} {kind}")
+            parts.append(f"{len(plan.activations)} activation(s) {dtype} {'static' if calibrated else 'dynamic'}")
         if plan.weights:  # an integer kernel reads this node: its types on the target, and why
-            parts.append(integer_types_reason(config.target, config.activations.dtype))
+            parts.append(integer_types_reason(config.target, dtype))
     if plan.bias_index is not None:
         parts.append(state.bias_fallbacks.get(node.name or "", "bias int32"))
     elif plan.bias_note:

@@ -29,7 +29,7 @@ __all__ = ["INTEGER_KERNELS", "float_product_kernels",
 
 INTEGER_KERNELS = frozenset({
     "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
-    "ConvInteger", "MatMulNBits", "QAttention"})
+    "ConvInteger", "MatMulNBits", "QAttention", "DynamicQuantizeLSTM"})
 _LAYOUT_TOKEN = re.compile(r"_token_\d+$")
 # ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul, Conv + Relu ->
 # FusedConv).
