@@ -89,7 +89,7 @@ def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, b
     """(the timings, the model with the slow kinds float — None when every kind stays quantized)."""
     kinds: dict[str, list[str]] = {}
     float_nodes = {n.name: n for n in builder.float_model.graph}
-    for plan in plans:
+    for plan in (p for p in plans if not p.scope):  # main-graph nodes, as sensitivity and fallback rank them
         kind = node_kind(plan, float_nodes[plan.node.name])
         if kind is not None:
             kinds.setdefault(kind, []).append(plan.node.name or "")

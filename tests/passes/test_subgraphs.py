@@ -120,3 +120,13 @@ def test_weight_only_bodies_use_matmulnbits_and_exclusion_reaches_them(tmp_path)
     assert any(e.name == "nested_mm" and "excluded by name" in e.detail for e in report.left_float)
     ops = _ops_everywhere(onnx.load(str(tmp_path / "q.onnx")))
     assert ops.count("MatMulNBits") == 3 and ops.count("MatMul") == 1 and "Gemm" not in ops
+
+
+def test_check_speed_times_main_graph_kinds_only(tmp_path):
+    """--check-speed decides node kinds of the main graph (as sensitivity and fallback rank them); a body's nodes
+    stay as planned (silero-vad's LSTM inside an If made it fail with a KeyError)."""
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(check_speed=True, sensitivity_samples=0))
+    report = onnxq.quantize(_model(), _data(True), config=config, output=tmp_path / "q.onnx").report
+    assert {e.name for e in report.quantized} >= {"then_mm", "else_gemm", "nested_mm"}
+    speed = next(s for s in report.sections if s.key == "speed_by_kind")
+    assert [t.kind for t in speed.timings] == ["MatMul"] and speed.timings[0].nodes == 1

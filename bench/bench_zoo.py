@@ -1,0 +1,172 @@
+"""The acceptance zoo (issue 19): real models from PyPI packages, their package's own preprocessing on inputs made
+here (bench/zoo/inputs.py), judged by their task's answers — onnxq against onnxruntime.quantization, same data,
+same machine, one run.
+
+    pip install -e . rapidocr_onnxruntime==1.4.4 ddddocr==1.6.1   # the packages whose preprocessing is used
+    apt-get install espeak-ng                                      # speech for the VAD
+    python bench/bench_zoo.py [--out bench/out/zoo] [--only NAME ...]
+
+Per model (bench/zoo/models.py): the wheel fetched with `pip download` (sha256 checked), the model file taken from
+it; onnxq with its defaults (static, calibration data from the package's preprocessing; sample axes where the
+model needs them), onnxruntime's quantize_static (QDQ, per channel, U8S8, the same calibration samples) and
+quantize_dynamic (int8 weights); onnxq again with --check-speed (a node kind slower quantized than float on this
+CPU is kept float, by measurement). Columns: share of the float model's MatMul/Gemm/Conv/ConvTranspose/LSTM
+multiply-adds in nodes onnxq quantized (from ORT's profile of the float model: every node's shapes, bodies too);
+task agreement with float on held-out inputs, deployed (ORT_ENABLE_ALL) and, for onnxq, exact (ORT_DISABLE_ALL);
+size; latency vs float (one thread, interleaved medians of the latency feed)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import file_mb, interleaved_latency_ms, session  # noqa: E402
+from zoo.flops import product_macs  # noqa: E402
+from zoo.models import ZOO, Task, ZooModel  # noqa: E402
+
+THREADS = 1
+
+
+def fetch(entry: ZooModel, out: Path) -> Path:
+    """The model file from its wheel, fetched once; the wheel's sha256 must match the one recorded."""
+    wheels = out / "wheels"
+    stem = f"{entry.package.replace('-', '_')}-{entry.version}-"
+    wheel = next(wheels.glob(f"{stem}*.whl"), None)
+    if wheel is None:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                        f"{entry.package}=={entry.version}"], check=True)
+        wheel = next(wheels.glob(f"{stem}*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != entry.sha256:
+        raise SystemExit(f"{wheel.name}: sha256 {digest}, expected {entry.sha256}")
+    model = out / f"{entry.name}.float.onnx"
+    model.write_bytes(zipfile.ZipFile(wheel).read(entry.member))
+    return model
+
+
+def quantize_variants(entry: ZooModel, model: Path, task: Task, out: Path) -> tuple[dict[str, Path], dict]:
+    """{variant: path} for onnxq, ORT static and ORT dynamic (a variant that failed is left out, with why)."""
+    import onnxq
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
+                                          quantize_static)
+    paths, info = {"float": model}, {}
+    for name, check_speed in (("onnxq", False), ("onnxq_speed", True)):
+        config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes=task.sample_axes),
+                                   verify=onnxq.VerifyConfig(sensitivity_samples=0, check_speed=check_speed))
+        try:
+            report = onnxq.quantize(model, task.calibration, output=out / f"{entry.name}.{name}.onnx",
+                                    config=config).report
+            paths[name] = out / f"{entry.name}.{name}.onnx"
+            info[f"{name}_quantized"] = [e.name for e in report.quantized]
+        except Exception as e:  # noqa: BLE001 — a refusal is a result
+            info[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(_single_samples(task))
+
+        def get_next(self):
+            return next(self.feeds, None)
+    for name, run in (("ort_static", lambda p: quantize_static(
+            str(model), str(p), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)),
+            ("ort_dynamic", lambda p: quantize_dynamic(str(model), str(p), weight_type=QuantType.QInt8))):
+        path = out / f"{entry.name}.{name}.onnx"
+        try:
+            run(path)
+            session(path, THREADS)  # a model ORT cannot load counts as failed
+            paths[name] = path
+        except Exception as e:  # noqa: BLE001
+            info[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+    return paths, info
+
+
+def _single_samples(task: Task):
+    """The calibration data as ORT's reader wants it: one sample per feed (an input held constant is fed whole)."""
+    count = next(len(v) for k, v in task.calibration.items() if v.ndim and k not in task.sample_axes)
+    for i in range(count):
+        yield {k: (v if v.ndim == 0 else np.take(v, [i], axis=task.sample_axes.get(k, 0)))
+               for k, v in task.calibration.items()}
+
+
+def agreement(reference: list, other: list, metric: str) -> float:
+    if metric == "text-pixel IoU":
+        inter = sum(int((a & b).sum()) for a, b in zip(reference, other))
+        union = sum(int((a | b).sum()) for a, b in zip(reference, other))
+        return inter / max(union, 1)
+    return float(np.mean([a == b for a, b in zip(reference, other)]))
+
+
+def measure(entry: ZooModel, out: Path, rounds: int) -> dict:
+    model = fetch(entry, out)
+    task = entry.prepare(np.random.default_rng(0))
+    paths, result = quantize_variants(entry, model, task, out)
+    macs = product_macs(model, task.feed)
+    for name in ("onnxq", "onnxq_speed"):
+        quantized = set(result.get(f"{name}_quantized", ()))
+        result[f"{name}_mac_share"] = sum(v for k, v in macs.items() if k in quantized) / max(sum(macs.values()), 1)
+    result["gmacs"] = sum(macs.values()) / 1e9
+    float_answers = task.answers(session(model, THREADS))
+    result["answers"] = len(float_answers)
+    for name, path in paths.items():
+        if name == "float":
+            continue
+        result[f"{name}_agreement"] = agreement(float_answers, task.answers(session(path, THREADS)), task.metric)
+        result[f"{name}_mb"] = file_mb(path)
+    if "onnxq" in paths:
+        exact = task.answers(session(paths["onnxq"], THREADS, optimize=False))
+        result["onnxq_exact_agreement"] = agreement(float_answers, exact, task.metric)
+    result["float_mb"] = file_mb(model)
+    latency = interleaved_latency_ms(paths, task.feed, rounds, threads=THREADS)
+    result["latency_ms"] = latency
+    result.update(metric=task.metric, kind=entry.kind, source=f"{entry.package}=={entry.version}:{entry.member}")
+    return result
+
+
+def table(results: dict[str, dict]) -> str:
+    lines = ["| model | kind | task metric | MACs quantized (onnxq / --check-speed) | agreement onnxq deployed / "
+             "exact / --check-speed | ORT static | ORT dynamic | size onnxq / ORT static (× float) | latency onnxq / "
+             "--check-speed / ORT static / ORT dynamic (× float) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lat = r["latency_ms"]
+        ratio = lambda v: f"{lat[v] / lat['float']:.2f}" if v in lat else "failed"  # noqa: E731
+        agree = lambda v: f"{r[v + '_agreement']:.3f}" if v + "_agreement" in r else "failed"  # noqa: E731
+        size = lambda v: f"{r[v + '_mb'] / r['float_mb']:.2f}" if v + "_mb" in r else "-"  # noqa: E731
+        exact = f"{r['onnxq_exact_agreement']:.3f}" if "onnxq_exact_agreement" in r else "-"
+        lines.append(f"| {name} | {r['kind']} | {r['metric']} ({r['answers']}) | {r['onnxq_mac_share']:.0%} / "
+                     f"{r['onnxq_speed_mac_share']:.0%} of {r['gmacs']:.2f} G | {agree('onnxq')} / {exact} / "
+                     f"{agree('onnxq_speed')} | {agree('ort_static')} | {agree('ort_dynamic')} | {size('onnxq')} / "
+                     f"{size('ort_static')} | {ratio('onnxq')} / {ratio('onnxq_speed')} / {ratio('ort_static')} / "
+                     f"{ratio('ort_dynamic')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/out/zoo"))
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = args.out / "zoo.json"  # a run of some models updates their rows of the last full run
+    results = json.loads(saved.read_text()) if saved.exists() else {}
+    for entry in ZOO:
+        if args.only and entry.name not in args.only:
+            continue
+        results[entry.name] = measure(entry, args.out, args.rounds)
+        print(json.dumps({entry.name: {k: v for k, v in results[entry.name].items() if not k.endswith("_quantized")}}),
+              flush=True)
+        saved.write_text(json.dumps(results, indent=1, default=str))
+    print(table({entry.name: results[entry.name] for entry in ZOO if entry.name in results}))
+
+
+if __name__ == "__main__":
+    main()
