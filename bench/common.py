@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -113,3 +114,18 @@ def file_mb(path: str | Path) -> float:
 
 def machine() -> str:
     return f"{os.cpu_count()} cores, onnxruntime {ort.__version__}"
+
+
+def fetch_wheel(name: str, version: str, sha256: str, folder: Path) -> Path:
+    """A package's wheel as a user would get it (`pip download`), fetched once into the folder; its sha256 must be
+    the one recorded."""
+    stem = f"{name.replace('-', '_')}-{version}-"
+    wheel = next(folder.glob(f"{stem}*.whl"), None)
+    if wheel is None:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder),
+                        f"{name}=={version}"], check=True)
+        wheel = next(folder.glob(f"{stem}*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise SystemExit(f"{wheel.name}: sha256 {digest}, expected {sha256}")
+    return wheel
