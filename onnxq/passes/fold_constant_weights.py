@@ -1,10 +1,10 @@
-"""Weights reached through a data-free op on a constant, made plain float32 initializers before planning, so that
-every mode and format sees a constant weight: Identity (exporters write `W → Identity` for a shared weight), Cast to
+"""Weights reached through a data-free op on a constant, made plain initializers before planning, so that every
+mode and format sees a constant weight: Identity (exporters write `W → Identity` for a shared weight), Cast to
 float32 (`W16 → Cast` for a float16 checkpoint), and the layout ops Unsqueeze / Squeeze / Reshape / Transpose /
 Slice / Concat with constant arguments (PyTorch's LSTM export reorders the gates with Slice → Concat → Unsqueeze into
-the LSTM's [D, 4H, K]). Chains fold one node
-at a time, in graph order; If / Loop / Scan bodies too. The folded model is a clone; the model as given stays the
-reference the verification compares with (each fold is the numpy operation ONNX specifies, exact)."""
+the LSTM's [D, 4H, K]). Chains fold one node at a time, in graph order (a float16 chain up to its Cast to float32);
+If / Loop / Scan bodies too. The folded model is a clone; the model as given stays the reference the verification
+compares with (each fold is the numpy operation ONNX specifies, exact)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.irquery import attribute, constant_array, unique_name
+from onnxq.passes.bodies import model_names
 
 __all__ = ["folded_constant_weights", "WEIGHT_FOLDS"]
 
@@ -102,7 +103,7 @@ def folded_constant_weights(model: ir.Model) -> tuple[ir.Model, str | None]:
     if not any(_folded(node) is not None for node in model.graph.all_nodes()):
         return model, None
     folded = model.clone()
-    taken = _all_names(folded.graph)
+    taken = model_names(folded)  # a body's new initializer must not shadow any name
     counts: dict[str, int] = {}
     for node in list(folded.graph.all_nodes()):
         array = _folded(node)
@@ -137,16 +138,3 @@ def _folded(node: ir.Node) -> np.ndarray | None:
     result = fold(node, np.asarray(tensor.numpy()))
     return None if result is None or result.dtype.kind != "f" else result
 
-
-def _all_names(graph: ir.Graph) -> set[str]:
-    """Every name in the model, its subgraphs' included: a body's new initializer must not shadow any of them."""
-    taken = {v.name for v in graph.inputs if v.name}
-    graphs = [graph] + [n.attributes[a].value for n in graph.all_nodes() for a in n.attributes
-                        if n.attributes[a].type == ir.AttributeType.GRAPH]
-    for g in graphs:
-        taken.update(g.initializers)
-        taken.update(v.name for v in g.inputs if v.name)
-    for node in graph.all_nodes():
-        taken.add(node.name or "")
-        taken.update(v.name for v in node.outputs if v.name)
-    return taken
