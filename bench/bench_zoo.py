@@ -13,7 +13,9 @@ quantize_dynamic (int8 weights); onnxq again with --check-speed (a node kind slo
 CPU is kept float, by measurement). Columns: share of the float model's MatMul/Gemm/Conv/ConvTranspose/LSTM
 multiply-adds in nodes onnxq quantized (from ORT's profile of the float model: every node's shapes, bodies too);
 task agreement with float on held-out inputs, deployed (ORT_ENABLE_ALL) and, for onnxq, exact (ORT_DISABLE_ALL);
-size; latency vs float (one thread, interleaved medians of the latency feed)."""
+right answers (where the inputs were made from them: rendered text and labels) for float and every variant, so a
+disagreement with float can be told from a mistake; size; latency vs float (one thread, interleaved medians of the
+latency feed)."""
 
 from __future__ import annotations
 
@@ -105,10 +107,15 @@ def measure(entry: ZooModel, out: Path, rounds: int) -> dict:
     result["gmacs"] = sum(macs.values()) / 1e9
     float_answers = task.answers(session(model, THREADS))
     result["answers"] = len(float_answers)
+    if task.truth is not None:
+        result["float_accuracy"] = agreement(task.truth, float_answers, task.metric)
     for name, path in paths.items():
         if name == "float":
             continue
-        result[f"{name}_agreement"] = agreement(float_answers, task.answers(session(path, THREADS)), task.metric)
+        answers = task.answers(session(path, THREADS))
+        result[f"{name}_agreement"] = agreement(float_answers, answers, task.metric)
+        if task.truth is not None:
+            result[f"{name}_accuracy"] = agreement(task.truth, answers, task.metric)
         result[f"{name}_mb"] = file_mb(path)
     if "onnxq" in paths:
         exact = task.answers(session(paths["onnxq"], THREADS, optimize=False))
@@ -122,19 +129,22 @@ def measure(entry: ZooModel, out: Path, rounds: int) -> dict:
 
 def table(results: dict[str, dict]) -> str:
     lines = ["| model | kind | task metric | MACs quantized (onnxq / --check-speed) | agreement onnxq deployed / "
-             "exact / --check-speed | ORT static | ORT dynamic | size onnxq / ORT static (× float) | latency onnxq / "
-             "--check-speed / ORT static / ORT dynamic (× float) |", "|---|---|---|---|---|---|---|---|---|"]
+             "exact / --check-speed | ORT static | ORT dynamic | right answers float / onnxq / ORT static / ORT "
+             "dynamic | size onnxq / ORT static (× float) | latency onnxq / --check-speed / ORT static / ORT dynamic "
+             "(× float) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         lat = r["latency_ms"]
         ratio = lambda v: f"{lat[v] / lat['float']:.2f}" if v in lat else "failed"  # noqa: E731
-        agree = lambda v: f"{r[v + '_agreement']:.3f}" if v + "_agreement" in r else "failed"  # noqa: E731
+        share = lambda v, what: f"{r[f'{v}_{what}']:.3f}" if f"{v}_{what}" in r else "failed"  # noqa: E731
         size = lambda v: f"{r[v + '_mb'] / r['float_mb']:.2f}" if v + "_mb" in r else "-"  # noqa: E731
         exact = f"{r['onnxq_exact_agreement']:.3f}" if "onnxq_exact_agreement" in r else "-"
+        right = (" / ".join(share(v, "accuracy") for v in ("float", "onnxq", "ort_static", "ort_dynamic"))
+                 if "float_accuracy" in r else "-")
         lines.append(f"| {name} | {r['kind']} | {r['metric']} ({r['answers']}) | {r['onnxq_mac_share']:.0%} / "
-                     f"{r['onnxq_speed_mac_share']:.0%} of {r['gmacs']:.2f} G | {agree('onnxq')} / {exact} / "
-                     f"{agree('onnxq_speed')} | {agree('ort_static')} | {agree('ort_dynamic')} | {size('onnxq')} / "
-                     f"{size('ort_static')} | {ratio('onnxq')} / {ratio('onnxq_speed')} / {ratio('ort_static')} / "
-                     f"{ratio('ort_dynamic')} |")
+                     f"{r['onnxq_speed_mac_share']:.0%} of {r['gmacs']:.2f} G | {share('onnxq', 'agreement')} / "
+                     f"{exact} / {share('onnxq_speed', 'agreement')} | {share('ort_static', 'agreement')} | "
+                     f"{share('ort_dynamic', 'agreement')} | {right} | {size('onnxq')} / {size('ort_static')} | "
+                     f"{ratio('onnxq')} / {ratio('onnxq_speed')} / {ratio('ort_static')} / {ratio('ort_dynamic')} |")
     return "\n".join(lines)
 
 

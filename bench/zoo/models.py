@@ -22,6 +22,7 @@ class Task:
     answers: Callable[[object], list]  # session → the task's decisions on the held-out inputs
     metric: str
     sample_axes: dict[str, int] = dataclasses.field(default_factory=dict)
+    truth: list | None = None  # the right answers, where the held-out inputs were made from them (rendered text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,20 +60,40 @@ def _ppocr_cls(rng: np.random.Generator) -> Task:
     def answers(session):
         return [label for batch in _batches(x[64:], 8)
                 for label, _ in cls.postprocess_op(session.run(None, {"x": batch})[0])]
-    return Task({"x": x[:64]}, {"x": x[64:72]}, answers, "label agreement")
+    return Task({"x": x[:64]}, {"x": x[64:72]}, answers, "label agreement",
+                truth=["180" if i % 2 else "0" for i in range(64, 160)])
+
+
+class _RecSession:
+    """What TextRecognizer calls as its session (OrtInferSession: a batch in, the outputs out), on a given one."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+
+    def __call__(self, batch: np.ndarray) -> list[np.ndarray]:
+        return self.session.run(None, {"x": batch})
+
+
+def _rec_batch(rec, lines: list[np.ndarray]) -> np.ndarray:
+    """Lines as TextRecognizer batches them: 48 high, padded to the widest line's aspect ratio (at least 320/48)
+    so that no line is squeezed."""
+    ratio = max(320 / 48, *(line.shape[1] / line.shape[0] for line in lines))
+    return np.stack([rec.resize_norm_img(line, ratio) for line in lines]).astype(np.float32)
 
 
 def _ppocr_rec(rng: np.random.Generator) -> Task:
-    """Recognizer (PP-OCRv4, SVTR): printed lines, TextRecognizer's resize_norm_img at its 48×320 shape, its CTC
-    decoding: the strings."""
+    """Recognizer (PP-OCRv4, SVTR): printed lines read by TextRecognizer itself (its sorting by width, batches of
+    rec_batch_num, resize_norm_img to the batch's widest aspect ratio, CTC decoding) around the given session; the
+    calibration lines in one batch the same way."""
     rec = _rapidocr().text_rec
-    lines = [inputs.text_line(rng)[0] for _ in range(112)]
-    x = np.stack([rec.resize_norm_img(line, 320 / 48) for line in lines]).astype(np.float32)
+    lines, texts = zip(*(inputs.text_line(rng) for _ in range(112)))
+    held_out = list(lines[48:])
 
     def answers(session):
-        return [text for batch in _batches(x[48:], 8)
-                for text, _ in rec.postprocess_op(session.run(None, {"x": batch})[0])]
-    return Task({"x": x[:48]}, {"x": x[48:56]}, answers, "string agreement")
+        rec.session = _RecSession(session)
+        return [text for text, _ in rec(held_out)[0]]
+    return Task({"x": _rec_batch(rec, list(lines[:48]))}, {"x": _rec_batch(rec, held_out[:rec.rec_batch_num])},
+                answers, "string agreement", truth=list(texts[48:]))
 
 
 def _ppocr_det(rng: np.random.Generator) -> Task:
@@ -91,12 +112,13 @@ def _ddddocr(rng: np.random.Generator) -> Task:
     """Captcha reader (CNN + LSTM): rendered captchas through ddddocr's OCREngine preprocessing and decoding."""
     from ddddocr.core.ocr_engine import OCREngine
     engine = OCREngine(beta=True)  # common.onnx is ddddocr's beta model (DdddOcr(beta=True))
-    images = [engine._preprocess_image(inputs.captcha(rng)[0], False) for _ in range(96)]
+    captchas, texts = zip(*(inputs.captcha(rng) for _ in range(96)))
+    images = [engine._preprocess_image(captcha, False) for captcha in captchas]
     x = np.concatenate([np.asarray(i, np.float32).reshape(1, 1, *np.asarray(i).shape[-2:]) for i in images])
 
     def answers(session):
         return [engine._process_text_output(session.run(None, {"input1": x[i:i + 1]})[0]) for i in range(48, len(x))]
-    return Task({"input1": x[:48]}, {"input1": x[48:49]}, answers, "string agreement")
+    return Task({"input1": x[:48]}, {"input1": x[48:49]}, answers, "string agreement", truth=list(texts[48:]))
 
 
 def _silero(rng: np.random.Generator) -> Task:
