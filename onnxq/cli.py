@@ -114,8 +114,9 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
     add_tolerance_flags(p)
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
                    help="accuracy target (metric: cosine, sqnr, max_abs, argmax: the share of argmax decisions "
-                        "over the last axis kept), e.g. cosine=0.995, sentence_embedding:cosine=0.995 or "
-                        "logits:argmax=0.99; repeatable. Turns on fallback: when out of tolerance, the "
+                        "over the last axis kept, topK: the share of float answers among the quantized top K, "
+                        "K = 1 … 10), e.g. cosine=0.995, sentence_embedding:cosine=0.995, logits:argmax=0.99 or "
+                        "logits:top5=0.999; repeatable. Turns on fallback: when out of tolerance, the "
                         "most sensitive nodes are kept float, fewest first, until the target is met")
     p.add_argument("--no-fallback", action="store_true", help="with --tolerance: only gate, do not fall back")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")

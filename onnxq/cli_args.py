@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.errors import ConfigError
@@ -56,17 +57,19 @@ def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConf
     for spec in specs:
         target, _, assignment = spec.rpartition(":")
         metric, _, value = assignment.partition("=")
-        if metric not in _METRICS or not value:
+        top = re.fullmatch(r"top([0-9]+)", metric)
+        if (metric not in _METRICS and top is None) or not value:
             raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
-                              f"{', '.join(_METRICS)}")
+                              f"{', '.join(_METRICS)}, topK (K = 1 … 10)")
         try:
             number = float(value)
         except ValueError:
             raise ConfigError(f"--tolerance {spec!r}: {value!r} is not a number") from None
+        fields = {"min_topk_agreement": number, "topk": int(top.group(1))} if top else {_METRICS[metric]: number}
         if target:
-            per_output[target] = dataclasses.replace(per_output.get(target, tolerance), **{_METRICS[metric]: number})
+            per_output[target] = dataclasses.replace(per_output.get(target, tolerance), **fields)
         else:
-            tolerance = dataclasses.replace(tolerance, **{_METRICS[metric]: number})
+            tolerance = dataclasses.replace(tolerance, **fields)
     return dataclasses.replace(verify, tolerance=tolerance, output_tolerances=per_output)
 
 

@@ -35,7 +35,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=path_arg, metavar="TOML",
                    help="QuantConfig as TOML (its [verify] table applies)")
     p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
-                   help="tolerance (metric: cosine, sqnr, max_abs, argmax); repeatable")
+                   help="tolerance (metric: cosine, sqnr, max_abs, argmax, topK); repeatable")
     p.add_argument("--report", type=path_arg, metavar="JSON", help="write the verification as JSON")
     p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")

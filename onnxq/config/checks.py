@@ -58,6 +58,8 @@ RANGES: dict[tuple[str, str], Range] = {
     ("Tolerance", "min_sqnr_db"): Range(-1000, 1000, flag="--min-sqnr, sqnr="),
     ("Tolerance", "max_abs_error"): Range(0, None, flag="--max-abs, max_abs="),
     ("Tolerance", "min_argmax_agreement"): Range(0, 1, flag="argmax="),
+    ("Tolerance", "min_topk_agreement"): Range(0, 1, flag="topK="),
+    ("Tolerance", "topk"): Range(1, 10, integer=True, flag="topK="),  # verify.metrics.TOPK_MAX
     ("VerifyConfig", "holdout_every"): Range(2, 1_000_000, integer=True),
     ("VerifyConfig", "max_samples"): Range(1, 1_000_000, integer=True),
     ("VerifyConfig", "sensitivity_samples"): Range(0, 1_000_000, integer=True),

@@ -120,6 +120,10 @@ class Tolerance:
     # Share of argmax decisions over the last axis kept (a classifier's class, a decoder's token): cosine on logits
     # does not see a flipped argmax.
     min_argmax_agreement: float | None = None
+    # Share of decisions whose float answer is among the quantized output's topk highest classes (a top-5 classifier,
+    # a beam search): min_topk_agreement with topk = 1 is argmax agreement, ties counted in its favour.
+    min_topk_agreement: float | None = None
+    topk: int = 5
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -9,7 +9,9 @@ import numpy as np
 
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none"]
+__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none", "TOPK_MAX"]
+
+TOPK_MAX = 10  # top-k agreement is kept for k = 1 … TOPK_MAX
 
 
 def finite_or_none(x: float) -> float | None:
@@ -32,6 +34,13 @@ class OutputMetrics:
     # output makes as the float one does; 1.0 when the output holds no decision (a scalar).
     argmax_agreement: float = 1.0
     decisions: int = 0
+    # Entry k - 1: the share of decisions whose float answer (argmax) is among the quantized output's k highest
+    # classes (ties in its favour), k = 1 … TOPK_MAX: a top-5 classifier or a beam search needs no more.
+    topk_agreement: tuple[float, ...] = (1.0,) * TOPK_MAX
+
+    def top(self, k: int) -> float:
+        """The top-k agreement (1 ≤ k ≤ TOPK_MAX)."""
+        return self.topk_agreement[k - 1]
 
     def to_dict(self) -> dict[str, float | int | None]:
         """JSON-ready: inf (identical outputs' SQNR) and NaN as null."""
@@ -108,6 +117,7 @@ class MetricsAccumulator:
         self.reference_nonfinite = 0
         self.decisions = 0
         self.agreeing = 0
+        self.ranks = np.zeros(TOPK_MAX, np.int64)  # decisions whose float answer has quantized rank r < TOPK_MAX
 
     def add(self, reference: np.ndarray | Operand, quantized: np.ndarray | Operand) -> None:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf are counted, and fail the check
@@ -134,6 +144,9 @@ class MetricsAccumulator:
         self.samples += len(cos)
         self.decisions += ref.argmax.size
         self.agreeing += int(np.count_nonzero(ref.argmax == got.argmax))
+        if ref.argmax.size:
+            ranks = _ranks(got.values.reshape(ref.argmax.size, -1), ref.argmax)
+            self.ranks += np.bincount(ranks[ranks < TOPK_MAX], minlength=TOPK_MAX)
 
     def result(self) -> OutputMetrics:
         sqnr = math.inf if self.noise == 0 else 10 * math.log10(max(self.signal, 1e-300) / self.noise)
@@ -148,7 +161,15 @@ class MetricsAccumulator:
             reference_nonfinite=self.reference_nonfinite,
             argmax_agreement=self.agreeing / self.decisions if self.decisions else 1.0,
             decisions=self.decisions,
+            topk_agreement=tuple(float(v) for v in np.cumsum(self.ranks) / self.decisions) if self.decisions
+            else (1.0,) * TOPK_MAX,
         )
+
+
+def _ranks(rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """Per row, how many classes score strictly higher than the given answer's class."""
+    chosen = rows[np.arange(len(rows)), answers]
+    return np.count_nonzero(rows > chosen[:, None], axis=1)
 
 
 def _cosine_rows(a: Operand, b: Operand) -> np.ndarray:

@@ -46,6 +46,11 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         changed = metrics.decisions - round(metrics.argmax_agreement * metrics.decisions)
         found.append(f"argmax agreement {metrics.argmax_agreement:.4f} < {tolerance.min_argmax_agreement} ({changed} "
                      f"of {metrics.decisions} decisions changed)")
+    k, top_k = tolerance.topk, metrics.top(tolerance.topk)
+    if tolerance.min_topk_agreement is not None and not top_k >= tolerance.min_topk_agreement:
+        outside = metrics.decisions - round(top_k * metrics.decisions)
+        found.append(f"top-{k} agreement {top_k:.4f} < {tolerance.min_topk_agreement} ({outside} of "
+                     f"{metrics.decisions} float answers outside the quantized top {k})")
     return tuple(found)
 
 

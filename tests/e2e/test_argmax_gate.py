@@ -1,6 +1,7 @@
-"""Task-level agreement: the share of argmax decisions kept, as a metric and a tolerance. A classifier whose two
-top classes are nearly tied keeps cosine ≈ 1 after int8 quantization while its answers change; the cosine gate
-passes it, the argmax gate does not (issue 19, scope 9)."""
+"""Task-level agreement: the share of argmax decisions kept, and the share of float answers among the quantized top
+k, as metrics and tolerances. A classifier whose two top classes are nearly tied keeps cosine ≈ 1 after int8
+quantization while its answers change; the cosine gate passes it, the argmax gate does not, a top-2 gate does
+(issue 19, scope 9)."""
 
 import numpy as np
 import onnx_ir as ir
@@ -23,6 +24,20 @@ def test_argmax_agreement_counts_decisions_over_the_last_axis():
     scalar = MetricsAccumulator()
     scalar.add(np.float32(1.0), np.float32(2.0))
     assert scalar.result().decisions == 0 and scalar.result().argmax_agreement == 1.0
+    assert scalar.result().topk_agreement == (1.0,) * 10
+
+
+def test_topk_agreement_ranks_the_float_answer_among_the_quantized_classes():
+    reference = np.zeros((4, 12), np.float32)
+    reference[np.arange(4), [0, 3, 7, 11]] = 1.0  # float answers: 0, 3, 7, 11
+    quantized = np.tile(np.arange(12, dtype=np.float32)[::-1], (4, 1))  # class c ranked c (0 highest)
+    quantized[3, 11] = quantized[3, 5]  # a tie with class 5 (rank 5): counted in the answer's favour
+    accumulator = MetricsAccumulator()
+    accumulator.add(reference, quantized)
+    metrics = accumulator.result()
+    # Ranks of the float answers: 0, 3, 7, 5 → top-1 1/4, top-4 2/4, top-6 3/4, top-8 4/4.
+    assert metrics.argmax_agreement == 0.25
+    assert [metrics.top(k) for k in (1, 3, 4, 5, 6, 7, 8, 10)] == [0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0, 1.0]
 
 
 def _near_tie_classifier(rng) -> ir.Model:
@@ -52,3 +67,22 @@ def test_the_gate_fails_when_cosine_holds_but_answers_change(rng, tmp_path, caps
                  "--no-fallback", "-o", str(tmp_path / "q.onnx")])
     out = capsys.readouterr().out
     assert code == 1 and "argmax agreement" in out and "decisions changed" in out and "OUT OF TOLERANCE" in out
+    # Every flipped answer went to the tied class: all stay in the top 2, none in the top 1.
+    assert logits.metrics.top(2) == 1.0 and logits.metrics.top(1) <= 0.75
+    code = main([str(path), "--calib", str(tmp_path / "data.npz"), "--tolerance", "logits:top2=0.99",
+                 "--no-fallback", "-o", str(tmp_path / "q2.onnx")])
+    assert code == 0 and "within tolerance" in capsys.readouterr().out
+    code = main([str(path), "--calib", str(tmp_path / "data.npz"), "--tolerance", "logits:top1=0.99",
+                 "--no-fallback", "-o", str(tmp_path / "q1.onnx")])
+    out = capsys.readouterr().out
+    assert code == 1 and "top-1 agreement" in out and "outside the quantized top 1" in out
+
+
+def test_a_topk_outside_1_to_10_is_refused_with_one_line(rng, tmp_path, capsys):
+    path = tmp_path / "classifier.onnx"
+    save_model(_near_tie_classifier(rng), path)
+    for spec, words in (("logits:top11=0.9", "topk (topK=) = 11 is outside its range [1, 10]"),
+                        ("logits:top0=0.9", "topk (topK=) = 0 is outside its range [1, 10]")):
+        assert main([str(path), "-o", str(tmp_path / "q.onnx"), "--tolerance", spec]) == 2
+        assert words in capsys.readouterr().err
+        assert not (tmp_path / "q.onnx").exists()
