@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
+from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import ConfigError
 
 __all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
@@ -60,7 +61,7 @@ def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConf
         top = re.fullmatch(r"top([0-9]+)", metric)
         if (metric not in _METRICS and top is None) or not value:
             raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
-                              f"{', '.join(_METRICS)}, topK (K = 1 … 10)")
+                              f"{', '.join(_METRICS)}, topK (K = 1 … {TOPK_MAX})")
         try:
             number = float(value)
         except ValueError:

@@ -9,7 +9,9 @@ import math
 
 from onnxq.errors import ConfigError
 
-__all__ = ["Range", "RANGES", "check_ranges", "check_providers", "setting_name", "KNOWN_PROVIDER_ALIASES"]
+__all__ = ["Range", "RANGES", "check_ranges", "check_providers", "setting_name", "KNOWN_PROVIDER_ALIASES", "TOPK_MAX"]
+
+TOPK_MAX = 10  # top-k agreement is measured (verify.metrics) and gated for k = 1 … TOPK_MAX
 
 KNOWN_PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
@@ -59,7 +61,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("Tolerance", "max_abs_error"): Range(0, None, flag="--max-abs, max_abs="),
     ("Tolerance", "min_argmax_agreement"): Range(0, 1, flag="argmax="),
     ("Tolerance", "min_topk_agreement"): Range(0, 1, flag="topK="),
-    ("Tolerance", "topk"): Range(1, 10, integer=True, flag="topK="),  # verify.metrics.TOPK_MAX
+    ("Tolerance", "topk"): Range(1, TOPK_MAX, integer=True, flag="topK="),
     ("VerifyConfig", "holdout_every"): Range(2, 1_000_000, integer=True),
     ("VerifyConfig", "max_samples"): Range(1, 1_000_000, integer=True),
     ("VerifyConfig", "sensitivity_samples"): Range(0, 1_000_000, integer=True),

@@ -46,7 +46,6 @@ def drop_unread_initializers(model: ir.Model) -> None:
     """Initializers no node reads any more, in every graph: a body's rewrite replaces the outer graph's float
     weights it read, which the body's pass cannot remove (they are not its own), and which would stay in the file."""
     for graph in (model.graph, *(body.graph for body in bodies(model.graph))):
-        outputs = {id(v) for v in graph.outputs}
         for name, value in list(graph.initializers.items()):
-            if not value.uses() and id(value) not in outputs and not value.is_graph_input():
+            if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
                 del graph.initializers[name]

@@ -137,4 +137,3 @@ def _folded(node: ir.Node) -> np.ndarray | None:
         return None  # shapes and indices (int64) are not weights
     result = fold(node, np.asarray(tensor.numpy()))
     return None if result is None or result.dtype.kind != "f" else result
-

@@ -7,11 +7,10 @@ import math
 
 import numpy as np
 
+from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none", "TOPK_MAX"]
-
-TOPK_MAX = 10  # top-k agreement is kept for k = 1 … TOPK_MAX
+__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none"]
 
 
 def finite_or_none(x: float) -> float | None:
@@ -142,10 +141,13 @@ class MetricsAccumulator:
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
         self.samples += len(cos)
+        kept = ref.argmax == got.argmax
         self.decisions += ref.argmax.size
-        self.agreeing += int(np.count_nonzero(ref.argmax == got.argmax))
-        if ref.argmax.size:
-            ranks = _ranks(got.values.reshape(ref.argmax.size, -1), ref.argmax)
+        self.agreeing += int(np.count_nonzero(kept))
+        self.ranks[0] += int(np.count_nonzero(kept))
+        if not kept.all():  # only a changed answer has a rank to find: a healthy model costs no pass over its rows
+            changed = np.flatnonzero(~kept)
+            ranks = _ranks(got.values.reshape(ref.argmax.size, -1)[changed], ref.argmax[changed])
             self.ranks += np.bincount(ranks[ranks < TOPK_MAX], minlength=TOPK_MAX)
 
     def result(self) -> OutputMetrics:

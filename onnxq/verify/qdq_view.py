@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxq.passes.builder import replace_node
+
 __all__ = ["qdq_view"]
 
 _PRODUCTS = {"QLinearMatMul": ("MatMul", -1), "QLinearConv": ("Conv", 0)}  # op, the weight scale's axis
@@ -41,8 +43,4 @@ def _raise(graph: ir.Graph, node: ir.Node) -> None:
     product = ir.node(op_type, inputs, {k: a for k, a in node.attributes.items()}, name=node.name)
     requantize = ir.node("QuantizeLinear", [product.outputs[0], y_scale, y_zp], name=f"{node.name}_QuantizeLinear")
     graph.insert_before(node, [*made, product, requantize])
-    out = node.outputs[0]
-    requantize.outputs[0].type, requantize.outputs[0].shape = out.type, out.shape
-    out.replace_all_uses_with(requantize.outputs[0], replace_graph_outputs=True)
-    requantize.outputs[0].name, out.name = out.name, None
-    graph.remove(node, safe=True)
+    replace_node(graph, node, requantize.outputs[0])
