@@ -4,7 +4,7 @@ calibration/ (it plans the model to know what to observe), beside pipeline.py.""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import onnx
 import onnx_ir as ir
@@ -63,28 +63,29 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     specs = input_specs(float_model, config.calibration.sample_axes, config.calibration.constant_inputs)
     batches = validated_batches(data, specs, config.calibration.batch_size,
                                 config.calibration.max_samples)
-    channel_names = smoothable_activations(float_model, config) if config.smooth != "off" else ()
+    channel_axes = smoothable_activations(float_model, config) if config.smooth != "off" else {}
     return summarize(float_model, names, batches, config.calibration.histogram_bins, progress,
-                     model_fingerprint(float_model), channel_names)
+                     model_fingerprint(float_model), channel_axes)
 
 
 def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histogram_bins: int | None,
               progress: Callable[[int], None] | None, fingerprint: str,
-              channel_names: Iterable[str] = ()) -> CalibrationSummary:
-    """Stream the batches through the model, observing the named values (and per-channel statistics of
-    channel_names, for smoothing), into a summary."""
+              channel_axes: Mapping[str, int] | None = None) -> CalibrationSummary:
+    """Stream the batches through the model, observing the named values (and per-channel statistics of the values
+    of channel_axes on their channel axis, for smoothing), into a summary."""
     counter = SampleCounter(batches)
-    channels = {n: ChannelStats() for n in channel_names}
+    channels = {n: ChannelStats(axis=axis) for n, axis in (channel_axes or {}).items()}
     observers = collect_observers(model, list(dict.fromkeys([*names, *channels])), counter, histogram_bins,
                                   progress, channels)
     return CalibrationSummary(fingerprint, observers, counter.samples, histogram_bins, channels)
 
 
-def smoothable_activations(model: ir.Model, config: QuantConfig) -> list[str]:
-    """The activations SmoothQuant may smooth under any setting (their per-channel statistics go in a cache)."""
+def smoothable_activations(model: ir.Model, config: QuantConfig) -> dict[str, int]:
+    """The activations SmoothQuant may smooth under any setting, with their channel axes (their per-channel
+    statistics go in a cache)."""
     config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None)
     plans, _ = plan_model(model.graph, config, "static")
-    return [c.activation.name for c in smoothable_groups(plans)]
+    return {c.activation.name: c.channel_axis for c in smoothable_groups(plans)}
 
 
 def merge_calibrations(summaries: Iterable[CalibrationSummary | str | os.PathLike]) -> CalibrationSummary:

@@ -1,5 +1,6 @@
-"""Which activations to smooth and with which α: groups of planned linear layers sharing an activation, and the
-per-group α that minimises those layers' quantized output error on calibration rows (smooth = "auto")."""
+"""Which activations to smooth and with which α: groups of planned linear layers (MatMul / Gemm, or Conv) sharing
+an activation, and the per-group α that minimises those layers' quantized output error on calibration rows
+(smooth = "auto")."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics import choose_qparams, dequantize, quantize
 from onnxq.numerics.per_token import per_token_quantize
-from onnxq.numerics.smoothing import ALPHA_GRID, smoothing_scales
-from onnxq.passes.smooth import SmoothGroup, weight_rows
+from onnxq.numerics.smoothing import ALPHA_GRID, CONV_ALPHA_GRID, smoothing_scales
+from onnxq.passes.smooth import SmoothGroup
+from onnxq.passes.smooth_weights import reads_channels_last, weight_by_input_channel
 
 __all__ = ["Candidate", "smoothable_groups", "choose_smoothing", "SmoothChoice", "static_error"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Candidate:
-    """Linear layers reading one activation, each planned as activation × constant weight."""
+    """Linear layers reading one activation, each planned as activation × constant weight; all MatMul / Gemm, or
+    all Conv."""
 
     activation: ir.Value
     plans: tuple[NodePlan, ...]
@@ -30,6 +33,11 @@ class Candidate:
     @property
     def per_token(self) -> bool:
         return all(p.per_token for p in self.plans)
+
+    @property
+    def channel_axis(self) -> int:
+        """The activation's axis of input channels: the last for MatMul / Gemm, 1 for Conv."""
+        return -1 if reads_channels_last(self.plans[0].node) else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,19 +49,20 @@ class SmoothChoice:
 
 
 def smoothable_groups(plans: Sequence[NodePlan]) -> list[Candidate]:
-    """Planned MatMul / Gemm (transA = 0) with a constant weight, grouped by the activation they read, in graph
-    order. An activation read by any other planned kind of node is left alone."""
+    """Planned MatMul / Gemm (transA = 0) and Conv with a constant weight, grouped by the activation they read, in
+    graph order. An activation read by any other planned kind of node, or by both kinds, is left alone."""
     groups: dict[ir.Value, list[NodePlan]] = {}
     blocked: set[ir.Value] = set()
     for plan in plans:
         node = plan.node
         eligible = (plan.activations == (0,) and len(plan.weights) == 1 and plan.weights[0].input_index == 1
-                    and node.op_type in ("MatMul", "Gemm") and not attribute(node, "transA"))
+                    and node.op_type in ("MatMul", "Gemm", "Conv") and not attribute(node, "transA"))
         if eligible:
             groups.setdefault(node.inputs[0], []).append(plan)
         else:
             blocked.update(node.inputs[i] for i in plan.activations)
-    return [Candidate(value, tuple(ps)) for value, ps in groups.items() if value not in blocked]
+    mixed = {v for v, ps in groups.items() if len({reads_channels_last(p.node) for p in ps}) > 1}
+    return [Candidate(value, tuple(ps)) for value, ps in groups.items() if value not in blocked | mixed]
 
 
 def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, ChannelStats], alpha: float | None,
@@ -64,17 +73,17 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
     groups, choices = [], []
     for candidate in candidates:
         stat = stats[candidate.activation.name]
-        weights = [weight_rows(p.node).astype(np.float32) for p in candidate.plans]
-        weight_absmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
-        tried = (alpha,) if alpha is not None else (None, *ALPHA_GRID)
+        weights = [weight_by_input_channel(p.node) for p in candidate.plans]
+        weight_absmax = np.max([np.abs(w).max(axis=(1, 2)) for w in weights], axis=0)
+        grid = ALPHA_GRID if candidate.channel_axis == -1 else CONV_ALPHA_GRID
+        tried = (alpha,) if alpha is not None else (None, *grid)
         errors = {}
         for a in tried:
             scales = None if a is None else smoothing_scales(stat.absmax, weight_absmax, a)
             per_row = candidate.per_token if per_token is None else per_token
-            # Per tensor, the range must hold every row, not only the sampled ones: max|X_j / s_j| over all
-            # the data is known exactly from the statistics.
-            bound = float(np.max(stat.absmax / (1.0 if scales is None else scales)))
-            value_range = None if per_row else (-bound if stat.rows.min() < 0 else 0.0, bound)
+            # Per tensor, the range must hold every row, not only the sampled ones: min and max of X_j / s_j over
+            # all the data are known exactly from the statistics.
+            value_range = None if per_row else _smoothed_range(stat, scales)
             errors[a] = _output_error(stat.rows, weights, scales, per_row, value_range)
         best = min(tried, key=lambda a: errors[a])
         choices.append(SmoothChoice(candidate.activation.name, best, errors))
@@ -84,17 +93,24 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
     return groups, choices
 
 
+def _smoothed_range(stat: ChannelStats, scales: np.ndarray | None) -> tuple[float, float]:
+    """The per-tensor range of X / s (s > 0) over all the data."""
+    divisor = 1.0 if scales is None else scales
+    return float(np.min(stat.low / divisor)), float(np.max(stat.high / divisor))
+
+
 def static_error(candidate: Candidate, stats: Mapping[str, ChannelStats], value_range: tuple[float, float]) -> float:
     """The group's output error (as in choose_smoothing) quantized per tensor with its calibrated range, unsmoothed."""
-    weights = [weight_rows(p.node).astype(np.float32) for p in candidate.plans]
+    weights = [weight_by_input_channel(p.node) for p in candidate.plans]
     return _output_error(stats[candidate.activation.name].rows, weights, None, False, value_range)
 
 
 def _output_error(rows: np.ndarray, weights: list[np.ndarray], scales: np.ndarray | None, per_token: bool,
                   value_range: tuple[float, float] | None = None) -> float:
     """Σ over the layers of |Q(X/s)·Q(s·W) − X·W|² / |X·W|², with the activation quantized as it will be (per
-    token, or per tensor uint8 over value_range, by default the rows' range) and the weights per channel,
-    symmetric int8."""
+    token, or per tensor uint8 over value_range, by default the rows' range) and the weights [K, N, taps] per
+    output channel, symmetric int8. A Conv's taps are products of their own (each row is one position): the error
+    of every tap's contribution, a proxy for the sum's that ranks the choices alike without the positions."""
     x = rows if scales is None else rows / scales
     if per_token:
         q, row_scale = per_token_quantize(x)
@@ -105,10 +121,11 @@ def _output_error(rows: np.ndarray, weights: list[np.ndarray], scales: np.ndarra
         x_q = dequantize(quantize(x, qparams), qparams)
     total = 0.0
     for w in weights:
-        w_s = w if scales is None else w * scales[:, None]
-        w_absmax = np.abs(w_s).max(axis=0)
+        w_s = w if scales is None else w * scales[:, None, None]
+        w_absmax = np.abs(w_s).max(axis=(0, 2))
         qparams = choose_qparams(-w_absmax, w_absmax, np.dtype(np.int8), True, axis=1)
-        w_q = dequantize(quantize(w_s, qparams), qparams)
+        w_q = dequantize(quantize(w_s, qparams), qparams).reshape(w.shape[0], -1)
+        w = w.reshape(w.shape[0], -1)
         reference = rows @ w
         total += float(np.sum((x_q @ w_q - reference) ** 2) / max(np.sum(reference ** 2), 1e-30))
     return total

@@ -11,7 +11,7 @@ from onnxq.calibration.summary import CalibrationSummary
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
-from onnxq.passes.smooth import SmoothPass
+from onnxq.passes.smooth import NOT_ABSORBED, SmoothPass
 from onnxq.report import SmoothedActivation
 from onnxq.search.recipe import RecipeGroup
 from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
@@ -29,7 +29,7 @@ def check_recipe(config: QuantConfig, mode: str, calibration) -> None:
 def _channel_stats(model: ir.Model, candidates, stream: DataStream):
     """Per-channel statistics of the candidates' activations over the calibration data, less the samples held
     back for verification (the same samples calibration proper sees)."""
-    return collect_channel_stats(model, [c.activation.name for c in candidates], stream.batches())
+    return collect_channel_stats(model, {c.activation.name: c.channel_axis for c in candidates}, stream.batches())
 
 
 def _alpha(config: QuantConfig) -> float | None:
@@ -38,9 +38,10 @@ def _alpha(config: QuantConfig) -> float | None:
 
 def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
                   stream: DataStream) -> list[RecipeGroup]:
-    """The smoothable activations of the all-static plan, with their per-token α and what switching gains."""
+    """The smoothable activations of the all-static plan, with their per-token α and what switching gains (MatMul
+    / Gemm only: a Conv's activation has no per-token form)."""
     plans, _ = plan_model(reference.graph, config, mode)
-    candidates = smoothable_groups(plans)
+    candidates = [c for c in smoothable_groups(plans) if c.channel_axis == -1]
     stats = _channel_stats(reference, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
     scales = {g.activation.name: g.scales for g in groups}
@@ -66,5 +67,5 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
         stats = _channel_stats(work, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config))
     absorbed = SmoothPass(groups)(work).absorbed
-    return tuple(SmoothedActivation(c.activation, c.alpha, absorbed.get(c.activation), c.errors)
-                 for c in choices)
+    return tuple(SmoothedActivation(c.activation, None if absorbed.get(c.activation) == NOT_ABSORBED else c.alpha,
+                                    absorbed.get(c.activation), c.errors) for c in choices)

@@ -1,11 +1,12 @@
-"""Per-channel activation statistics for smoothing: max |x| per input channel (the last axis) and a bounded,
-seeded sample of rows, streamed batch by batch (memory does not grow with the data); the named values of a model
-batch by batch, for these and for the second moments (calibration.moments)."""
+"""Per-channel activation statistics for smoothing: max |x| per input channel (the last axis of a MatMul's
+activation, axis 1 of a Conv's) and a bounded, seeded sample of rows (one value per channel), streamed batch by
+batch (memory does not grow with the data); the named values of a model batch by batch, for these and for the
+second moments (calibration.moments)."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx_ir as ir
@@ -19,31 +20,41 @@ __all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch"]
 
 
 class ChannelStats:
-    """max |x_j| per channel, and up to max_rows rows (reservoir sampling, seeded: the same data gives the same
-    sample). Mergeable (shards): the maxima exactly, the rows re-drawn from both samples in proportion to the rows
-    each stands for. Stored in the calibration cache (rows as base64 float32 bytes)."""
+    """max |x_j|, min x_j and max x_j per channel, and up to max_rows rows (reservoir sampling, seeded: the same
+    data gives the same sample). Mergeable (shards): the extremes exactly, the rows re-drawn from both samples in
+    proportion to the rows each stands for. Stored in the calibration cache (rows as base64 float32 bytes).
+    `axis`: the channel axis of the observed arrays (a row is one position along the others)."""
 
-    def __init__(self, max_rows: int = 256, seed: int = 0) -> None:
+    def __init__(self, max_rows: int = 256, seed: int = 0, axis: int = -1) -> None:
+        self.axis = axis
         self.absmax: np.ndarray | None = None
+        # Per channel min and max: what a per-tensor range of the smoothed activation spans (low / s, high / s).
+        self.low: np.ndarray | None = None
+        self.high: np.ndarray | None = None
         self.rows: np.ndarray | None = None
         self.seen = 0
         self.max_rows = max_rows
         self._rng = np.random.default_rng(seed)
 
     def observe(self, x: np.ndarray) -> None:
-        rows = np.asarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+        x = np.moveaxis(np.asarray(x, dtype=np.float32), self.axis, -1)
+        rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] == 0:
             return
         if not np.all(np.isfinite(rows)):
             raise ValueError("observed values are not finite (NaN or inf)")
-        batch_max = np.abs(rows).max(axis=0)
-        self.absmax = batch_max if self.absmax is None else np.maximum(self.absmax, batch_max)
+        low, high = rows.min(axis=0), rows.max(axis=0)
+        self.low = low if self.low is None else np.minimum(self.low, low)
+        self.high = high if self.high is None else np.maximum(self.high, high)
+        self.absmax = np.maximum(-self.low, self.high)
         self._sample(rows)
 
     def merge(self, other: ChannelStats) -> None:
-        if self.absmax is None or other.absmax is None or self.absmax.shape != other.absmax.shape:
+        if self.absmax is None or other.absmax is None or self.absmax.shape != other.absmax.shape \
+                or self.axis != other.axis:
             raise ValueError("cannot merge channel statistics of different or empty tensors")
         self.absmax = np.maximum(self.absmax, other.absmax)
+        self.low, self.high = np.minimum(self.low, other.low), np.maximum(self.high, other.high)
         rows = np.concatenate([self.rows, other.rows])
         if rows.shape[0] > self.max_rows:
             weights = np.concatenate([np.full(len(self.rows), self.seen / len(self.rows)),
@@ -56,12 +67,18 @@ class ChannelStats:
 
     def state(self) -> dict:
         return {"absmax": [float(v).hex() for v in self.absmax], "seen": self.seen, "max_rows": self.max_rows,
+                "axis": self.axis, "low": [float(v).hex() for v in self.low],
+                "high": [float(v).hex() for v in self.high],
                 "rows": base64.b64encode(np.ascontiguousarray(self.rows, "<f4").tobytes()).decode("ascii")}
 
     @classmethod
     def from_state(cls, state: dict) -> ChannelStats:
-        stats = cls(int(state["max_rows"]))
+        stats = cls(int(state["max_rows"]), axis=int(state.get("axis", -1)))
         stats.absmax = np.array([float.fromhex(v) for v in state["absmax"]], np.float32)
+        # A cache written before min and max were kept: the symmetric bounds, as smoothing assumed then.
+        stats.low = np.array([float.fromhex(v) for v in state["low"]], np.float32) if "low" in state else -stats.absmax
+        stats.high = np.array([float.fromhex(v) for v in state["high"]], np.float32) if "high" in state \
+            else stats.absmax
         stats.seen = int(state["seen"])
         rows = np.frombuffer(base64.b64decode(state["rows"]), "<f4").astype(np.float32)
         stats.rows = rows.reshape(-1, stats.absmax.size)
@@ -73,19 +90,23 @@ class ChannelStats:
         room = self.max_rows - self.rows.shape[0]
         if room > 0:
             self.rows = np.concatenate([self.rows, rows[:room]])
-        # Reservoir sampling (Algorithm R) for the rest: each row seen so far is kept with equal probability.
-        for i in range(max(room, 0), rows.shape[0]):
-            j = int(self._rng.integers(0, self.seen + i + 1))
-            if j < self.max_rows:
-                self.rows[j] = rows[i]
+        # Reservoir sampling (Algorithm R) for the rest: each row seen so far is kept with equal probability. The
+        # draws are made at once (the same numbers as one draw per row), and where two rows draw one slot the
+        # later wins, as in the row-by-row loop; a Conv activation brings ~10⁵ rows per batch.
+        first = max(room, 0)
+        slots = self._rng.integers(0, self.seen + np.arange(first, rows.shape[0]) + 1)
+        taken = np.flatnonzero(slots < self.max_rows)[::-1]
+        kept_slots, last = np.unique(slots[taken], return_index=True)
+        self.rows[kept_slots] = rows[first + taken[last]]
         self.seen += rows.shape[0]
 
 
-def collect_channel_stats(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
+def collect_channel_stats(model: ir.Model, channel_axes: Mapping[str, int], batches: Iterable[Batch],
                           max_rows: int = 256) -> dict[str, ChannelStats]:
-    """One ChannelStats per named value (computed by the model, or a graph input), fed every batch."""
-    names = list(dict.fromkeys(value_names))
-    stats = {n: ChannelStats(max_rows) for n in names}
+    """One ChannelStats per named value (computed by the model, or a graph input) on its channel axis, fed every
+    batch."""
+    names = list(channel_axes)
+    stats = {n: ChannelStats(max_rows, axis=axis) for n, axis in channel_axes.items()}
     for arrays in values_per_batch(model, names, batches):
         for name, array in arrays.items():
             try:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["smoothing_scales", "ALPHA_GRID"]
+__all__ = ["smoothing_scales", "ALPHA_GRID", "CONV_ALPHA_GRID"]
 
 # The α values `smooth = "auto"` tries per layer (the paper's useful range), besides leaving the layer unsmoothed.
 ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# For Conv, also α = 1 (the activation's channels equalised outright): a depthwise Conv's per-channel weights take
+# any s without loss, so full equalisation is the natural choice there.
+CONV_ALPHA_GRID = (*ALPHA_GRID, 1.0)
 # Scales are kept within [1e-4, 1e4]: a channel that is (almost) always zero would otherwise get a huge divisor.
 _LIMIT = 1e4
 

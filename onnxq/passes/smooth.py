@@ -1,10 +1,14 @@
-"""SmoothQuant on the float graph: per group of linear layers reading one activation X, X / s and s · W.
+"""SmoothQuant on the float graph: per group of layers reading one activation X, X / s and s · W.
 
-The division by s is folded into whatever produces X when something can absorb it exactly — a LayerNormalization
-or RMSNorm scale (and bias), the γ Mul of a decomposed RMSNorm (Pow → ReduceMean → Add → Sqrt → Div → Mul by γ), a
-constant Add's bias, the output columns of a MatMul/Gemm with a constant weight, through either operand of an
-elementwise product of two activations (SwiGLU's SiLU(gate) · up) — and only where nothing can, an inserted Mul.
-A producer is changed only when X is its sole (value-dependent) consumer path: other readers must not see X / s.
+The layers are MatMul / Gemm (X's channels on its last axis) or Conv (on axis 1: activation equalisation across a
+pair of layers). The division by s is folded into whatever produces X when something can absorb it exactly — a
+LayerNormalization or RMSNorm scale (and bias), the γ Mul of a decomposed RMSNorm (Pow → ReduceMean → Add → Sqrt →
+Div → Mul by γ), a constant Add's bias, the output columns of a MatMul/Gemm or the output channels of a Conv with a
+constant weight, through either operand of an elementwise product of two activations (SwiGLU's SiLU(gate) · up), and
+through what commutes with a positive per-channel factor (Relu, LeakyRelu, pooling) — and only where nothing can,
+an inserted Mul for MatMul / Gemm. A Conv's activation is left unsmoothed there: the Mul's input would be quantized
+with the very range smoothing meant to fix. A producer is changed only when X is its sole (value-dependent)
+consumer path: other readers must not see X / s.
 """
 
 from __future__ import annotations
@@ -20,29 +24,39 @@ from onnxq.config import QScheme
 from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import KeepsOutputNames
+from onnxq.passes.smooth_weights import reads_channels_last, scale_input_channels
 
-__all__ = ["SmoothGroup", "SmoothPass", "weight_rows"]
+__all__ = ["SmoothGroup", "SmoothPass", "NOT_ABSORBED"]
 
 _NORMS = {("", "LayerNormalization"), ("", "RMSNormalization"), ("com.microsoft", "SimplifiedLayerNormalization"),
           ("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}
 
 
+# What the report says of a Conv activation whose producers cannot take 1 / s.
+NOT_ABSORBED = "nothing: no producer takes 1 / s exactly (a Mul would be quantized with the range left as it was)"
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SmoothGroup:
     activation: ir.Value
-    nodes: tuple[ir.Node, ...]  # MatMul / Gemm (transA = 0) reading `activation` as input 0, constant weight
+    # MatMul / Gemm (transA = 0), or Conv, reading `activation` as input 0 with a constant weight; all of one kind.
+    nodes: tuple[ir.Node, ...]
     scales: np.ndarray  # s [K], float32
 
 
-def weight_rows(node: ir.Node) -> np.ndarray:
-    """The node's constant weight as [K, N] (a transB Gemm's weight transposed)."""
-    weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy()
-    return weight.T if node.op_type == "Gemm" and attribute(node, "transB") else weight
+@dataclasses.dataclass(frozen=True)
+class _Channels:
+    """Where the smoothed channels of an activation lie: its last axis, or axis 1 of `rank` dimensions (Conv)."""
+
+    count: int
+    last: bool
+    rank: int = 0
 
 
 @dataclasses.dataclass
 class SmoothResult(ir.passes.PassResult):
-    absorbed: dict[str, str] = dataclasses.field(default_factory=dict)  # activation → what took 1 / s
+    # activation → what took 1 / s (NOT_ABSORBED: the group was left as it was)
+    absorbed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class SmoothPass(KeepsOutputNames):
@@ -63,26 +77,29 @@ class SmoothPass(KeepsOutputNames):
         absorbed: dict[str, str] = {}
         builder = GraphBuilder(model.graph, QScheme())
         for group in self.groups:
-            name = group.activation.name or ""
             s = group.scales.astype(np.float32)
             inv_s = (np.float32(1) / s).astype(np.float32)
-            for node in group.nodes:
-                _scale_weight_rows(builder, node, s)
-            taker = _divide_at_producer(builder, group.activation, inv_s, set(group.nodes))
+            first = group.nodes[0]
+            channels = _Channels(s.size, reads_channels_last(first), len(first.inputs[1].shape))
+            taker = _divide_at_producer(builder, group.activation, inv_s, set(group.nodes), channels)
+            if taker is None and not channels.last:
+                absorbed[group.activation.name or ""] = NOT_ABSORBED
+                continue
             if taker is None:
                 _insert_mul(builder, group, inv_s)
                 taker = "inserted Mul"
-            absorbed[name] = taker
+            for node in group.nodes:
+                _scale_weight(builder, node, s)
+            absorbed[group.activation.name or ""] = taker
         RemoveUnusedNodesPass()(model)
         model.graph.sort()
         return SmoothResult(model, modified=bool(self.groups), absorbed=absorbed)
 
 
-def _scale_weight_rows(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> None:
+def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> None:
     value = node.inputs[1]
     weight = ir.convenience.get_const_tensor(value).numpy().astype(np.float32)
-    transposed = node.op_type == "Gemm" and attribute(node, "transB")
-    scaled = weight * (s[None, :] if transposed else s[:, None])
+    scaled = scale_input_channels(node, weight, s)
     node.replace_input_with(1, builder.initializer(f"{value.name or 'weight'}_smoothed", scaled))
 
 
@@ -93,8 +110,9 @@ def _only_feeds(value: ir.Value, readers: set[ir.Node]) -> bool:
     return all(use.node in readers or use.node.op_type == "Shape" for use in value.uses())
 
 
-def _channel_constant(value: ir.Value | None, channels: int) -> np.ndarray | None:
-    """A constant that broadcasts along the last axis only (scalar, [K], [1, …, K]), as float32; else None."""
+def _channel_constant(value: ir.Value | None, channels: _Channels) -> np.ndarray | None:
+    """A constant that broadcasts along the channel axis only (scalar; [K] or [1, …, K] on the last axis; [K, 1, …]
+    or [1, K, 1, …] on axis 1), as float32 [K]; else None."""
     if value is None or value.is_graph_input():
         return None
     tensor = ir.convenience.get_const_tensor(value)
@@ -102,30 +120,38 @@ def _channel_constant(value: ir.Value | None, channels: int) -> np.ndarray | Non
         return None
     array = tensor.numpy()
     if array.size == 1:
-        return np.full(channels, array.reshape(()), np.float32)
-    if array.shape[-1] == channels and array.size == channels:
-        return array.reshape(channels).astype(np.float32)
-    return None
+        return np.full(channels.count, array.reshape(()), np.float32)
+    shape = array.shape
+    if not channels.last and len(shape) <= channels.rank:
+        shape = (1,) * (channels.rank - len(shape)) + shape  # as broadcast against the activation
+    along = shape[-1] if channels.last else (shape[1] if len(shape) > 1 else 0)
+    return array.reshape(-1).astype(np.float32) if along == channels.count == array.size else None
 
 
-def _replace_constant(builder: GraphBuilder, node: ir.Node, index: int, array: np.ndarray) -> None:
+def _replace_constant(builder: GraphBuilder, node: ir.Node, index: int, array: np.ndarray,
+                      channels: _Channels) -> None:
+    """Input `index` of the node replaced by a per-channel constant [K] (shaped [K, 1, …] for axis 1)."""
     base = node.inputs[index].name or "constant"
-    node.replace_input_with(index, builder.initializer(f"{base}_smoothed", array.astype(np.float32)))
+    shaped = array if channels.last else array.reshape(-1, *([1] * (channels.rank - 2)))
+    node.replace_input_with(index, builder.initializer(f"{base}_smoothed", shaped.astype(np.float32)))
 
 
-def _divide_at_producer(builder: GraphBuilder, value: ir.Value, inv_s: np.ndarray,
-                        readers: set[ir.Node]) -> str | None:
+def _divide_at_producer(builder: GraphBuilder, value: ir.Value, inv_s: np.ndarray, readers: set[ir.Node],
+                        channels: _Channels) -> str | None:
     """Make `value` come out multiplied by inv_s by changing its producer; what took it, or None (nothing changed)."""
     node = value.producer()
     if node is None or not _only_feeds(value, readers) or node.outputs[0] is not value:
         return None
     op = (node.domain if node.domain != "ai.onnx" else "", node.op_type)
     absorb = _ABSORBERS.get("norm" if op in _NORMS else op)
-    return None if absorb is None else absorb(builder, node, value, inv_s)
+    return None if absorb is None else absorb(builder, node, value, inv_s, channels)
 
 
-def _absorb_in_norm(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
-    """A normalization's scale (and shift) divided by s."""
+def _absorb_in_norm(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+                    channels: _Channels) -> str | None:
+    """A normalization's scale (and shift) divided by s (it normalizes the last axis)."""
+    if not channels.last:
+        return None
     # Only the normalized output may be read (SkipLayerNormalization's other outputs are not rescaled).
     if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
         return None
@@ -133,45 +159,48 @@ def _absorb_in_norm(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s
         return None
     first = 2 if node.op_type.startswith("Skip") else 1  # Skip*: inputs (x, skip, gamma, beta, bias)
     params = [i for i in (first, first + 1) if i < len(node.inputs) and node.inputs[i] is not None]
-    arrays = [_channel_constant(node.inputs[i], inv_s.size) for i in params]
+    arrays = [_channel_constant(node.inputs[i], channels) for i in params]
     if any(a is None for a in arrays):
         return None
     for i, array in zip(params, arrays):
-        _replace_constant(builder, node, i, array * inv_s)
+        _replace_constant(builder, node, i, array * inv_s, channels)
     return f"{node.op_type} {node.name} scale"
 
 
-def _absorb_in_mul(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+def _absorb_in_mul(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+                   channels: _Channels) -> str | None:
     """A Mul's per-channel constant divided by s; for a product of two activations, either operand's producer."""
     for i in (1, 0):
-        constant = _channel_constant(node.inputs[i], inv_s.size)
+        constant = _channel_constant(node.inputs[i], channels)
         if constant is not None:
-            _replace_constant(builder, node, i, constant * inv_s)
+            _replace_constant(builder, node, i, constant * inv_s, channels)
             return f"Mul {node.name} constant"
     for i in (1, 0):
-        taker = _divide_at_producer(builder, node.inputs[i], inv_s, {node})
+        taker = _divide_at_producer(builder, node.inputs[i], inv_s, {node}, channels)
         if taker is not None:
             return taker
     return None
 
 
-def _absorb_in_add(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+def _absorb_in_add(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+                   channels: _Channels) -> str | None:
     """A bias Add: its constant divided by s, and its other operand's producer too."""
     for i in (1, 0):
-        constant = _channel_constant(node.inputs[i], inv_s.size)
+        constant = _channel_constant(node.inputs[i], channels)
         if constant is None:
             continue
-        taker = _divide_at_producer(builder, node.inputs[1 - i], inv_s, {node})
+        taker = _divide_at_producer(builder, node.inputs[1 - i], inv_s, {node}, channels)
         if taker is None:
             return None
-        _replace_constant(builder, node, i, constant * inv_s)
+        _replace_constant(builder, node, i, constant * inv_s, channels)
         return f"{taker} and Add {node.name} bias"
     return None
 
 
-def _absorb_in_product(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray) -> str | None:
+def _absorb_in_product(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+                       channels: _Channels) -> str | None:
     """A MatMul / Gemm on a constant weight: its output columns (and bias) divided by s."""
-    if len(node.inputs) < 2:
+    if len(node.inputs) < 2 or not channels.last:
         return None
     k = inv_s.size
     weight = ir.convenience.get_const_tensor(node.inputs[1]) if not node.inputs[1].is_graph_input() else None
@@ -182,18 +211,50 @@ def _absorb_in_product(builder: GraphBuilder, node: ir.Node, value: ir.Value, in
     if (array.shape[0] if transposed else array.shape[1]) != k:
         return None
     bias = node.inputs[2] if len(node.inputs) > 2 else None
-    bias_array = None if bias is None else _channel_constant(bias, k)
+    bias_array = None if bias is None else _channel_constant(bias, channels)
     if bias is not None and (bias_array is None or attribute(node, "beta", 1.0) == 0.0):
         return None
-    _replace_constant(builder, node, 1, array * (inv_s[:, None] if transposed else inv_s[None, :]))
+    _replace_constant(builder, node, 1, array * (inv_s[:, None] if transposed else inv_s[None, :]), channels)
     if bias_array is not None:
-        _replace_constant(builder, node, 2, bias_array * inv_s)
+        _replace_constant(builder, node, 2, bias_array * inv_s, channels)
     return f"{node.op_type} {node.name} output columns"
 
 
+def _absorb_in_conv(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+                    channels: _Channels) -> str | None:
+    """A Conv on a constant weight: its output channels (weight axis 0, and bias) divided by s."""
+    weight = ir.convenience.get_const_tensor(node.inputs[1]) if not node.inputs[1].is_graph_input() else None
+    if channels.last or weight is None or weight.dtype != ir.DataType.FLOAT or weight.shape[0] != channels.count:
+        return None
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    bias_array = None if bias is None else _channel_constant(bias, dataclasses.replace(channels, last=True))
+    if bias is not None and bias_array is None:
+        return None
+    array = weight.numpy().astype(np.float32)
+    rows = inv_s.reshape(-1, *([1] * (array.ndim - 1)))
+    node.replace_input_with(1, builder.initializer(f"{node.inputs[1].name or 'weight'}_smoothed", array * rows))
+    if bias_array is not None:
+        node.replace_input_with(2, builder.initializer(f"{bias.name or 'bias'}_smoothed", bias_array * inv_s))
+    return f"Conv {node.name} output channels"
+
+
+def _through(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
+             channels: _Channels) -> str | None:
+    """An op that commutes with a positive factor per channel (s > 0): its input's producer takes 1 / s."""
+    spatial = node.op_type in _POOLS
+    if spatial and channels.last or any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
+        return None
+    taker = _divide_at_producer(builder, node.inputs[0], inv_s, {node}, channels)
+    return None if taker is None else f"{taker} (through {node.op_type} {node.name})"
+
+
+# Pooling keeps axis 1 as the channels (and mixes the others): it commutes with a per-channel factor there only.
+_POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+
 # What can take the division by s, by the producer's (domain, op type); "norm": every op of _NORMS.
 _ABSORBERS = {"norm": _absorb_in_norm, ("", "Mul"): _absorb_in_mul, ("", "Add"): _absorb_in_add,
-              ("", "MatMul"): _absorb_in_product, ("", "Gemm"): _absorb_in_product}
+              ("", "MatMul"): _absorb_in_product, ("", "Gemm"): _absorb_in_product, ("", "Conv"): _absorb_in_conv,
+              ("", "Relu"): _through, ("", "LeakyRelu"): _through, **{("", op): _through for op in _POOLS}}
 
 
 def _insert_mul(builder: GraphBuilder, group: SmoothGroup, inv_s: np.ndarray) -> None:

@@ -27,7 +27,7 @@ def _input(rng, shape=(2, 6, K)):
 def _smooth(model, x, alpha=0.5):
     plans, _ = plan_model(model.graph, QuantConfig(), "static")
     candidates = smoothable_groups(plans)
-    stats = collect_channel_stats(model, [c.activation.name for c in candidates], [{"x": x}])
+    stats = collect_channel_stats(model, {c.activation.name: c.channel_axis for c in candidates}, [{"x": x}])
     groups, choices = choose_smoothing(candidates, stats, alpha)
     return SmoothPass(groups)(model).absorbed, choices
 
