@@ -226,15 +226,15 @@ def _absorb_in_conv(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s
     weight = ir.convenience.get_const_tensor(node.inputs[1]) if not node.inputs[1].is_graph_input() else None
     if channels.last or weight is None or weight.dtype != ir.DataType.FLOAT or weight.shape[0] != channels.count:
         return None
+    as_stored = dataclasses.replace(channels, last=True)  # B [M] and W [M, …] keep their own shapes
     bias = node.inputs[2] if len(node.inputs) > 2 else None
-    bias_array = None if bias is None else _channel_constant(bias, dataclasses.replace(channels, last=True))
+    bias_array = None if bias is None else _channel_constant(bias, as_stored)
     if bias is not None and bias_array is None:
         return None
     array = weight.numpy().astype(np.float32)
-    rows = inv_s.reshape(-1, *([1] * (array.ndim - 1)))
-    node.replace_input_with(1, builder.initializer(f"{node.inputs[1].name or 'weight'}_smoothed", array * rows))
+    _replace_constant(builder, node, 1, array * inv_s.reshape(-1, *([1] * (array.ndim - 1))), as_stored)
     if bias_array is not None:
-        node.replace_input_with(2, builder.initializer(f"{bias.name or 'bias'}_smoothed", bias_array * inv_s))
+        _replace_constant(builder, node, 2, bias_array * inv_s, as_stored)
     return f"Conv {node.name} output channels"
 
 
