@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["producer", "attribute", "constant_array", "unique_name", "Body", "bodies", "OUTER_NAMES"]
+__all__ = ["producer", "attribute", "constant_array", "unique_name", "Body", "bodies", "model_names", "OUTER_NAMES"]
 
 # graph.meta key: the names a body's own rewrite must not take (every name of the model around it).
 OUTER_NAMES = "onnxq.outer_names"
@@ -64,3 +64,15 @@ def bodies(graph: ir.Graph) -> list[Body]:
                     found.append(Body(sub, node, f"{attr.name}[{i}]"))
                     found += bodies(sub)
     return found
+
+
+def model_names(model: ir.Model) -> set[str]:
+    """Every node, value and initializer name in the model, its subgraphs' included."""
+    names = set()
+    for graph in (model.graph, *(body.graph for body in bodies(model.graph))):
+        names.update(graph.initializers)
+        names.update(v.name for v in graph.inputs if v.name)
+    for node in model.graph.all_nodes():
+        names.add(node.name or "")
+        names.update(v.name for v in node.outputs if v.name)
+    return names

@@ -42,9 +42,15 @@ def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan]
 
 
 def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
+    """The ranges of every main-graph activation (missing: an error), and of each subgraph's the data computed
+    (steps.calibrate plans the others again, dynamic)."""
     scheme = config.activations
     qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
-    return summary.ranges(needed_ranges(plans, config), config.calibration.method, qmin=qmin, qmax=qmax,
+    observers = summary.observers
+    names = needed_ranges([p for p in plans if not p.scope], config)
+    names += [n for n in needed_ranges([p for p in plans if p.scope], config)
+              if n in observers and not observers[n].empty]
+    return summary.ranges(list(dict.fromkeys(names)), config.calibration.method, qmin=qmin, qmax=qmax,
                           symmetric=scheme.symmetric, percentile=config.calibration.percentile)
 
 

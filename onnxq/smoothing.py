@@ -53,7 +53,7 @@ def smoothable_groups(plans: Sequence[NodePlan]) -> list[Candidate]:
     graph order. An activation read by any other planned kind of node, or by both kinds, is left alone."""
     groups: dict[ir.Value, list[NodePlan]] = {}
     blocked: set[ir.Value] = set()
-    for plan in plans:
+    for plan in (p for p in plans if not p.scope):  # a body's per-channel statistics are not collected
         node = plan.node
         eligible = (plan.activations == (0,) and len(plan.weights) == 1 and plan.weights[0].input_index == 1
                     and node.op_type in ("MatMul", "Gemm", "Conv") and not attribute(node, "transA"))

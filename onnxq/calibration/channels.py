@@ -10,11 +10,10 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 
 from onnxq.calibration.specs import Batch
-from onnxq.calibration.runner import session_exposing
-from onnxq.errors import CalibrationDataError, whole_message
+from onnxq.calibration.runner import Exposed
+from onnxq.errors import CalibrationDataError
 
 __all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch"]
 
@@ -124,12 +123,7 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
     """For each batch, the named values: computed by one ORT session of the model, or the batch's own inputs."""
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
-    session, output_names = session_exposing(model, fetched, reduce_in_graph=False) if fetched else (None, [])
+    exposed = Exposed(model, fetched, reduce_in_graph=False) if fetched else None
     for batch in batches:
-        try:
-            outputs = session.run(output_names, batch) if session is not None else []
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-                ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError("ONNX Runtime rejected a calibration batch: "
-                                       f"{whole_message(e).removeprefix('[ONNXRuntimeError] : ')}") from None
-        yield dict(zip(fetched, outputs)) | {n: batch[n] for n in names if n in graph_inputs}
+        outputs = exposed.run(batch) if exposed is not None else []
+        yield dict(zip(exposed.names if exposed is not None else [], outputs)) | {n: batch[n] for n in names if n in graph_inputs}

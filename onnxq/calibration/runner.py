@@ -6,22 +6,24 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.batching import samples_in
+from onnxq.calibration.bodies import REDUCTIONS, BodyValues
 from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError, whole_message
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
-from onnxq.irquery import unique_name
+from onnxq.irquery import model_names, unique_name
 from onnxq.numerics import TensorObserver
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
     from onnxq.calibration.channels import ChannelStats
 
-__all__ = ["collect_observers"]
+__all__ = ["collect_observers", "Exposed"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,70 +45,102 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     observers = {n: TensorObserver(histogram_bins) for n in names}
     reduce_in_graph = histogram_bins is None and not channels
     # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
-    session, output_names = session_exposing(model, fetched, reduce_in_graph) if fetched else (None, [])
-    name = ""
+    exposed = Exposed(model, fetched, reduce_in_graph) if fetched else None
+    seen = 0
     for batch in batches:
-        try:
-            outputs = session.run(output_names, batch) if session is not None else []
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-                ort.capi.onnxruntime_pybind11_state.Fail) as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
-        try:
-            if reduce_in_graph:
-                for i, name in enumerate(fetched):
-                    lo, hi, size = outputs[3 * i:3 * i + 3]
-                    observers[name].observe_extremes(float(lo), float(hi), int(size))
-            else:
-                for name, array in zip(fetched, outputs):
-                    observers[name].observe(array)
-                    if name in channels:
-                        channels[name].observe(array)
-            for name in names:
-                if name in graph_inputs:
-                    observers[name].observe(batch[name])
-                    if name in channels:
-                        channels[name].observe(batch[name])
-        except ValueError:
-            raise CalibrationDataError(
-                f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None
+        if exposed is not None:
+            _observe(exposed.run(batch), exposed.names, reduce_in_graph, observers, channels)
+        for name in names:
+            if name in graph_inputs:
+                _checked(name, observers[name].observe, batch[name])
+                if name in channels:
+                    _checked(name, channels[name].observe, batch[name])
+        seen += 1
         if progress is not None:
             progress(samples_in(batch))
-    if any(o.empty for o in observers.values()):
+    in_bodies = exposed.in_bodies if exposed is not None else set()
+    if not seen or any(o.empty for n, o in observers.items() if n not in in_bodies):
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
+    # A body's value may stay empty: never computed on the data (a branch not taken, no iteration).
     return observers
 
 
-def session_exposing(model: ir.Model, names: list[str],
-                      reduce_in_graph: bool) -> tuple[ort.InferenceSession, list[str]]:
+def _observe(outputs: list[np.ndarray], names: list[str], reduced: bool, observers: dict[str, TensorObserver],
+             channels: dict[str, ChannelStats]) -> None:
+    """One batch's exposed values into their observers (ValueError: not finite). A body's value comes as a bag
+    (calibration.bodies): several executions' extremes, or its elements flattened; empty where it did not run."""
+    for i, name in enumerate(names):
+        if reduced:
+            lo, hi, size = outputs[3 * i:3 * i + 3]
+            count = int(np.sum(size))
+            if count:
+                _checked(name, observers[name].observe_extremes, float(np.min(lo)), float(np.max(hi)), count)
+        else:
+            _checked(name, observers[name].observe, outputs[i])
+            if name in channels:
+                _checked(name, channels[name].observe, outputs[i])
+
+
+def _checked(name: str, observe: Callable, *args) -> None:
+    try:
+        observe(*args)
+    except ValueError:
+        raise CalibrationDataError(
+            f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None
+
+
+class Exposed:
     """A session whose outputs are the named values (or their min, max and size); the model's own outputs and
-    whatever only they need are dropped."""
-    exposed = model.clone()
-    values = {}
-    for node in exposed.graph:
-        for out in node.outputs:
-            if out.name in names:
-                values[out.name] = out
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise ValueError(f"values not produced by any node: {missing[:3]}")
-    exposed.graph.outputs.clear()
-    if reduce_in_graph:
-        taken = {v.name for node in exposed.graph for v in node.outputs} | {v.name for v in exposed.graph.inputs}
-        taken |= {node.name for node in exposed.graph}
+    whatever only they need are dropped. Values of If / Loop / Scan bodies come out as bags (calibration.bodies);
+    `in_bodies` names them."""
+
+    def __init__(self, model: ir.Model, names: list[str], reduce_in_graph: bool) -> None:
+        exposed = model.clone()
+        taken = model_names(exposed)
+        threads = BodyValues(exposed, taken)
+        values = {v.name: v for node in exposed.graph.all_nodes() for v in node.outputs if v.name in names}
+        values.update({v.name: v for graph in threads.owner_graphs() for v in graph.inputs if v.name in names})
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ValueError(f"values not produced by any node: {missing[:3]}")
+        exposed.graph.outputs.clear()
+        self.in_bodies, self.names = set(), []  # names: those exposed, in output order
         for n in names:
-            for op in ("ReduceMin", "ReduceMax", "Size"):
-                attributes = {} if op == "Size" else {"keepdims": 0}
-                name = unique_name(f"{n}_onnxq_{op}", taken)
-                node = ir.node(op, [values[n]], attributes, name=name,
-                               outputs=[ir.Value(name=unique_name(f"{name}_output", taken))])
-                exposed.graph.append(node)
-                exposed.graph.outputs.append(node.outputs[0])
-    else:
-        exposed.graph.outputs.extend(values[n] for n in names)
-    RemoveUnusedNodesPass()(exposed)
-    # Optimizations off: fused kernels would hide the tensors we observe.
-    session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
-    return session, [v.name for v in exposed.graph.outputs]
+            body = threads.graph_of(values[n])
+            if body is not None:
+                self.in_bodies.add(n)
+                if not threads.observable(body):  # its observer stays empty: the node goes dynamic
+                    continue
+                exposed.graph.outputs.extend(threads.bags(values[n], body, reduce_in_graph))
+            elif reduce_in_graph:
+                exposed.graph.outputs.extend(_reductions(exposed.graph, values[n], taken))
+            else:
+                exposed.graph.outputs.append(values[n])
+            self.names.append(n)
+        RemoveUnusedNodesPass()(exposed)
+        # Optimizations off: fused kernels would hide the tensors we observe.
+        self.session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
+        self.output_names = [v.name for v in exposed.graph.outputs]
+
+    def run(self, batch: Batch) -> list[np.ndarray]:
+        try:
+            return self.session.run(self.output_names, batch)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                ort.capi.onnxruntime_pybind11_state.Fail) as e:
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
+
+
+def _reductions(graph: ir.Graph, value: ir.Value, taken: set[str]) -> list[ir.Value]:
+    """A main-graph value's min, max and size, computed in the graph."""
+    made = []
+    for op in REDUCTIONS:
+        attributes = {} if op == "Size" else {"keepdims": 0}
+        name = unique_name(f"{value.name}_onnxq_{op}", taken)
+        node = ir.node(op, [value], attributes, name=name,
+                       outputs=[ir.Value(name=unique_name(f"{name}_output", taken))])
+        graph.append(node)
+        made.append(node.outputs[0])
+    return made
 
 
 def _ort_reason(error: Exception) -> str:

@@ -49,6 +49,8 @@ class NodePlan:
     output: ir.Value | None = None
     # Where a node inside a subgraph is (irquery.Body.where: "If 'x' then_branch"); "" in the main graph.
     scope: str = ""
+    # Why the node takes another form than its run's mode gives ("dynamic: …"), shown in the report; "" when not.
+    form_note: str = ""
 
     @property
     def weight_only(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Iterable
 
 import onnx_ir as ir
 
@@ -13,30 +14,40 @@ from onnxq.handlers.registry import handler_for
 from onnxq.irquery import bodies
 from onnxq.targets import needs_pair_limit
 
-__all__ = ["plan_model", "BODY_MODES"]
-
-
-# The mode a subgraph's nodes take in a run of each mode. Calibration observes the main graph's values only (ORT
-# returns no value of a body), so a static run quantizes bodies' activations at run time.
-BODY_MODES = {"static": "dynamic", "dynamic": "dynamic", "weight-only": "weight-only"}
+__all__ = ["plan_model", "replan_dynamic"]
 
 
 def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[NodePlan], list[Skip]]:
     """Plans in graph order for the nodes of config.op_types (nodes of other op types are not candidates), then
-    each subgraph's (If branches, Loop and Scan bodies, at any depth) in BODY_MODES[mode], their plans' scope
-    saying where they are."""
-    plans, skips = _plan_graph(graph, config, mode, "")
-    body_mode = BODY_MODES[mode]
-    why = "" if body_mode == mode else f"{body_mode} inside subgraphs (calibration observes the main graph only): "
+    each subgraph's (If branches, Loop and Scan bodies, at any depth), their plans' scope saying where they are.
+    Calibration observes a body's values through its outputs (calibration.bodies), so bodies take the run's mode."""
+    plans, skips = _plan_nodes(graph, config, mode, "")
     for body in bodies(graph):
-        body_plans, body_skips = _plan_graph(body.graph, config, body_mode, body.where)
+        body_plans, body_skips = _plan_nodes(body.graph, config, mode, body.where)
         plans += body_plans
-        skips += [Skip(s.node, f"{why}{s.reason} (inside {body.where})") for s in body_skips]
+        skips += [Skip(s.node, f"{s.reason} (inside {body.where})") for s in body_skips]
     return plans, skips
 
 
-def _plan_graph(graph: ir.Graph, config: QuantConfig, mode: str, scope: str) -> tuple[list[NodePlan], list[Skip]]:
-    """One graph's own nodes (not its subgraphs')."""
+def replan_dynamic(plans: list[NodePlan], skips: list[Skip], config: QuantConfig, nodes: Collection[ir.Node],
+                   why: str) -> tuple[list[NodePlan], list[Skip]]:
+    """The plans of `nodes` planned again in dynamic mode, saying why (a static run's subgraph node whose activation
+    the calibration data never computed: a branch not taken, a loop that ran no iteration); one that dynamic mode
+    leaves float becomes a skip."""
+    replanned, skipped = [], list(skips)
+    for plan in plans:
+        if plan.node not in nodes:
+            replanned.append(plan)
+            continue
+        again, left = _plan_nodes([plan.node], config, "dynamic", plan.scope)
+        replanned += [dataclasses.replace(p, form_note=f"dynamic: {why}") for p in again]
+        skipped += [Skip(s.node, f"{why}, and dynamically: {s.reason} (inside {plan.scope})") for s in left]
+    return replanned, skipped
+
+
+def _plan_nodes(nodes: Iterable[ir.Node], config: QuantConfig, mode: str,
+                scope: str) -> tuple[list[NodePlan], list[Skip]]:
+    """One graph's own nodes (not its subgraphs'), or the nodes given."""
     ctx = PlanContext(
         per_channel=config.per_channel,
         mode=mode,
@@ -54,7 +65,7 @@ def _plan_graph(graph: ir.Graph, config: QuantConfig, mode: str, scope: str) -> 
     skips: list[Skip] = []
     per_token_ctx = dataclasses.replace(ctx, per_token=True)
     per_token_nodes = set(config.per_token_nodes)
-    for node in graph:
+    for node in nodes:
         if node.op_type not in config.op_types:
             continue
         handler = handler_for(node)

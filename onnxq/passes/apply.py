@@ -12,11 +12,11 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan
-from onnxq.handlers.planner import BODY_MODES
 from onnxq.passes.bodies import body_as_model, drop_unread_initializers
 from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
+from onnxq.passes.separate_matmul_add import separate_matmul_adds
 
 __all__ = ["apply_plans", "Rewritten"]
 
@@ -25,13 +25,14 @@ __all__ = ["apply_plans", "Rewritten"]
 class Rewritten:
     bias_fallbacks: dict[str, str]  # nodes whose int32 bias stayed float, with why
     kept_qdq: dict[str, str]  # a lowering format: planned nodes left in QDQ form, with why
+    separated_adds: tuple[str, ...] = ()  # QDQ MatMuls whose Add became Sum (passes.separate_matmul_add)
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
                 config: QuantConfig, mode: str, moments: WeightMoments | None = None) -> Rewritten:
     """Rewrite the model in place, then lower it when the format lowers this mode's models. Each subgraph's plans
-    are applied to it as a model of its own (passes.bodies), in the mode bodies take (handlers.BODY_MODES), before
-    the main graph's, so that the main graph's rewrite sees which float weights the bodies still read."""
+    are applied to it as a model of its own (passes.bodies) before the main graph's, so that the main graph's
+    rewrite sees which float weights the bodies still read."""
     notes: dict[str, str] = {}
     kept: dict[str, str] = {}
     by_graph: dict[int, list[NodePlan]] = {}
@@ -40,11 +41,11 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
             by_graph.setdefault(id(plan.node.graph), []).append(plan)
     for body_plans in by_graph.values():
         with body_as_model(model, body_plans[0].node.graph) as body:
-            _apply(body, body_plans, (ranges, config, BODY_MODES[mode], moments), notes, kept)
+            _apply(body, body_plans, (ranges, config, mode, moments), notes, kept)
     if by_graph:
         drop_unread_initializers(model)
     _apply(model, [p for p in plans if not p.scope], (ranges, config, mode, moments), notes, kept)
-    return Rewritten(notes, kept)
+    return Rewritten(notes, kept, tuple(separate_matmul_adds(plans)))
 
 
 def _apply(model: ir.Model, plans: Sequence[NodePlan], settings: tuple, notes: dict[str, str],

@@ -11,21 +11,9 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
-from onnxq.irquery import OUTER_NAMES, bodies
+from onnxq.irquery import OUTER_NAMES, bodies, model_names
 
-__all__ = ["body_as_model", "model_names", "drop_unread_initializers"]
-
-
-def model_names(model: ir.Model) -> set[str]:
-    """Every node, value and initializer name in the model, its subgraphs' included."""
-    names = set()
-    for graph in (model.graph, *(body.graph for body in bodies(model.graph))):
-        names.update(graph.initializers)
-        names.update(v.name for v in graph.inputs if v.name)
-    for node in model.graph.all_nodes():
-        names.add(node.name or "")
-        names.update(v.name for v in node.outputs if v.name)
-    return names
+__all__ = ["body_as_model", "drop_unread_initializers"]
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.irquery import attribute, constant_array, unique_name
-from onnxq.passes.bodies import model_names
+from onnxq.irquery import model_names
 
 __all__ = ["folded_constant_weights", "WEIGHT_FOLDS"]
 

@@ -63,10 +63,10 @@ def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
         parts.append(state.bias_fallbacks.get(node.name or "", "bias int32"))
     elif plan.bias_note:
         parts.append(f"bias float: {plan.bias_note}")
+    if plan.form_note:
+        parts.append(plan.form_note)
     if plan.scope:
-        observed = ("; dynamic: calibration observes the main graph's values only" if state.mode == "static"
-                    and plan.activations else "")
-        parts.append(f"inside {plan.scope}{observed}")
+        parts.append(f"inside {plan.scope}")
     return NodeEntry(node.name or "", node.op_type, "; ".join(parts))
 
 

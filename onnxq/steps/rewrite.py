@@ -14,4 +14,7 @@ def rewrite(state: RunState) -> bool:
     state.bias_fallbacks = rewritten.bias_fallbacks
     for name, reason in rewritten.kept_qdq.items():
         state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")
+    if rewritten.separated_adds:
+        state.notes.append(f"{len(rewritten.separated_adds)} Add after a quantized MatMul written as Sum (e.g. after "
+                           f"{rewritten.separated_adds[0]}): ORT would fuse MatMul + Add into a float Gemm")
     return True

@@ -1,6 +1,9 @@
-"""MatMul / Gemm inside If branches and Loop bodies, nested too (issue 19, scope 4): planned per body in the mode a
-body can take (dynamic; weight-only stays weight-only), rewritten as a model of its own, the outer float weights
-they read dropped; ORT runs every body's product on an integer kernel."""
+"""MatMul / Gemm inside If branches and Loop bodies, nested too (issue 19, scope 4): planned per body in the run's
+mode (static: calibration observes a body's values through its outputs, tests/calibration/test_body_values.py),
+rewritten as a model of its own, the outer float weights they read dropped; ORT runs every body's product on an
+integer kernel."""
+
+import json
 
 import numpy as np
 import onnx
@@ -9,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.passes.bodies import model_names
+from onnxq.irquery import model_names
 
 K = 32
 
@@ -91,18 +94,27 @@ def test_every_body_product_is_quantized_and_runs(flag, tmp_path):
     report = onnxq.quantize(_model(), _data(flag), output=path).report
     scopes = {e.name: e.detail for e in report.quantized}
     assert set(scopes) == {"mm", "then_mm", "else_gemm", "nested_mm"}
-    assert "inside If 'branch' then_branch; dynamic: calibration observes" in scopes["then_mm"]
+    assert all("activation(s) uint8 static" in detail for detail in scopes.values())
+    assert "inside If 'branch' then_branch" in scopes["then_mm"]
     assert "inside If 'inner_if' then_branch" in scopes["nested_mm"]
     saved = onnx.load(str(path))
     ops = _ops_everywhere(saved)
-    # The main graph's MatMul is static QDQ (one MatMul between DequantizeLinears); the bodies' three are dynamic.
-    assert ops.count("MatMul") == 1 and "Gemm" not in ops and ops.count("MatMulInteger") == 3
+    # Every product is static QDQ, the bodies' too (each body quantizes the outer activation it reads itself).
+    assert ops.count("MatMul") == 3 and ops.count("Gemm") == 1 and ops.count("QuantizeLinear") == 4
+    assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops
+    # ORT fuses the bodies' QDQ groups as it does the main graph's.
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    fused = _ops_everywhere(onnx.load(options.optimized_model_filepath))
+    assert fused.count("MatMulIntegerToFloat") == 3 and fused.count("QGemm") == 1 and "DequantizeLinear" not in fused
     # No float weight is left behind (the outer ones the bodies read are dropped), and no name is taken twice.
     assert {i.name for i in saved.graph.initializer} & {"w0", "w_then"} == set()
     made = _names_everywhere(saved)
     assert len(made) == len(set(made)), sorted(n for n in made if made.count(n) > 1)
     assert set(made) <= model_names(onnxq.io.load_model(path))
-    # Measured (seeded, AVX2): cosine 0.9998 to float on the held-out samples, either branch taken.
+    # Measured (seeded, AVX2): cosine 0.9996 to float on the held-out samples, either branch taken (0.9998 with
+    # the bodies dynamic).
     [out] = report.verification.outputs
     assert out.metrics.cosine_mean > 0.999 and report.passed
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -130,3 +142,86 @@ def test_check_speed_times_main_graph_kinds_only(tmp_path):
     assert {e.name for e in report.quantized} >= {"then_mm", "else_gemm", "nested_mm"}
     speed = next(s for s in report.sections if s.key == "speed_by_kind")
     assert [t.kind for t in speed.timings] == ["MatMul"] and speed.timings[0].nodes == 1
+
+
+def _branch_local_model() -> onnx.ModelProto:
+    """If (flag) MatMul(Relu(x), W1) else MatMul(Tanh(x), W2): each branch's activation is its own."""
+    branches = []
+    for name, op, seed in (("then", "Relu", 11), ("else", "Tanh", 12)):
+        branches.append(helper.make_graph(
+            [helper.make_node(op, ["x"], [f"{name}_act"]),
+             helper.make_node("MatMul", [f"{name}_act", f"w_{name}"], [f"{name}_out"], name=f"{name}_mm")],
+            name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(_w(seed), f"w_{name}")]))
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["out"], name="branch", then_branch=branches[0], else_branch=branches[1])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K]),
+              helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", K])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_branch_the_data_never_takes_goes_dynamic_and_says_why(tmp_path):
+    verify = {"x": _data(True)["x"][:16], "flag": np.array(False)}  # the other branch, checked all the same
+    report = onnxq.quantize(_branch_local_model(), _data(True), output=tmp_path / "q.onnx", verify_data=verify).report
+    details = {e.name: e.detail for e in report.quantized}
+    assert "activation(s) uint8 static" in details["then_mm"]
+    assert "dynamic: no calibrated range for its activation (the calibration data never ran this subgraph" \
+        in details["else_mm"]
+    ops = _ops_everywhere(onnx.load(str(tmp_path / "q.onnx")))
+    assert ops.count("MatMulInteger") == 1 and ops.count("DynamicQuantizeLinear") == 1
+    # Measured (seeded, AVX2): cosine 0.9999 on the branch calibration never ran.
+    assert report.verification.outputs[0].metrics.cosine_mean > 0.999 and report.passed
+
+
+def test_a_cache_without_body_ranges_leaves_those_nodes_dynamic(tmp_path):
+    """A cache written before onnxq observed bodies holds main-graph ranges only: the body's node goes dynamic
+    instead of the run failing."""
+    cache = tmp_path / "cache.json"
+    onnxq.quantize(_model(), _data(True), output=tmp_path / "first.onnx", calibration_cache=cache)
+    data = json.loads(cache.read_text())
+    assert set(data["tensors"]) == {"x", "y", "s_in"}  # s_in: the Loop body's carried value
+    del data["tensors"]["s_in"]
+    cache.write_text(json.dumps(data))
+    report = onnxq.quantize(_model(), _data(True), output=tmp_path / "q.onnx", calibration_cache=cache).report
+    details = {e.name: e.detail for e in report.quantized}
+    assert "dynamic: no calibrated range for its activation" in details["nested_mm"]
+    assert "activation(s) uint8 static" in details["then_mm"] and report.passed
+
+
+def _scan_model() -> onnx.ModelProto:
+    """A Scan over the time axis of x [T, batch, K]: h ← tanh(x_t·Wx + h·Wh), each step's h a scan output."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "wx"], ["xw"], name="scan_x_mm"),
+         helper.make_node("MatMul", ["h_in", "wh"], ["hw"], name="scan_h_mm"),
+         helper.make_node("Add", ["xw", "hw"], ["pre"]), helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_step"])],
+        "step", [helper.make_tensor_value_info("h_in", TensorProto.FLOAT, ["batch", K]),
+                 helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", K])],
+        [helper.make_tensor_value_info("h_out", TensorProto.FLOAT, ["batch", K]),
+         helper.make_tensor_value_info("h_step", TensorProto.FLOAT, ["batch", K])])
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "zero"], ["h0_full"]),
+         helper.make_node("ReduceSum", ["h0_full", "axis0"], ["h0"], keepdims=0),
+         helper.make_node("Scan", ["h0", "x"], ["h_last", "h_all"], name="scan", body=body, num_scan_inputs=1)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, "batch", K])],
+        [helper.make_tensor_value_info("h_all", TensorProto.FLOAT, [6, "batch", K])],
+        [numpy_helper.from_array(_w(21) / 2, "wx"), numpy_helper.from_array(_w(22) / 2, "wh"),
+         numpy_helper.from_array(np.array(0, np.float32), "zero"), numpy_helper.from_array(np.array([0]), "axis0")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_scan_body_products_are_static_and_fused(tmp_path):
+    """The body's products quantize with ranges observed over every step (x is [time, batch, K]: the samples
+    axis, named batch, is 1)."""
+    x = np.random.default_rng(7).normal(0, 1, (6, 48, K)).astype(np.float32)
+    report = onnxq.quantize(_scan_model(), {"x": x}, output=tmp_path / "q.onnx").report
+    details = {e.name: e.detail for e in report.quantized}
+    assert set(details) == {"scan_x_mm", "scan_h_mm"}
+    assert all("activation(s) uint8 static" in d and "inside Scan 'scan' body" in d for d in details.values())
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(tmp_path / "q.onnx"), options, providers=["CPUExecutionProvider"])
+    assert _ops_everywhere(onnx.load(options.optimized_model_filepath)).count("MatMulIntegerToFloat") == 2
+    # Measured (seeded, AVX2): cosine 0.9998 over all steps of the held-out samples.
+    assert report.verification.outputs[0].metrics.cosine_mean > 0.999 and report.passed

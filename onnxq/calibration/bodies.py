@@ -1,0 +1,161 @@
+"""Values inside If / Loop / Scan bodies made visible to calibration.
+
+ORT returns only main-graph values, so a body's value is threaded out of its body, level by level, as a "bag": a
+1-D tensor of what was observed (its elements flattened, or in reduce mode one [min], [max] or [size] per
+execution). An If branch outputs its bag and every other branch an empty one; a Loop or Scan carries an
+accumulator (initially empty) that each iteration concatenates its bag onto — iterations may differ in shape. In the
+main graph each bag is a graph output: empty when the body did not run on the batch (a branch not taken, zero
+iterations), which is then no observation at all. Only the copy of the model that calibration runs is changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.irquery import Body, bodies, unique_name
+
+__all__ = ["BodyValues", "REDUCTIONS"]
+
+# Reduce mode: per execution of a body, the value's minimum, maximum and element count, each as a [1] bag.
+REDUCTIONS = ("ReduceMin", "ReduceMax", "Size")
+
+
+class BodyValues:
+    """Threads values of a model's bodies out to its main graph (the model is changed in place)."""
+
+    def __init__(self, model: ir.Model, taken: set[str]) -> None:
+        self.taken = taken
+        self.owner: dict[int, Body] = {id(b.graph): b for b in bodies(model.graph)}
+
+    def owner_graphs(self) -> list[ir.Graph]:
+        return [body.graph for body in self.owner.values()]
+
+    def graph_of(self, value: ir.Value) -> ir.Graph | None:
+        """The body defining the value (as a node's output or the body's input); None: the main graph."""
+        node = value.producer()
+        graph = node.graph if node is not None else value.graph
+        return graph if graph is not None and id(graph) in self.owner else None
+
+    def observable(self, graph: ir.Graph) -> bool:
+        """Whether every body around the graph can pass a bag out (If, Loop, Scan; not e.g. SequenceMap's)."""
+        while id(graph) in self.owner:
+            body = self.owner[id(graph)]
+            if body.owner.op_type not in _THREADS or body.owner.domain not in ("", "ai.onnx"):
+                return False
+            graph = body.owner.graph
+        return True
+
+    def bags(self, value: ir.Value, graph: ir.Graph, reduce: bool) -> list[ir.Value]:
+        """Main-graph values holding what the body's value was: [elements], or with reduce [mins, maxs, sizes]."""
+        dtype = value.dtype or ir.DataType.FLOAT
+        if not reduce:
+            flat = self._add(graph, "Reshape", [value, self._const(graph, [-1], np.int64)], dtype)
+            return [self._thread(flat, graph)]
+        made = []
+        for op in REDUCTIONS:
+            attributes, kind = ({}, ir.DataType.INT64) if op == "Size" else ({"keepdims": 0}, dtype)
+            scalar = self._add(graph, op, [value], kind, attributes)
+            made.append(self._thread(self._add(graph, "Reshape", [scalar, self._const(graph, [1], np.int64)], kind),
+                                     graph))
+        return made
+
+    def _thread(self, bag: ir.Value, graph: ir.Graph) -> ir.Value:
+        """The bag carried out through each enclosing body up to the main graph."""
+        while id(graph) in self.owner:
+            body = self.owner[id(graph)]
+            thread = _THREADS[body.owner.op_type]
+            bag = thread(self, body, bag)
+            graph = body.owner.graph
+        return bag
+
+    def _through_if(self, body: Body, bag: ir.Value) -> ir.Value:
+        node = body.owner
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                branch = attr.value
+                branch.outputs.append(bag if branch is body.graph else self._empty(branch, bag.dtype))
+        node.resize_outputs(len(node.outputs) + 1)
+        return self._named(node.outputs[-1], bag.dtype)
+
+    def _through_loop(self, body: Body, bag: ir.Value) -> ir.Value:
+        """Loop: inputs (M, cond, carried…), body inputs (iteration, cond, carried…), body outputs (cond, carried…,
+        scan outputs…), node outputs (carried…, scan outputs…): one more carried value."""
+        carried = len(body.owner.inputs) - 2
+        return self._carry(body, bag, carried, carried + 1)
+
+    def _through_scan(self, body: Body, bag: ir.Value) -> ir.Value:
+        """Scan: one more scan output (last), stacked [iterations, bag] and flattened after it. A state cannot
+        carry the accumulator: ORT's Scan keeps each state's shape."""
+        node, graph = body.owner, body.graph
+        graph.outputs.append(bag)
+        for name in ("scan_output_axes", "scan_output_directions"):
+            if name in node.attributes:
+                node.attributes[name] = ir.AttrInt64s(name, [*node.attributes[name].value, 0])
+        node.resize_outputs(len(node.outputs) + 1)
+        stacked = self._named(node.outputs[-1], bag.dtype)
+        stacked.shape = None
+        return self._add(node.graph, "Reshape", [stacked, self._const(node.graph, [-1], np.int64)], bag.dtype)
+
+    def _carry(self, body: Body, bag: ir.Value, node_slot: int, body_output_slot: int) -> ir.Value:
+        """An accumulator carried at node input / output `node_slot` (the body's input there too, after Loop's two
+        leading inputs) onto which each iteration concatenates its bag."""
+        node, graph = body.owner, body.graph
+        outer_slot = node_slot + (2 if node.op_type == "Loop" else 0)
+        _insert_input(node, outer_slot, self._empty(node.graph, bag.dtype, before=node))
+        accumulated = self._named(ir.Value(), bag.dtype)
+        graph.inputs.insert(outer_slot, accumulated)
+        graph.outputs.insert(body_output_slot, self._add(graph, "Concat", [accumulated, bag], bag.dtype, {"axis": 0}))
+        return self._named(_insert_output(node, node_slot), bag.dtype)
+
+    def _add(self, graph: ir.Graph, op: str, inputs: list[ir.Value], dtype: ir.DataType,
+             attributes: dict | None = None) -> ir.Value:
+        name = unique_name(f"onnxq_observe_{op}", self.taken)
+        node = ir.node(op, inputs, attributes or {}, name=name,
+                       outputs=[ir.Value(name=unique_name(f"{name}_output", self.taken), type=ir.TensorType(dtype))])
+        graph.append(node)
+        return node.outputs[0]
+
+    def _const(self, graph: ir.Graph, values: list, dtype, before: ir.Node | None = None) -> ir.Value:
+        name = unique_name("onnxq_observe_constant", self.taken)
+        node = ir.node("Constant", [], {"value": ir.tensor(np.array(values, dtype=dtype), name=name)}, name=name,
+                       outputs=[ir.Value(name=unique_name(f"{name}_output", self.taken))])
+        if before is None:
+            graph.append(node)
+        else:
+            graph.insert_before(before, node)
+        return node.outputs[0]
+
+    def _empty(self, graph: ir.Graph, dtype: ir.DataType, before: ir.Node | None = None) -> ir.Value:
+        return self._const(graph, [], dtype.numpy(), before)
+
+    def _named(self, value: ir.Value, dtype: ir.DataType) -> ir.Value:
+        value.name = unique_name("onnxq_observed", self.taken)
+        value.type = ir.TensorType(dtype)
+        value.shape = ir.Shape([None])
+        return value
+
+
+_THREADS = {"If": BodyValues._through_if, "Loop": BodyValues._through_loop, "Scan": BodyValues._through_scan}
+
+
+def _insert_input(node: ir.Node, slot: int, value: ir.Value) -> None:
+    """The node's inputs from `slot` on move one place right; `value` takes the slot."""
+    inputs = list(node.inputs)
+    node.resize_inputs(len(inputs) + 1)
+    for i, moved in enumerate(inputs[slot:], start=slot + 1):
+        node.replace_input_with(i, moved)
+    node.replace_input_with(slot, value)
+
+
+def _insert_output(node: ir.Node, slot: int) -> ir.Value:
+    """A new output at `slot`: the node's outputs from there on keep their values (their uses, names and types),
+    now one place right. Returns the value at `slot`, fresh."""
+    node.resize_outputs(len(node.outputs) + 1)
+    outputs = node.outputs
+    for i in range(len(outputs) - 1, slot, -1):
+        moved, into = outputs[i - 1], outputs[i]
+        name, moved.name = moved.name, None
+        into.name = name
+        into.type, into.shape = moved.type, moved.shape
+        ir.convenience.replace_all_uses_with(moved, into, replace_graph_outputs=True)
+    return outputs[slot]
