@@ -77,14 +77,14 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
         weight_absmax = np.max([np.abs(w).max(axis=(1, 2)) for w in weights], axis=0)
         grid = ALPHA_GRID if candidate.channel_axis == -1 else CONV_ALPHA_GRID
         tried = (alpha,) if alpha is not None else (None, *grid)
-        errors = {}
+        errors, products = {}, _FloatProducts(stat.rows, weights)
         for a in tried:
             scales = None if a is None else smoothing_scales(stat.absmax, weight_absmax, a)
             per_row = candidate.per_token if per_token is None else per_token
             # Per tensor, the range must hold every row, not only the sampled ones: min and max of X_j / s_j over
             # all the data are known exactly from the statistics.
             value_range = None if per_row else _smoothed_range(stat, scales)
-            errors[a] = _output_error(stat.rows, weights, scales, per_row, value_range)
+            errors[a] = _output_error(products, scales, per_row, value_range)
         best = min(tried, key=lambda a: errors[a])
         choices.append(SmoothChoice(candidate.activation.name, best, errors))
         if best is not None:
@@ -102,15 +102,26 @@ def _smoothed_range(stat: ChannelStats, scales: np.ndarray | None) -> tuple[floa
 def static_error(candidate: Candidate, stats: Mapping[str, ChannelStats], value_range: tuple[float, float]) -> float:
     """The group's output error (as in choose_smoothing) quantized per tensor with its calibrated range, unsmoothed."""
     weights = [weight_by_input_channel(p.node) for p in candidate.plans]
-    return _output_error(stats[candidate.activation.name].rows, weights, None, False, value_range)
+    return _output_error(_FloatProducts(stats[candidate.activation.name].rows, weights), None, False, value_range)
 
 
-def _output_error(rows: np.ndarray, weights: list[np.ndarray], scales: np.ndarray | None, per_token: bool,
+class _FloatProducts:
+    """The sampled rows, the group's weights [K, N, taps], and their float products X·W with each one's |X·W|²:
+    the reference every α tried is measured against, computed once per group."""
+
+    def __init__(self, rows: np.ndarray, weights: list[np.ndarray]) -> None:
+        self.rows, self.weights = rows, weights
+        self.references = [rows @ w.reshape(w.shape[0], -1) for w in weights]
+        self.energies = [max(np.sum(r ** 2), 1e-30) for r in self.references]
+
+
+def _output_error(products: _FloatProducts, scales: np.ndarray | None, per_token: bool,
                   value_range: tuple[float, float] | None = None) -> float:
     """Σ over the layers of |Q(X/s)·Q(s·W) − X·W|² / |X·W|², with the activation quantized as it will be (per
     token, or per tensor uint8 over value_range, by default the rows' range) and the weights [K, N, taps] per
     output channel, symmetric int8. A Conv's taps are products of their own (each row is one position): the error
     of every tap's contribution, a proxy for the sum's that ranks the choices alike without the positions."""
+    rows = products.rows
     x = rows if scales is None else rows / scales
     if per_token:
         q, row_scale = per_token_quantize(x)
@@ -120,12 +131,10 @@ def _output_error(rows: np.ndarray, weights: list[np.ndarray], scales: np.ndarra
         qparams = choose_qparams(lo, hi, np.dtype(np.uint8), False)
         x_q = dequantize(quantize(x, qparams), qparams)
     total = 0.0
-    for w in weights:
+    for w, reference, energy in zip(products.weights, products.references, products.energies):
         w_s = w if scales is None else w * scales[:, None, None]
         w_absmax = np.abs(w_s).max(axis=(0, 2))
         qparams = choose_qparams(-w_absmax, w_absmax, np.dtype(np.int8), True, axis=1)
         w_q = dequantize(quantize(w_s, qparams), qparams).reshape(w.shape[0], -1)
-        w = w.reshape(w.shape[0], -1)
-        reference = rows @ w
-        total += float(np.sum((x_q @ w_q - reference) ** 2) / max(np.sum(reference ** 2), 1e-30))
+        total += float(np.sum((x_q @ w_q - reference) ** 2) / energy)
     return total

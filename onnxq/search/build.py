@@ -13,9 +13,23 @@ import onnx_ir as ir
 from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip, plan_model
+from onnxq.handlers.planner import replan_dynamic
 from onnxq.passes.apply import apply_plans
+from onnxq.passes.quantize import needed_ranges
 
-__all__ = ["Overrides", "Statistics", "Built", "Builder"]
+__all__ = ["Overrides", "Statistics", "Built", "Builder", "unobserved_bodies_dynamic"]
+
+UNOBSERVED = ("no calibrated range for its activation (the calibration data never ran this subgraph, the cache "
+              "predates subgraph calibration, or the body is not an If / Loop / Scan)")
+
+
+def unobserved_bodies_dynamic(plans: list[NodePlan], skips: list[Skip], config: QuantConfig,
+                              ranges: Mapping[str, tuple[float, float]]) -> tuple[list[NodePlan], list[Skip]]:
+    """Subgraph nodes whose activation has no range, planned again dynamic with the reason: the data never computed
+    it (a branch not taken, a loop without iterations), a cache written before onnxq observed subgraphs holds
+    none, or calibration cannot pass it out of its body (calibration.bodies)."""
+    unobserved = {p.node for p in plans if p.scope and any(n not in ranges for n in needed_ranges([p], config))}
+    return replan_dynamic(plans, skips, config, unobserved, UNOBSERVED) if unobserved else (plans, skips)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +96,7 @@ class Builder:
         config = (self.overrides | extra).effective(self.config)
         model = self.float_model.clone()
         plans, skips = plan_model(model.graph, config, self.mode)
+        plans, skips = unobserved_bodies_dynamic(plans, skips, config, self.stats.ranges)
         rewritten = apply_plans(model, plans, self.stats.ranges, config, self.mode, self.stats.moments)
         return Built(model, plans, skips, rewritten.bias_fallbacks, rewritten.kept_qdq)
 

@@ -27,8 +27,10 @@ from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
+from onnxq.irquery import bodies
 from onnxq.io.sessions import session_options
 from onnxq.verify.placement import profiled_session
+from onnxq.passes.bodies import body_as_model
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
@@ -43,6 +45,7 @@ logger = logging.getLogger(__name__)
 _TOP_NODES = 8  # nodes the summary lists
 
 _SWITCH = "onnxq_switch_{}"
+_KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a body's twin output held as a body output during the passes
 
 
 def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float], task: TaskMetrics | None) -> float:
@@ -165,7 +168,8 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
         outputs, task = runner.errors({i})
-        nodes.append(NodeSensitivity(node_name, op_type, outputs, runner.local[i].result().sqnr_db,
+        local = runner.local[i]
+        nodes.append(NodeSensitivity(node_name, op_type, outputs, math.nan if local is None else local.result().sqnr_db,
                                      _harm(outputs, budgets, task), task))
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
@@ -204,16 +208,19 @@ class _SwitchRuns:
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
         self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
-        local_outputs = [name for twin in twins for name in twin[2:]]
-        self.references, self.task_references, self.local = [], [], [MetricsAccumulator() for _ in twins]
+        local_outputs = [name for twin in twins if twin[2] for name in twin[2:]]
+        self.references, self.task_references = [], []
+        # A body's twins have no local error (their values are not graph outputs): None.
+        self.local = [MetricsAccumulator() if twin[2] else None for twin in twins]
+        measured = [accumulator for accumulator in self.local if accumulator is not None]
         for batch in self.batches:
             values = self.session.run(names + local_outputs, self._feed(batch, set()))
             self.references.append(values[:len(names)])
             if metric is not None:  # the float model's answer, once per batch
                 self.task_references.append(metric(names, values[:len(names)], samples_in(batch)))
             pairs = values[len(names):]
-            for i in range(len(twins)):
-                self.local[i].add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
+            for i, accumulator in enumerate(measured):
+                accumulator.add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
 
     def _feed(self, batch: Batch, on: set[int]) -> dict:
         return {**batch, **{s: np.array(i in on) for i, s in enumerate(self.switches)}}
@@ -258,42 +265,96 @@ def _exact(model: ir.Model) -> ort.InferenceSession:
 
 def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
     """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type,
-    quantized output name, float output name)])."""
-    float_model = builder.float_model
-    model = float_model.clone()
+    quantized output name, float output name)]). Every output the model reads (LSTM's Y_h and Y_c too) is
+    switched; the first is the one whose local error is read. A node inside an If / Loop / Scan body is doubled
+    there, its switch read from the main graph's inputs; its twins are not graph outputs (a body's values cannot
+    be), so its local error is not measured (names "")."""
+    model = builder.float_model.clone()
     model_outputs = len(model.graph.outputs)
-    by_name = {n.name: n for n in model.graph}
-    own_plans, twins = [], []
+    by_name = {n.name: n for n in model.graph.all_nodes()}
+    own_plans, pairs, in_main = [], [], []
     for plan in plans:
         node = by_name[plan.node.name]
-        twin = ir.node(node.op_type, list(node.inputs), dict(node.attributes), domain=node.domain,
-                       name=f"{node.name}_onnxq_float", num_outputs=len(node.outputs))
-        model.graph.insert_before(node, twin)
-        twin.outputs[0].name = f"{node.outputs[0].name}_onnxq_float"
-        # Both twins are graph outputs (their local error is read), which also keeps them through the passes.
-        model.graph.outputs.extend([node.outputs[0], twin.outputs[0]])
+        pairs.append(_doubled(node, model.graph))
+        in_main.append(node.graph is model.graph)
         # A requantized output (Conv's) lies past the switch, where both twins would read it: each node is ranked on
         # its input and weight quantization (a quantized reader's input puts the output's grid in its own rank).
         own_plans.append(dataclasses.replace(plan, node=node, output=None))
-        twins.append((node.name, node.op_type, node.outputs[0].name, twin.outputs[0].name))
-    stats = builder.stats
-    QuantizePass(own_plans, RewriteInputs(stats.ranges, builder.effective_config, stats.moments))(model)
-    values = {v.name: v for node in model.graph for v in node.outputs}
+    _quantize_twins(model, own_plans, builder)
+    _drop_kept_twins(model)
+    # By name: a rewrite form may replace a node and its output value (the name stays).
+    values = {v.name: v for node in model.graph.all_nodes() for v in node.outputs}
     result = []
-    for i, (node_name, op_type, quantized_name, float_name) in enumerate(twins):
-        quantized, floating = values[quantized_name], values[float_name]
+    for i, (plan, outputs, main) in enumerate(zip(own_plans, pairs, in_main)):
         switch = ir.val(_SWITCH.format(i), ir.DataType.BOOL, [])
         model.graph.inputs.append(switch)
-        where = ir.node("Where", [switch, quantized, floating], name=f"{quantized_name}_onnxq_switch")
-        model.graph.insert_after(quantized.producer(), where)
-        selected = where.outputs[0]
-        for usage in list(quantized.uses()):
-            if usage.node is not where:
-                usage.node.replace_input_with(usage.idx, selected)
-        for j in range(model_outputs):
-            if model.graph.outputs[j] is quantized:  # a model output: the switched value takes its place
-                model.graph.outputs[j] = selected
-                quantized.name, selected.name = f"{quantized_name}_onnxq_quantized", quantized_name
-        result.append((node_name, op_type, quantized.name, float_name))
+        for quantized_name, float_name in outputs:
+            graph = values[float_name].producer().graph
+            _switch(values[quantized_name], values[float_name], switch,
+                    model_outputs if graph is model.graph else len(graph.outputs))
+        first = outputs[0]
+        result.append((plan.node.name, plan.node.op_type, *(first if main else ("", ""))))
     model.graph.sort()
     return model, result
+
+
+def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
+    """A float twin of the node put before it; (quantized, float) output names for each output it gives. In the
+    main graph the first pair also become graph outputs (their local error is read; it keeps them through the
+    passes); the twin's other outputs are its graph's outputs while the passes run (_KEPT marks them)."""
+    twin = ir.node(node.op_type, list(node.inputs), dict(node.attributes), domain=node.domain,
+                   name=f"{node.name}_onnxq_float", num_outputs=len(node.outputs))
+    node.graph.insert_before(node, twin)
+    pairs = []
+    for given, double in zip(node.outputs, twin.outputs):
+        if given.name and (given.uses() or given.is_graph_output()):  # the outputs the model reads
+            double.name = f"{given.name}_onnxq_float"
+            pairs.append((given.name, double.name))
+    doubles = [v for v in twin.outputs if v.name]
+    if node.graph is main:
+        first = node.outputs[twin.outputs.index(doubles[0])]
+        main.outputs.extend([first, doubles.pop(0)])
+    for double in doubles:
+        double.meta[_KEPT] = True
+        node.graph.outputs.append(double)
+    return pairs
+
+
+def _drop_kept_twins(model: ir.Model) -> None:
+    """A body's twin outputs leave its outputs again: the Where nodes read them now."""
+    for graph in (model.graph, *(body.graph for body in bodies(model.graph))):
+        kept = [v for v in graph.outputs if v.meta.get(_KEPT)]
+        for value in kept:
+            graph.outputs.remove(value)
+
+
+def _quantize_twins(model: ir.Model, plans: list[NodePlan], builder: Builder) -> None:
+    """The quantize pass on the main graph's twins, and on each body's as a model of its own (passes.bodies)."""
+    inputs = RewriteInputs(builder.stats.ranges, builder.effective_config, builder.stats.moments)
+    by_graph: dict[int, list[NodePlan]] = {}
+    for plan in plans:
+        by_graph.setdefault(id(plan.node.graph), []).append(plan)
+    for graph_plans in by_graph.values():
+        graph = graph_plans[0].node.graph
+        if graph is model.graph:
+            QuantizePass(graph_plans, inputs)(model)
+            continue
+        with body_as_model(model, graph) as body:
+            QuantizePass(graph_plans, inputs)(body)
+
+
+def _switch(quantized: ir.Value, floating: ir.Value, switch: ir.Value, outputs: int) -> None:
+    """Where(switch, quantized, float) takes the quantized output's place: its readers, and (keeping its name) its
+    place among the first `outputs` outputs of its graph — the model's own, past which the main graph lists the
+    twins whose local error is read."""
+    graph, name = floating.producer().graph, quantized.name
+    where = ir.node("Where", [switch, quantized, floating], name=f"{name}_onnxq_switch")
+    graph.insert_after(quantized.producer(), where)
+    selected = where.outputs[0]
+    for usage in list(quantized.uses()):
+        if usage.node is not where:
+            usage.node.replace_input_with(usage.idx, selected)
+    for j in range(outputs):
+        if graph.outputs[j] is quantized:
+            graph.outputs[j] = selected
+            quantized.name, selected.name = f"{name}_onnxq_quantized", name

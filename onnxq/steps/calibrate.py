@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.stream import check_reusable
-from onnxq.handlers.planner import replan_dynamic
-from onnxq.passes.quantize import needed_ranges
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
+from onnxq.search.build import unobserved_bodies_dynamic
 from onnxq.steps.state import RunState
 
 __all__ = ["calibrate"]
@@ -27,21 +26,8 @@ def calibrate(state: RunState) -> bool:
         state.ranges, state.calibration_samples, note = calibrated_ranges(
             state.reference, state.work, state.plans, config, state.stream, given.cache, given.progress)
         state.notes += [note] if note else []
-    _unobserved_bodies_dynamic(state)
+    state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
     return True
-
-
-def _unobserved_bodies_dynamic(state: RunState) -> None:
-    """Subgraph nodes whose activation has no range go dynamic: the data never computed it (a branch not taken,
-    a loop without iterations), a cache written before onnxq observed subgraphs holds none, or calibration cannot
-    pass it out of its body (calibration.bodies)."""
-    unobserved = {p.node for p in state.plans
-                  if p.scope and any(n not in state.ranges for n in needed_ranges([p], state.config))}
-    if unobserved:
-        state.plans, state.skips = replan_dynamic(
-            state.plans, state.skips, state.config, unobserved,
-            "no calibrated range for its activation (the calibration data never ran this subgraph, the cache "
-            "predates subgraph calibration, or the body is not an If / Loop / Scan)")
 
 
 def _second_moments(state: RunState) -> WeightMoments:

@@ -27,8 +27,7 @@ def sensitivity(state: RunState) -> bool:
     config = state.config
     if state.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
         return False
-    # The switch model doubles main-graph nodes; a subgraph's nodes are not ranked (nor kept float by the fallback).
-    plans = [p for p in state.plans if not p.scope]
+    plans = state.plans  # a subgraph's too: the switch model doubles them in their body
     if not plans:
         return False
     samples = first_samples(state.batches, config.verify.sensitivity_samples or 16, fixed_batch_size(state.specs))
