@@ -125,5 +125,5 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
     fetched = [n for n in names if n not in graph_inputs]
     exposed = Exposed(model, fetched, reduce_in_graph=False) if fetched else None
     for batch in batches:
-        outputs = exposed.run(batch) if exposed is not None else []
-        yield dict(zip(exposed.names if exposed is not None else [], outputs)) | {n: batch[n] for n in names if n in graph_inputs}
+        computed = dict(zip(exposed.names, exposed.run(batch))) if exposed is not None else {}
+        yield computed | {n: batch[n] for n in names if n in graph_inputs}

@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 _TOP_NODES = 8  # nodes the summary lists
 
 _SWITCH = "onnxq_switch_{}"
-_KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a body's twin output held as a body output during the passes
+_KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a twin's output held as a graph output while the passes run
 
 
 def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float], task: TaskMetrics | None) -> float:
@@ -292,8 +292,9 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
             graph = values[float_name].producer().graph
             _switch(values[quantized_name], values[float_name], switch,
                     model_outputs if graph is model.graph else len(graph.outputs))
-        first = outputs[0]
-        result.append((plan.node.name, plan.node.op_type, *(first if main else ("", ""))))
+        # The first pair's names now (a model output's quantized twin was renamed); none for a dead node's outputs.
+        first = (values[outputs[0][0]].name, outputs[0][1]) if main and outputs else ("", "")
+        result.append((plan.node.name, plan.node.op_type, *first))
     model.graph.sort()
     return model, result
 
@@ -311,7 +312,7 @@ def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
             double.name = f"{given.name}_onnxq_float"
             pairs.append((given.name, double.name))
     doubles = [v for v in twin.outputs if v.name]
-    if node.graph is main:
+    if node.graph is main and doubles:
         first = node.outputs[twin.outputs.index(doubles[0])]
         main.outputs.extend([first, doubles.pop(0)])
     for double in doubles:
@@ -329,10 +330,11 @@ def _drop_kept_twins(model: ir.Model) -> None:
 
 
 def _quantize_twins(model: ir.Model, plans: list[NodePlan], builder: Builder) -> None:
-    """The quantize pass on the main graph's twins, and on each body's as a model of its own (passes.bodies)."""
+    """The quantize pass on each body's twins as a model of its own (passes.bodies), then on the main graph's — the
+    order passes.apply rewrites in."""
     inputs = RewriteInputs(builder.stats.ranges, builder.effective_config, builder.stats.moments)
     by_graph: dict[int, list[NodePlan]] = {}
-    for plan in plans:
+    for plan in sorted(plans, key=lambda p: p.node.graph is model.graph):
         by_graph.setdefault(id(plan.node.graph), []).append(plan)
     for graph_plans in by_graph.values():
         graph = graph_plans[0].node.graph
