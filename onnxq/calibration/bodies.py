@@ -50,23 +50,35 @@ class BodyValues:
         dtype = value.dtype or ir.DataType.FLOAT
         if not reduce:
             flat = self._add(graph, "Reshape", [value, self._const(graph, [-1], np.int64)], dtype)
-            return [self._thread(flat, graph)]
+            return [self._thread(flat, graph, None)]
         made = []
         for op in REDUCTIONS:
             attributes, kind = ({}, ir.DataType.INT64) if op == "Size" else ({"keepdims": 0}, dtype)
             scalar = self._add(graph, op, [value], kind, attributes)
-            made.append(self._thread(self._add(graph, "Reshape", [scalar, self._const(graph, [1], np.int64)], kind),
-                                     graph))
+            bag = self._add(graph, "Reshape", [scalar, self._const(graph, [1], np.int64)], kind)
+            made.append(self._thread(bag, graph, op))
         return made
 
-    def _thread(self, bag: ir.Value, graph: ir.Graph) -> ir.Value:
-        """The bag carried out through each enclosing body up to the main graph."""
+    def _thread(self, bag: ir.Value, graph: ir.Graph, reduction: str | None) -> ir.Value:
+        """The bag carried out through each enclosing body up to the main graph. `reduction`: the op that made each
+        of its elements (REDUCTIONS), None for elements."""
         while id(graph) in self.owner:
             body = self.owner[id(graph)]
-            thread = _THREADS[body.owner.op_type]
-            bag = thread(self, body, bag)
+            if body.owner.op_type == "Scan":
+                bag = self._through_scan(body, self._one(bag, graph, reduction) if reduction else bag)
+            else:
+                bag = _THREADS[body.owner.op_type](self, body, bag)
             graph = body.owner.graph
         return bag
+
+    def _one(self, bag: ir.Value, graph: ir.Graph, reduction: str) -> ir.Value:
+        """The bag reduced to exactly one element, whatever ran in this iteration (a nested branch not taken gives
+        none): its min, max or sum, after a neutral element (+inf, -inf, 0) that keeps an empty bag defined."""
+        neutral = {"ReduceMin": np.inf, "ReduceMax": -np.inf, "Size": 0}[reduction]
+        padded = self._add(graph, "Concat", [bag, self._const(graph, [neutral], bag.dtype.numpy())], bag.dtype,
+                           {"axis": 0})
+        return self._add(graph, "ReduceSum" if reduction == "Size" else reduction, [padded], bag.dtype,
+                         {"keepdims": 1})
 
     def _through_if(self, body: Body, bag: ir.Value) -> ir.Value:
         node = body.owner
@@ -85,7 +97,9 @@ class BodyValues:
 
     def _through_scan(self, body: Body, bag: ir.Value) -> ir.Value:
         """Scan: one more scan output (last), stacked [iterations, bag] and flattened after it. A state cannot
-        carry the accumulator: ORT's Scan keeps each state's shape."""
+        carry the accumulator (ORT's Scan keeps each state's shape), so every iteration's bag must have one size:
+        reduced bags are made one element (_one); flattened values that change size fail in ORT
+        (calibration.runner then observes the model without its bodies' values)."""
         node, graph = body.owner, body.graph
         graph.outputs.append(bag)
         for name in ("scan_output_axes", "scan_output_directions"):
@@ -135,6 +149,7 @@ class BodyValues:
         return value
 
 
+# How a bag leaves a body, by the op that owns it.
 _THREADS = {"If": BodyValues._through_if, "Loop": BodyValues._through_loop, "Scan": BodyValues._through_scan}
 
 

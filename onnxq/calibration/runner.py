@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 
+_ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
+               ort.capi.onnxruntime_pybind11_state.InvalidGraph)
+
 
 def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
                       histogram_bins: int | None = None, progress: Progress | None = None,
@@ -45,11 +48,12 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     observers = {n: TensorObserver(histogram_bins) for n in names}
     reduce_in_graph = histogram_bins is None and not channels
     # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
-    exposed = Exposed(model, fetched, reduce_in_graph) if fetched else None
+    exposed = _exposed(model, fetched, reduce_in_graph) if fetched else None
     seen = 0
     for batch in batches:
         if exposed is not None:
-            _observe(exposed.run(batch), exposed.names, reduce_in_graph, observers, channels)
+            exposed, outputs = _run(exposed, batch, observers, histogram_bins)
+            _observe(outputs, exposed.names, reduce_in_graph, observers, channels)
         for name in names:
             if name in graph_inputs:
                 _checked(name, observers[name].observe, batch[name])
@@ -63,6 +67,35 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
         raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
     # A body's value may stay empty: never computed on the data (a branch not taken, no iteration).
     return observers
+
+
+def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool) -> Exposed:
+    """The exposing session, without the bodies' values where ORT cannot build it with them."""
+    try:
+        return Exposed(model, names, reduce_in_graph)
+    except _ORT_ERRORS as e:
+        partial = Exposed(model, names, reduce_in_graph, bodies=False)
+        if not partial.in_bodies:
+            raise
+        logger.warning("calibration observes no value inside subgraphs: %s", _ort_reason(e))
+        return partial
+
+
+def _run(exposed: Exposed, batch: Batch, observers: dict[str, TensorObserver],
+         histogram_bins: int | None) -> tuple[Exposed, list[np.ndarray]]:
+    """The batch's exposed values. Where ORT rejects the model with a body's values threaded out (a Scan whose
+    iterations give flattened values of different sizes), the bodies' values are dropped, their observers emptied
+    (their nodes go dynamic), and the batch runs again; a batch ORT rejects all the same is the data's fault."""
+    try:
+        return exposed, exposed.run(batch)
+    except CalibrationDataError as e:
+        if not exposed.threaded:
+            raise
+        logger.warning("calibration observes no value inside subgraphs: %s", e)
+        for name in exposed.in_bodies:
+            observers[name] = TensorObserver(histogram_bins)
+        fallback = exposed.without_bodies()
+        return fallback, fallback.run(batch)
 
 
 def _observe(outputs: list[np.ndarray], names: list[str], reduced: bool, observers: dict[str, TensorObserver],
@@ -94,7 +127,8 @@ class Exposed:
     whatever only they need are dropped. Values of If / Loop / Scan bodies come out as bags (calibration.bodies);
     `in_bodies` names them."""
 
-    def __init__(self, model: ir.Model, names: list[str], reduce_in_graph: bool) -> None:
+    def __init__(self, model: ir.Model, names: list[str], reduce_in_graph: bool, bodies: bool = True) -> None:
+        self.model, self.requested, self.reduced = model, names, reduce_in_graph
         exposed = model.clone()
         taken = model_names(exposed)
         threads = BodyValues(exposed, taken)
@@ -109,7 +143,7 @@ class Exposed:
             body = threads.graph_of(values[n])
             if body is not None:
                 self.in_bodies.add(n)
-                if not threads.observable(body):  # its observer stays empty: the node goes dynamic
+                if not bodies or not threads.observable(body):  # its observer stays empty: the node goes dynamic
                     continue
                 exposed.graph.outputs.extend(threads.bags(values[n], body, reduce_in_graph))
             elif reduce_in_graph:
@@ -118,15 +152,26 @@ class Exposed:
                 exposed.graph.outputs.append(values[n])
             self.names.append(n)
         RemoveUnusedNodesPass()(exposed)
-        # Optimizations off: fused kernels would hide the tensors we observe.
-        self.session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"])
         self.output_names = [v.name for v in exposed.graph.outputs]
+        # Optimizations off: fused kernels would hide the tensors we observe. Nothing left to expose (every value
+        # in a body, and the bodies' values dropped): no session.
+        self.session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"]) \
+            if self.output_names else None
+
+    @property
+    def threaded(self) -> bool:
+        """Whether values of bodies are threaded out (calibration.bodies)."""
+        return any(n in self.in_bodies for n in self.names)
+
+    def without_bodies(self) -> Exposed:
+        return Exposed(self.model, self.requested, self.reduced, bodies=False)
 
     def run(self, batch: Batch) -> list[np.ndarray]:
+        if self.session is None:
+            return []
         try:
             return self.session.run(self.output_names, batch)
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-                ort.capi.onnxruntime_pybind11_state.Fail) as e:
+        except _ORT_ERRORS as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
 
 

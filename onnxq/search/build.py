@@ -20,7 +20,8 @@ from onnxq.passes.quantize import needed_ranges
 __all__ = ["Overrides", "Statistics", "Built", "Builder", "unobserved_bodies_dynamic"]
 
 UNOBSERVED = ("no calibrated range for its activation (the calibration data never ran this subgraph, the cache "
-              "predates subgraph calibration, or the body is not an If / Loop / Scan)")
+              "predates subgraph calibration, or ONNX Runtime could not pass the body's values out — a Scan whose "
+              "iterations differ in size; --method minmax observes extremes only, which always pass)")
 
 
 def unobserved_bodies_dynamic(plans: list[NodePlan], skips: list[Skip], config: QuantConfig,

@@ -122,3 +122,48 @@ def test_the_model_given_is_not_changed():
     before = ir.to_proto(model).SerializeToString()
     collect_observers(model, NAMES, [_batch(1, True, 2)])
     assert ir.to_proto(model).SerializeToString() == before
+
+
+def _scan_with_branch() -> ir.Model:
+    """A Scan over x's rows whose body negates a row in an If only where the row sums above 0: the value inside
+    the If exists in some iterations and not in others."""
+    then = helper.make_graph([helper.make_node("Neg", ["x_t"], ["neg"])], "then", [],
+                             [helper.make_tensor_value_info("neg", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x_t"], ["same"])], "else", [],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, None)])
+    body = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x_t"], ["total"], keepdims=0),
+         helper.make_node("Greater", ["total", "zero"], ["positive"]),
+         helper.make_node("If", ["positive"], ["w"], then_branch=then, else_branch=other),
+         helper.make_node("Identity", ["acc_in"], ["acc_out"])],
+        "scan", [helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [C]),
+                 helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [C])],
+        [helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [C]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [C])])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["zeros", "x"], ["acc", "w_all"], body=body, num_scan_inputs=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C])],
+        [helper.make_tensor_value_info("w_all", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.zeros(C, np.float32), "zeros"),
+         numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+
+
+def test_a_scan_iteration_without_the_value_still_counts_right_in_the_graph_reduction():
+    """Reduced per iteration to one element each (+inf / -inf / 0 where the branch did not run), the extremes are
+    exact."""
+    x = np.random.default_rng(0).normal(size=(6, C)).astype(np.float32)
+    negated = -x[x.sum(axis=1) > 0]
+    got = collect_observers(_scan_with_branch(), ["neg"], [{"x": x}])["neg"]
+    assert (got.min, got.max, got.count) == (float(negated.min()), float(negated.max()), negated.size)
+    assert 0 < negated.size < x.size  # the seed gives both kinds of iteration
+
+
+def test_elements_that_change_size_across_scan_iterations_leave_the_value_unobserved(caplog):
+    """Flattened, the value has 4 elements in some iterations and none in others: ORT's scan output refuses that,
+    so calibration runs again without the bodies' values (their nodes go dynamic), says so, and goes on."""
+    x = np.random.default_rng(0).normal(size=(6, C)).astype(np.float32)
+    with caplog.at_level("WARNING", logger="onnxq.calibration.runner"):
+        got = collect_observers(_scan_with_branch(), ["neg", "x"], [{"x": x}, {"x": x[:3]}], histogram_bins=BINS)
+    assert got["neg"].empty and got["x"].count == 9 * C
+    assert "calibration observes no value inside subgraphs" in caplog.text
