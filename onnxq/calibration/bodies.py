@@ -2,10 +2,11 @@
 
 ORT returns only main-graph values, so a body's value is threaded out of its body, level by level, as a "bag": a
 1-D tensor of what was observed (its elements flattened, or in reduce mode one [min], [max] or [size] per
-execution). An If branch outputs its bag and every other branch an empty one; a Loop or Scan carries an
-accumulator (initially empty) that each iteration concatenates its bag onto — iterations may differ in shape. In the
-main graph each bag is a graph output: empty when the body did not run on the batch (a branch not taken, zero
-iterations), which is then no observation at all. Only the copy of the model that calibration runs is changed."""
+execution). An If branch outputs its bag and every other branch an empty one; a Loop carries an accumulator
+(initially empty) that each iteration concatenates its bag onto, so iterations may differ in shape; a Scan adds a
+scan output, one bag per iteration (of one size: a reduced bag is made one element). In the main graph each bag is
+a graph output: empty when the body did not run on the batch (a branch not taken, zero iterations), which is then
+no observation at all. Only the copy of the model that calibration runs is changed."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
-from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics, finite_or_none
+from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
@@ -205,6 +205,7 @@ class _SwitchRuns:
                  batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str],
                  metric: TaskMetric | None) -> None:
         self.names, self.batches, self.metric = names, list(batches), metric
+        self.sample_axes = SampleAxes()
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
         self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
@@ -232,7 +233,7 @@ class _SwitchRuns:
         for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
             values = self.session.run(self.names, self._feed(batch, on))
             for n, ref, got in zip(self.names, reference, values):
-                accumulators[n].add(ref, got)
+                accumulators[n].add(Operand(ref, self.sample_axes.of(n, ref, samples_in(batch))), got)
             if task is not None:
                 samples = samples_in(batch)
                 task.add(self.task_references[i], self.metric(self.names, values, samples), samples)

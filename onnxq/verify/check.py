@@ -14,7 +14,7 @@ from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, VerifyConfig
 from onnxq.io import load_model
 from onnxq.verify.coverage import Coverage, CoverageRun
-from onnxq.verify.metrics import MetricsAccumulator, Operand
+from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
 from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.reference import Reference
@@ -110,6 +110,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
     agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
     task = _TaskRun(config, reference.names, providers)
+    sample_axes = SampleAxes()
     coverage = None if target is None else CoverageRun(
         quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
         task.metric)
@@ -117,8 +118,10 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
         raw = {p: s.run(reference.names, batch) for p, s in sessions.items()}
         expected_task = task.add(batch, outputs, raw)
         # Each array in float64 once, with its norms, for every comparison it takes part in.
-        expected = [Operand(e) for e in outputs]
-        got = {p: [Operand(g) for g in values] for p, values in raw.items()}
+        samples = samples_in(batch)
+        axes = [sample_axes.of(n, e, samples) for n, e in zip(reference.names, outputs)]
+        expected = [Operand(e, a) for e, a in zip(outputs, axes)]
+        got = {p: [Operand(g, a) for g, a in zip(values, axes)] for p, values in raw.items()}
         del raw
         if coverage is not None:
             coverage.add(batch, expected, got["CPUExecutionProvider"], expected_task)

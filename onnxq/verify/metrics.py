@@ -10,7 +10,7 @@ import numpy as np
 from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import UnsupportedModelError
 
-__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "finite_or_none"]
+__all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "SampleAxes", "finite_or_none", "operand", "sample_axis"]
 
 
 def finite_or_none(x: float) -> float | None:
@@ -57,8 +57,9 @@ class Operand:
     the float reference with several models' outputs (each provider, the exact quantization) and a deployed output
     with the reference and the exact one. A logits batch of a language model is 50 M values: each pass counts."""
 
-    def __init__(self, array: np.ndarray) -> None:
+    def __init__(self, array: np.ndarray, sample_axis: int = 0) -> None:
         self.values = np.asarray(array, dtype=np.float64)
+        self.sample_axis = sample_axis
         self._nonfinite: int | None = None
         self._norms: np.ndarray | None = None
         self._energy: float | None = None
@@ -66,9 +67,11 @@ class Operand:
 
     @property
     def rows(self) -> np.ndarray:
-        """A scalar or 1-D output is one sample; otherwise the first axis holds samples."""
+        """One row per sample: a scalar or 1-D output is one sample; otherwise sample_axis holds them."""
         v = self.values
-        return v.reshape(v.shape[0], -1) if v.ndim > 1 else v.reshape(1, -1)
+        if v.ndim <= 1:
+            return v.reshape(1, -1)
+        return np.moveaxis(v, self.sample_axis, 0).reshape(v.shape[self.sample_axis], -1)
 
     @property
     def nonfinite(self) -> int:
@@ -98,8 +101,29 @@ class Operand:
         return self._energy
 
 
-def operand(array: np.ndarray | Operand) -> Operand:
-    return array if isinstance(array, Operand) else Operand(array)
+def operand(array: np.ndarray | Operand, sample_axis: int = 0) -> Operand:
+    return array if isinstance(array, Operand) else Operand(array, sample_axis)
+
+
+def sample_axis(array: np.ndarray, samples: int) -> int:
+    """Where an output holds its batch's samples: axis 0 when its length is the sample count, else the first axis
+    that has that length (a recurrent state [layers, batch, hidden], a time-major [time, batch, classes]), else 0.
+    Decided on a batch's outputs, before any per-sample figure (a model's dims are often unnamed)."""
+    shape = np.shape(array)
+    if len(shape) <= 1 or shape[0] == samples:
+        return 0
+    return next((i for i, n in enumerate(shape) if n == samples), 0)
+
+
+class SampleAxes:
+    """Each output's samples axis, decided on the first batch it is seen in (a last, smaller batch can make
+    another axis look like the samples')."""
+
+    def __init__(self) -> None:
+        self.axes: dict[str, int] = {}
+
+    def of(self, name: str, array: np.ndarray, samples: int) -> int:
+        return self.axes.setdefault(name, sample_axis(array, samples))
 
 
 class MetricsAccumulator:
@@ -119,8 +143,10 @@ class MetricsAccumulator:
         self.ranks = np.zeros(TOPK_MAX, np.int64)  # decisions whose float answer has quantized rank r < TOPK_MAX
 
     def add(self, reference: np.ndarray | Operand, quantized: np.ndarray | Operand) -> None:
+        """An array beside an Operand takes its samples axis (axis 0 when both are arrays)."""
+        axis = next((x.sample_axis for x in (reference, quantized) if isinstance(x, Operand)), 0)
         with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf are counted, and fail the check
-            self._add(operand(reference), operand(quantized))
+            self._add(operand(reference, axis), operand(quantized, axis))
 
     def _add(self, ref: Operand, got: Operand) -> None:
         if ref.values.shape != got.values.shape:
