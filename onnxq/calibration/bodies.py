@@ -92,9 +92,15 @@ class BodyValues:
 
     def _through_loop(self, body: Body, bag: ir.Value) -> ir.Value:
         """Loop: inputs (M, cond, carried…), body inputs (iteration, cond, carried…), body outputs (cond, carried…,
-        scan outputs…), node outputs (carried…, scan outputs…): one more carried value."""
-        carried = len(body.owner.inputs) - 2
-        return self._carry(body, bag, carried, carried + 1)
+        scan outputs…), node outputs (carried…, scan outputs…): one more carried value, an accumulator (initially
+        empty) onto which each iteration concatenates its bag."""
+        node, graph = body.owner, body.graph
+        carried = len(node.inputs) - 2
+        _insert_input(node, 2 + carried, self._empty(node.graph, bag.dtype, before=node))
+        accumulated = self._named(ir.Value(), bag.dtype)
+        graph.inputs.insert(2 + carried, accumulated)
+        graph.outputs.insert(1 + carried, self._add(graph, "Concat", [accumulated, bag], bag.dtype, {"axis": 0}))
+        return self._named(_insert_output(node, carried), bag.dtype)
 
     def _through_scan(self, body: Body, bag: ir.Value) -> ir.Value:
         """Scan: one more scan output (last), stacked [iterations, bag] and flattened after it. A state cannot
@@ -110,17 +116,6 @@ class BodyValues:
         stacked = self._named(node.outputs[-1], bag.dtype)
         stacked.shape = None
         return self._add(node.graph, "Reshape", [stacked, self._const(node.graph, [-1], np.int64)], bag.dtype)
-
-    def _carry(self, body: Body, bag: ir.Value, node_slot: int, body_output_slot: int) -> ir.Value:
-        """An accumulator carried at node input / output `node_slot` (the body's input there too, after Loop's two
-        leading inputs) onto which each iteration concatenates its bag."""
-        node, graph = body.owner, body.graph
-        outer_slot = node_slot + (2 if node.op_type == "Loop" else 0)
-        _insert_input(node, outer_slot, self._empty(node.graph, bag.dtype, before=node))
-        accumulated = self._named(ir.Value(), bag.dtype)
-        graph.inputs.insert(outer_slot, accumulated)
-        graph.outputs.insert(body_output_slot, self._add(graph, "Concat", [accumulated, bag], bag.dtype, {"axis": 0}))
-        return self._named(_insert_output(node, node_slot), bag.dtype)
 
     def _add(self, graph: ir.Graph, op: str, inputs: list[ir.Value], dtype: ir.DataType,
              attributes: dict | None = None) -> ir.Value:

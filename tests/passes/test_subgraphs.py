@@ -212,10 +212,12 @@ def _scan_model() -> onnx.ModelProto:
 
 
 def test_scan_body_products_are_static_and_fused(tmp_path):
-    """The body's products quantize with ranges observed over every step (x is [time, batch, K]: the samples
-    axis, named batch, is 1)."""
+    """The body's products quantize with ranges observed over every step (x is [time, batch, K]: its samples are
+    on axis 1, every 10th held back for the verification)."""
     x = np.random.default_rng(7).normal(0, 1, (6, 48, K)).astype(np.float32)
-    report = onnxq.quantize(_scan_model(), {"x": x}, output=tmp_path / "q.onnx").report
+    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes={"x": 1}))
+    report = onnxq.quantize(_scan_model(), {"x": x}, config=config, output=tmp_path / "q.onnx").report
+    assert report.calibration_samples == 44 and report.verification.outputs[0].metrics.samples == 4
     details = {e.name: e.detail for e in report.quantized}
     assert set(details) == {"scan_x_mm", "scan_h_mm"}
     assert all("activation(s) uint8 static" in d and "inside Scan 'scan' body" in d for d in details.values())
