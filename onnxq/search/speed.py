@@ -88,8 +88,8 @@ def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, b
                  rounds: int = 10) -> tuple[SpeedByKind, Built | None]:
     """(the timings, the model with the slow kinds float — None when every kind stays quantized)."""
     kinds: dict[str, list[str]] = {}
-    float_nodes = {n.name: n for n in builder.float_model.graph}
-    for plan in (p for p in plans if not p.scope):  # main-graph nodes, as sensitivity and fallback rank them
+    float_nodes = {n.name: n for n in builder.float_model.graph.all_nodes()}  # a body's nodes too
+    for plan in plans:
         kind = node_kind(plan, float_nodes[plan.node.name])
         if kind is not None:
             kinds.setdefault(kind, []).append(plan.node.name or "")
