@@ -2,11 +2,11 @@
 
 ORT returns only main-graph values, so a body's value is threaded out of its body, level by level, as a "bag": a
 1-D tensor of what was observed (its elements flattened, or in reduce mode one [min], [max] or [size] per
-execution). An If branch outputs its bag and every other branch an empty one; a Loop carries an accumulator
-(initially empty) that each iteration concatenates its bag onto, so iterations may differ in shape; a Scan adds a
-scan output, one bag per iteration (of one size: a reduced bag is made one element). In the main graph each bag is
-a graph output: empty when the body did not run on the batch (a branch not taken, zero iterations), which is then
-no observation at all. Only the copy of the model that calibration runs is changed."""
+execution). An If branch outputs its bag and every other branch an empty one; a Scan or Loop adds a scan output,
+one bag per iteration (of one size: a reduced bag is made one element); where a Loop's iterations differ in size,
+it carries an accumulator instead (initially empty) that each iteration concatenates its bag onto. In the main
+graph each bag is a graph output: empty when the body did not run on the batch (a branch not taken, zero
+iterations), which is then no observation at all. Only the copy of the model that calibration runs is changed."""
 
 from __future__ import annotations
 
@@ -24,8 +24,11 @@ REDUCTIONS = ("ReduceMin", "ReduceMax", "Size")
 class BodyValues:
     """Threads values of a model's bodies out to its main graph (the model is changed in place)."""
 
-    def __init__(self, model: ir.Model, taken: set[str]) -> None:
-        self.taken = taken
+    def __init__(self, model: ir.Model, taken: set[str], loops_stack: bool = True) -> None:
+        """loops_stack: a Loop passes bags out as a scan output, one per iteration, like a Scan (linear cost; each
+        iteration's bag must have one size), else as a carried accumulator (any sizes; each iteration copies what
+        the ones before it gave)."""
+        self.taken, self.loops_stack = taken, loops_stack
         self.owner: dict[int, Body] = {id(b.graph): b for b in bodies(model.graph)}
 
     def owner_graphs(self) -> list[ir.Graph]:
@@ -65,8 +68,8 @@ class BodyValues:
         of its elements (REDUCTIONS), None for elements."""
         while id(graph) in self.owner:
             body = self.owner[id(graph)]
-            if body.owner.op_type == "Scan":
-                bag = self._through_scan(body, self._one(bag, graph, reduction) if reduction else bag)
+            if body.owner.op_type == "Scan" or body.owner.op_type == "Loop" and self.loops_stack:
+                bag = self._stacked(body, self._one(bag, graph, reduction) if reduction else bag)
             else:
                 bag = _THREADS[body.owner.op_type](self, body, bag)
             graph = body.owner.graph
@@ -102,11 +105,11 @@ class BodyValues:
         graph.outputs.insert(1 + carried, self._add(graph, "Concat", [accumulated, bag], bag.dtype, {"axis": 0}))
         return self._named(_insert_output(node, carried), bag.dtype)
 
-    def _through_scan(self, body: Body, bag: ir.Value) -> ir.Value:
-        """Scan: one more scan output (last), stacked [iterations, bag] and flattened after it. A state cannot
-        carry the accumulator (ORT's Scan keeps each state's shape), so every iteration's bag must have one size:
-        reduced bags are made one element (_one); flattened values that change size fail in ORT
-        (calibration.runner then observes the model without its bodies' values)."""
+    def _stacked(self, body: Body, bag: ir.Value) -> ir.Value:
+        """Scan or Loop: one more scan output (the last, for both), stacked [iterations, bag] and flattened after
+        it. Every iteration's bag must then have one size: reduced bags are made one element (_one); flattened
+        values that change size fail in ORT (calibration.runner then tries a Loop's accumulator, then no body at
+        all). A Scan's state cannot carry an accumulator: ORT's Scan keeps each state's shape."""
         node, graph = body.owner, body.graph
         graph.outputs.append(bag)
         for name in ("scan_output_axes", "scan_output_directions"):
@@ -146,7 +149,7 @@ class BodyValues:
 
 
 # How a bag leaves a body, by the op that owns it.
-_THREADS = {"If": BodyValues._through_if, "Loop": BodyValues._through_loop, "Scan": BodyValues._through_scan}
+_THREADS = {"If": BodyValues._through_if, "Loop": BodyValues._through_loop, "Scan": BodyValues._stacked}
 
 
 def _insert_input(node: ir.Node, slot: int, value: ir.Value) -> None:

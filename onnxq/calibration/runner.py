@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 
+# How bodies' values leave their bodies, best first (calibration.bodies): a Loop's bags stacked per iteration
+# (linear cost), carried in an accumulator (iterations of any size), or not at all (their nodes go dynamic).
+BODY_WAYS = ("stacked", "carried", "none")
+
 _ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
                ort.capi.onnxruntime_pybind11_state.InvalidGraph)
 
@@ -69,33 +73,38 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     return observers
 
 
-def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool) -> Exposed:
-    """The exposing session, without the bodies' values where ORT cannot build it with them."""
-    try:
-        return Exposed(model, names, reduce_in_graph)
-    except _ORT_ERRORS as e:
-        partial = Exposed(model, names, reduce_in_graph, bodies=False)
-        if not partial.in_bodies:
-            raise
-        logger.warning("calibration observes no value inside subgraphs: %s", _ort_reason(e))
-        return partial
+def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool, ways: tuple[str, ...] = BODY_WAYS) -> Exposed:
+    """The exposing session, the bodies' values observed the first of `ways` that ORT builds."""
+    for i, way in enumerate(ways):
+        try:
+            return Exposed(model, names, reduce_in_graph, way)
+        except _ORT_ERRORS as e:
+            if i == len(ways) - 1:
+                raise
+            logger.warning("calibration: ONNX Runtime refuses the bodies' values %s (%s); trying %s", way,
+                           _ort_reason(e), ways[i + 1])
+    raise AssertionError("no way to expose")  # unreachable: ways is never empty
 
 
 def _run(exposed: Exposed, batch: Batch, observers: dict[str, TensorObserver],
          histogram_bins: int | None) -> tuple[Exposed, list[np.ndarray]]:
-    """The batch's exposed values. Where ORT rejects the model with a body's values threaded out (a Scan whose
-    iterations give flattened values of different sizes), the bodies' values are dropped, their observers emptied
-    (their nodes go dynamic), and the batch runs again; a batch ORT rejects all the same is the data's fault."""
+    """The batch's exposed values. Where ORT rejects the model with the bodies' values threaded out one way (a Scan
+    or Loop whose iterations give flattened values of different sizes), the next way runs the batch again; with
+    none left, the bodies' observers are emptied (their nodes go dynamic). A batch ORT rejects all the same is the
+    data's fault."""
     try:
         return exposed, exposed.run(batch)
     except CalibrationDataError as e:
-        if not exposed.threaded:
+        ways = BODY_WAYS[BODY_WAYS.index(exposed.way) + 1:]
+        if not exposed.threaded or not ways:
             raise
-        logger.warning("calibration observes no value inside subgraphs: %s", e)
-        for name in exposed.in_bodies:
-            observers[name] = TensorObserver(histogram_bins)
-        fallback = exposed.without_bodies()
-        return fallback, fallback.run(batch)
+        logger.warning("calibration: ONNX Runtime rejects the bodies' values %s (%s); trying %s", exposed.way, e,
+                       ways[0])
+        if ways[0] == "none":
+            for name in exposed.in_bodies:
+                observers[name] = TensorObserver(histogram_bins)
+        return _run(_exposed(exposed.model, exposed.requested, exposed.reduced, ways), batch, observers,
+                    histogram_bins)
 
 
 def _observe(outputs: list[np.ndarray], names: list[str], reduced: bool, observers: dict[str, TensorObserver],
@@ -127,11 +136,11 @@ class Exposed:
     whatever only they need are dropped. Values of If / Loop / Scan bodies come out as bags (calibration.bodies);
     `in_bodies` names them."""
 
-    def __init__(self, model: ir.Model, names: list[str], reduce_in_graph: bool, bodies: bool = True) -> None:
-        self.model, self.requested, self.reduced = model, names, reduce_in_graph
+    def __init__(self, model: ir.Model, names: list[str], reduce_in_graph: bool, way: str = BODY_WAYS[0]) -> None:
+        self.model, self.requested, self.reduced, self.way = model, names, reduce_in_graph, way
         exposed = model.clone()
         taken = model_names(exposed)
-        threads = BodyValues(exposed, taken)
+        threads = BodyValues(exposed, taken, loops_stack=way == "stacked")
         values = {v.name: v for node in exposed.graph.all_nodes() for v in node.outputs if v.name in names}
         values.update({v.name: v for graph in threads.owner_graphs() for v in graph.inputs if v.name in names})
         missing = [n for n in names if n not in values]
@@ -143,7 +152,7 @@ class Exposed:
             body = threads.graph_of(values[n])
             if body is not None:
                 self.in_bodies.add(n)
-                if not bodies or not threads.observable(body):  # its observer stays empty: the node goes dynamic
+                if way == "none" or not threads.observable(body):  # its observer stays empty: the node goes dynamic
                     continue
                 exposed.graph.outputs.extend(threads.bags(values[n], body, reduce_in_graph))
             elif reduce_in_graph:
@@ -162,9 +171,6 @@ class Exposed:
     def threaded(self) -> bool:
         """Whether values of bodies are threaded out (calibration.bodies)."""
         return any(n in self.in_bodies for n in self.names)
-
-    def without_bodies(self) -> Exposed:
-        return Exposed(self.model, self.requested, self.reduced, bodies=False)
 
     def run(self, batch: Batch) -> list[np.ndarray]:
         if self.session is None:

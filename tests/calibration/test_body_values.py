@@ -166,4 +166,45 @@ def test_elements_that_change_size_across_scan_iterations_leave_the_value_unobse
     with caplog.at_level("WARNING", logger="onnxq.calibration.runner"):
         got = collect_observers(_scan_with_branch(), ["neg", "x"], [{"x": x}, {"x": x[:3]}], histogram_bins=BINS)
     assert got["neg"].empty and got["x"].count == 9 * C
-    assert "calibration observes no value inside subgraphs" in caplog.text
+    assert "rejects the bodies' values" in caplog.text and "trying none" in caplog.text
+
+
+def _loop_with_branch(steps: int) -> ir.Model:
+    """A Loop whose body negates the carried row in an If on even iterations only, and halves it every
+    iteration."""
+    then = helper.make_graph([helper.make_node("Neg", ["s_in"], ["neg"])], "then", [],
+                             [helper.make_tensor_value_info("neg", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["s_in"], ["same"])], "else", [],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, None)])
+    body = helper.make_graph(
+        [_const("half", 0.5), helper.make_node("Mod", ["i", "two"], ["parity"]),
+         helper.make_node("Equal", ["parity", "zero"], ["even"]),
+         helper.make_node("If", ["even"], ["unused"], then_branch=then, else_branch=other),
+         helper.make_node("Mul", ["s_in", "half"], ["s_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "loop", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("s_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("unused", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "", "x"], ["s_final", "all"], body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C])],
+        [helper.make_tensor_value_info("s_final", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(steps, np.int64), "trip"), numpy_helper.from_array(np.array(2), "two"),
+         numpy_helper.from_array(np.array(0), "zero")])
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+
+
+@pytest.mark.parametrize("bins", [None, BINS], ids=["extremes reduced in the graph", "histograms"])
+def test_a_loop_whose_iterations_differ_in_size_is_observed_through_an_accumulator(bins, caplog):
+    """Stacked per iteration, the If's value has 4 elements on even steps and none on odd ones: ORT refuses the
+    elements that way, and the Loop then carries an accumulator — exact all the same (reduced, every iteration is
+    one element: stacking works)."""
+    x = np.random.default_rng(1).normal(size=(5, C)).astype(np.float32)
+    want = TensorObserver(bins)
+    want.observe(np.concatenate([-(x * np.float32(0.5) ** step).reshape(-1) for step in (0, 2, 4)]))
+    with caplog.at_level("WARNING", logger="onnxq.calibration.runner"):
+        got = collect_observers(_loop_with_branch(5), ["neg"], [{"x": x}], histogram_bins=bins)["neg"]
+    assert got.state() == want.state()
+    assert ("trying carried" in caplog.text) == (bins is not None) and "trying none" not in caplog.text
