@@ -292,3 +292,18 @@ def test_a_cnn_inside_a_branch_runs_as_qlinearconv(tmp_path):
     with pytest.raises(onnxq.errors.UnsupportedModelError, match="nothing to quantize.*dynamic mode leaves Conv"):
         onnxq.quantize(_conv_branch_model(), data, output=tmp_path / "d.onnx", config=onnxq.QuantConfig(mode="dynamic"))
     assert not (tmp_path / "d.onnx").exists()
+
+
+def test_shards_that_take_different_branches_merge_into_ranges_for_both(tmp_path):
+    """Calibrated in two shards, each taking one branch (a body value the shard never computed keeps an empty
+    observer, saved and merged like any other): the merged cache makes both branches static."""
+    shards = []
+    for flag in (True, False):
+        summary = onnxq.calibrate(_branch_local_model(), _data(flag))
+        assert summary.observers["else_act" if flag else "then_act"].empty
+        shards.append(summary.save(tmp_path / f"shard_{flag}.json"))
+    merged = onnxq.merge_calibrations(shards)
+    assert merged.observers["then_act"].count == merged.observers["else_act"].count == 40 * K
+    report = onnxq.quantize(_branch_local_model(), _data(True), calibration_cache=merged,
+                            output=tmp_path / "q.onnx").report
+    assert all("activation(s) uint8 static" in e.detail for e in report.quantized) and len(report.quantized) == 2
