@@ -241,3 +241,34 @@ def test_conv_writing_a_model_output_stays_float_and_is_no_integer_product(tmp_p
     placement = result.report.to_dict()["verification"]["providers"]["CPUExecutionProvider"]["placement"]
     assert placement["quantized"]["conv2"]["op_type"] == "Conv"
     assert "1 quantized node(s) ran on CPU as DequantizeLinear + float Conv" in placement["findings"]
+
+
+def _stft_like(after: list, k: int = 16) -> onnx.ModelProto:
+    """Conv [batch, 1, 64] → [batch, 2k, t], then `after` (nodes from "c")."""
+    w = np.random.default_rng(3).normal(0, 0.3, (2 * k, 1, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="stft", strides=[4]), *after], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([0]), "start"),
+         numpy_helper.from_array(np.array([k]), "end"), numpy_helper.from_array(np.array([1]), "axis"),
+         numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("after, squared", [
+    ([helper.make_node("Slice", ["c", "start", "end", "axis"], ["re"]), helper.make_node("Cast", ["re"], ["f"], to=1),
+      helper.make_node("Pow", ["f", "two"], ["y"])], True),
+    ([helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 1]), helper.make_node("Mul", ["t", "t"], ["y"])], True),
+    ([helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Pow", ["r", "two"], ["y"])], False),  # not a layout op
+    ([helper.make_node("Pow", ["c", "start"], ["y"])], False),  # exponent 0 (an int64 constant), not 2
+])
+def test_a_conv_whose_output_is_squared_stays_float(after, squared, tmp_path):
+    x = np.random.default_rng(4).normal(0, 1, (24, 1, 64)).astype(np.float32)
+    model = _stft_like(after)
+    if squared:
+        with pytest.raises(onnxq.errors.UnsupportedModelError, match="its output is squared"):
+            onnxq.quantize(model, {"x": x}, output=tmp_path / "q.onnx")
+    else:
+        report = onnxq.quantize(model, {"x": x}, output=tmp_path / "q.onnx").report
+        assert [e.name for e in report.quantized] == ["stft"]
