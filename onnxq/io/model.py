@@ -12,7 +12,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxq.errors import ModelLoadError, one_line
-from onnxq.io.naming import name_nodes
+from onnxq.io.naming import name_body_values, name_nodes
 from onnxq.io.outputs import run_files
 from onnxq.io.reads import regular_file
 from onnxq.io.tensors import check_external_data, check_tensors, densify_sparse_initializers
@@ -35,8 +35,8 @@ def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mod
 
     A path must be a regular file. Every tensor's shape must match its bytes; a path's external data is checked
     before any of it is read (every location inside the model's folder — no absolute path, no "..", no symlink out
-    — and every declared byte range present). Sparse initializers are made dense, and every node gets a unique
-    name (model.meta[LOAD_NOTES] says which)."""
+    — and every declared byte range present). Sparse initializers are made dense, every node gets a unique name,
+    and so does every value a subgraph defines (model.meta[LOAD_NOTES] says which)."""
     if isinstance(source, ir.Model):
         model = source.clone()
     elif isinstance(source, onnx.ModelProto):
@@ -44,7 +44,7 @@ def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mod
     else:
         model = _from_proto(_read(Path(source)), one_line(source), Path(source).parent)
     notes = {"densified": (), **(model.meta.get(LOAD_NOTES) or {})}
-    model.meta[LOAD_NOTES] = notes | {"renamed_nodes": name_nodes(model)}
+    model.meta[LOAD_NOTES] = notes | {"renamed_nodes": name_nodes(model), "renamed_values": name_body_values(model)}
     return model
 
 

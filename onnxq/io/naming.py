@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from onnxq.irquery import unique_name
 
-__all__ = ["RenamedNode", "name_nodes"]
+__all__ = ["RenamedNode", "name_nodes", "name_body_values"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,30 @@ def name_nodes(model: ir.Model) -> tuple[RenamedNode, ...]:
     return tuple(renamed)
 
 
-def _all_graphs(model: ir.Model) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+def name_body_values(model: ir.Model) -> tuple[str, ...]:
+    """Give each value a subgraph defines a name no other graph of the model uses: sibling bodies may repeat a name
+    (an If's two branches each computing "act"), and calibration, ranges and plans key values by name — the
+    branch the data ran would lend its range to the other. The main graph's names, and the first body's, stay;
+    a body's values are positional to the node around it, so renaming changes nothing it computes. Returns the
+    repeated names."""
+    taken: set[str] = set()
+    for _, graph in _all_graphs(model, functions=False):
+        taken.update(v.name for v in (*graph.inputs, *(o for node in graph for o in node.outputs)) if v.name)
+        taken.update(graph.initializers)
+    seen: set[str] = set()
+    repeated = []
+    for _, graph in _all_graphs(model, functions=False):
+        for value in (*graph.inputs, *(o for node in graph for o in node.outputs), *graph.initializers.values()):
+            if not value.name:
+                continue
+            if value.name in seen and not value.is_initializer():
+                repeated.append(value.name)
+                value.name = unique_name(value.name, taken)
+            seen.add(value.name)
+    return tuple(repeated)
+
+
+def _all_graphs(model: ir.Model, functions: bool = True) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
     """(label, graph) for the main graph, each body inside it (breadth first) and each function."""
     pending: list[tuple[str, ir.Graph]] = [("main", model.graph)]
     while pending:
@@ -57,5 +80,5 @@ def _all_graphs(model: ir.Model) -> Iterator[tuple[str, ir.Graph | ir.Function]]
                 elif attribute.type == ir.AttributeType.GRAPHS:
                     pending.extend((f"{node.name or node.op_type}.{attribute.name}[{i}]", g)
                                    for i, g in enumerate(attribute.value))
-    for key, function in model.functions.items():
+    for key, function in model.functions.items() if functions else ():
         yield f"function {key[1]}", function

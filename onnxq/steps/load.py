@@ -56,6 +56,10 @@ def load_and_plan(state: RunState) -> bool:
     if densified:
         state.notes.append(f"{len(densified)} sparse initializer(s) made dense to be quantized "
                            f"({', '.join(densified[:3])}{', …' if len(densified) > 3 else ''})")
+    repeated = reference.meta[LOAD_NOTES].get("renamed_values", ())
+    if repeated:
+        state.notes.append(f"{len(repeated)} value name(s) repeated across subgraphs renamed in the output "
+                           f"(e.g. {repeated[0]!r}): calibration keys values by name")
     state.upfront_inputs = _upfront_verification_inputs(state)
     return True
 
