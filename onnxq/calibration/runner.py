@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.batching import samples_in
@@ -16,14 +15,14 @@ from onnxq.calibration.bodies import REDUCTIONS, BodyValues
 from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError, whole_message
 from onnxq.io import OrtModel
-from onnxq.io.sessions import session_options
+from onnxq.io.sessions import ORT_ERRORS, session_options
 from onnxq.irquery import model_names, unique_name
 from onnxq.numerics import TensorObserver
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
     from onnxq.calibration.channels import ChannelStats
 
-__all__ = ["collect_observers", "Exposed"]
+__all__ = ["collect_observers", "Exposed", "BODY_WAYS"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +32,7 @@ Progress = Callable[[int], None]
 # (linear cost), carried in an accumulator (iterations of any size), or not at all (their nodes go dynamic).
 BODY_WAYS = ("stacked", "carried", "none")
 
-_ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
-               ort.capi.onnxruntime_pybind11_state.InvalidGraph)
+
 
 
 def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
@@ -78,7 +76,7 @@ def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool, ways: tup
     for i, way in enumerate(ways):
         try:
             return Exposed(model, names, reduce_in_graph, way)
-        except _ORT_ERRORS as e:
+        except ORT_ERRORS as e:
             if i == len(ways) - 1:
                 raise
             logger.warning("calibration: ONNX Runtime refuses the bodies' values %s (%s); trying %s", way,
@@ -177,7 +175,7 @@ class Exposed:
             return []
         try:
             return self.session.run(self.output_names, batch)
-        except _ORT_ERRORS as e:
+        except ORT_ERRORS as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import onnxruntime as ort
 
-__all__ = ["session_options", "QUIET"]
+__all__ = ["session_options", "QUIET", "ORT_ERRORS"]
+
+# What ONNX Runtime raises for a model or a feed it refuses.
+ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
+              ort.capi.onnxruntime_pybind11_state.InvalidGraph, ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
 # ORT logs a failing kernel on stderr before raising; onnxq words the exception in one line itself, so only fatal
 # messages are let through.

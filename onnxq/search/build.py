@@ -19,9 +19,9 @@ from onnxq.passes.quantize import needed_ranges
 
 __all__ = ["Overrides", "Statistics", "Built", "Builder", "unobserved_bodies_dynamic"]
 
-UNOBSERVED = ("no calibrated range for its activation (the calibration data never ran this subgraph, the cache "
-              "predates subgraph calibration, or ONNX Runtime could not pass the body's values out — a Scan whose "
-              "iterations differ in size; --method minmax observes extremes only, which always pass)")
+UNOBSERVED = ("no calibrated range for its activation (the calibration data never ran this subgraph; or calibration "
+              "could not pass its values out: a body other than If / Loop / Scan, a Scan whose iterations differ in "
+              "size — --method minmax passes those; or the cache predates subgraph calibration)")
 
 
 def unobserved_bodies_dynamic(plans: list[NodePlan], skips: list[Skip], config: QuantConfig,

@@ -311,6 +311,7 @@ def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
     for given, double in zip(node.outputs, twin.outputs):
         if given.name and (given.uses() or given.is_graph_output()):  # the outputs the model reads
             double.name = f"{given.name}_onnxq_float"
+            double.type, double.shape = given.type, given.shape  # a body may need them (SequenceMap's does)
             pairs.append((given.name, double.name))
     doubles = [v for v in twin.outputs if v.name]
     if node.graph is main and doubles:
@@ -354,6 +355,7 @@ def _switch(quantized: ir.Value, floating: ir.Value, switch: ir.Value, outputs: 
     where = ir.node("Where", [switch, quantized, floating], name=f"{name}_onnxq_switch")
     graph.insert_after(quantized.producer(), where)
     selected = where.outputs[0]
+    selected.type, selected.shape = floating.type, floating.shape
     for usage in list(quantized.uses()):
         if usage.node is not where:
             usage.node.replace_input_with(usage.idx, selected)

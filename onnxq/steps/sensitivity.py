@@ -5,8 +5,10 @@ quantization alone makes an output NaN or inf fails the gate."""
 from __future__ import annotations
 
 from onnxq.calibration import first_samples, fixed_batch_size
+from onnxq.errors import one_line, whole_message
 from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.io import model_size_bytes
+from onnxq.io.sessions import ORT_ERRORS
 from onnxq.steps.state import RunState
 from onnxq.targets import covered_targets
 from onnxq.verify import profile_placement, quantized_nodes
@@ -36,7 +38,16 @@ def sensitivity(state: RunState) -> bool:
         state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
     deployed, why_not = _deployed_kernels(state, samples[0])
-    state.sensitivity = result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not)
+    try:
+        result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not)
+    except ORT_ERRORS as e:  # a body the switch model cannot double in: rank the main graph's nodes, as before
+        main = [p for p in plans if not p.scope]
+        if len(main) == len(plans) or not main:
+            raise
+        state.notes.append(f"sensitivity: subgraph nodes left out (ONNX Runtime could not run them doubled: "
+                           f"{one_line(whole_message(e))[:160]})")
+        result = layer_sensitivity(state.builder, main, samples, per_node, deployed, why_not)
+    state.sensitivity = result
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")
