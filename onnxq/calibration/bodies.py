@@ -22,7 +22,8 @@ REDUCTIONS = ("ReduceMin", "ReduceMax", "Size")
 
 
 class BodyValues:
-    """Threads values of a model's bodies out to its main graph (the model is changed in place)."""
+    """Threads values of a model's bodies out to its main graph, and reduces values in the graph (the model is
+    changed in place)."""
 
     def __init__(self, model: ir.Model, taken: set[str], loops_stack: bool = True) -> None:
         """loops_stack: a Loop passes bags out as a scan output, one per iteration, like a Scan (linear cost; each
@@ -56,12 +57,17 @@ class BodyValues:
             flat = self._add(graph, "Reshape", [value, self._const(graph, [-1], np.int64)], dtype)
             return [self._thread(flat, graph, None)]
         made = []
-        for op in REDUCTIONS:
-            attributes, kind = ({}, ir.DataType.INT64) if op == "Size" else ({"keepdims": 0}, dtype)
-            scalar = self._add(graph, op, [value], kind, attributes)
-            bag = self._add(graph, "Reshape", [scalar, self._const(graph, [1], np.int64)], kind)
+        for op, scalar in zip(REDUCTIONS, self.extremes(value, graph)):
+            bag = self._add(graph, "Reshape", [scalar, self._const(graph, [1], np.int64)], scalar.dtype)
             made.append(self._thread(bag, graph, op))
         return made
+
+    def extremes(self, value: ir.Value, graph: ir.Graph) -> list[ir.Value]:
+        """The value's minimum, maximum and element count (REDUCTIONS), as scalars computed in `graph` (its own, or
+        the main graph for a main-graph value: ORT reduces it there, three scalars come back)."""
+        dtype = value.dtype or ir.DataType.FLOAT
+        return [self._add(graph, op, [value], ir.DataType.INT64) if op == "Size"
+                else self._add(graph, op, [value], dtype, {"keepdims": 0}) for op in REDUCTIONS]
 
     def _thread(self, bag: ir.Value, graph: ir.Graph, reduction: str | None) -> ir.Value:
         """The bag carried out through each enclosing body up to the main graph. `reduction`: the op that made each

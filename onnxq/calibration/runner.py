@@ -11,12 +11,12 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.batching import samples_in
-from onnxq.calibration.bodies import REDUCTIONS, BodyValues
+from onnxq.calibration.bodies import BodyValues
 from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError, whole_message
 from onnxq.io import OrtModel
 from onnxq.io.sessions import ORT_ERRORS, session_options
-from onnxq.irquery import model_names, unique_name
+from onnxq.irquery import model_names
 from onnxq.numerics import TensorObserver
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
@@ -31,8 +31,6 @@ Progress = Callable[[int], None]
 # How bodies' values leave their bodies, best first (calibration.bodies): a Loop's bags stacked per iteration
 # (linear cost), carried in an accumulator (iterations of any size), or not at all (their nodes go dynamic).
 BODY_WAYS = ("stacked", "carried", "none")
-
-
 
 
 def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iterable[Batch],
@@ -72,16 +70,15 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
 
 
 def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool, ways: tuple[str, ...] = BODY_WAYS) -> Exposed:
-    """The exposing session, the bodies' values observed the first of `ways` that ORT builds."""
-    for i, way in enumerate(ways):
+    """The exposing session, the bodies' values observed the first of `ways` that ORT builds (the last one's
+    failure is raised)."""
+    for way, after in zip(ways, ways[1:]):
         try:
             return Exposed(model, names, reduce_in_graph, way)
         except ORT_ERRORS as e:
-            if i == len(ways) - 1:
-                raise
             logger.warning("calibration: ONNX Runtime refuses the bodies' values %s (%s); trying %s", way,
-                           _ort_reason(e), ways[i + 1])
-    raise AssertionError("no way to expose")  # unreachable: ways is never empty
+                           _ort_reason(e), after)
+    return Exposed(model, names, reduce_in_graph, ways[-1])
 
 
 def _run(exposed: Exposed, batch: Batch, observers: dict[str, TensorObserver],
@@ -154,7 +151,7 @@ class Exposed:
                     continue
                 exposed.graph.outputs.extend(threads.bags(values[n], body, reduce_in_graph))
             elif reduce_in_graph:
-                exposed.graph.outputs.extend(_reductions(exposed.graph, values[n], taken))
+                exposed.graph.outputs.extend(threads.extremes(values[n], exposed.graph))
             else:
                 exposed.graph.outputs.append(values[n])
             self.names.append(n)
@@ -177,19 +174,6 @@ class Exposed:
             return self.session.run(self.output_names, batch)
         except ORT_ERRORS as e:
             raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
-
-
-def _reductions(graph: ir.Graph, value: ir.Value, taken: set[str]) -> list[ir.Value]:
-    """A main-graph value's min, max and size, computed in the graph."""
-    made = []
-    for op in REDUCTIONS:
-        attributes = {} if op == "Size" else {"keepdims": 0}
-        name = unique_name(f"{value.name}_onnxq_{op}", taken)
-        node = ir.node(op, [value], attributes, name=name,
-                       outputs=[ir.Value(name=unique_name(f"{name}_output", taken))])
-        graph.append(node)
-        made.append(node.outputs[0])
-    return made
 
 
 def _ort_reason(error: Exception) -> str:

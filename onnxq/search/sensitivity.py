@@ -273,11 +273,10 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
     model = builder.float_model.clone()
     model_outputs = len(model.graph.outputs)
     by_name = {n.name: n for n in model.graph.all_nodes()}
-    own_plans, pairs, in_main = [], [], []
+    own_plans, pairs = [], []
     for plan in plans:
         node = by_name[plan.node.name]
         pairs.append(_doubled(node, model.graph))
-        in_main.append(node.graph is model.graph)
         # A requantized output (Conv's) lies past the switch, where both twins would read it: each node is ranked on
         # its input and weight quantization (a quantized reader's input puts the output's grid in its own rank).
         own_plans.append(dataclasses.replace(plan, node=node, output=None))
@@ -286,7 +285,7 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
     # By name: a rewrite form may replace a node and its output value (the name stays).
     values = {v.name: v for node in model.graph.all_nodes() for v in node.outputs}
     result = []
-    for i, (plan, outputs, main) in enumerate(zip(own_plans, pairs, in_main)):
+    for i, (plan, outputs) in enumerate(zip(own_plans, pairs)):
         switch = ir.val(_SWITCH.format(i), ir.DataType.BOOL, [])
         model.graph.inputs.append(switch)
         for quantized_name, float_name in outputs:
@@ -294,7 +293,7 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
             _switch(values[quantized_name], values[float_name], switch,
                     model_outputs if graph is model.graph else len(graph.outputs))
         # The first pair's names now (a model output's quantized twin was renamed); none for a dead node's outputs.
-        first = (values[outputs[0][0]].name, outputs[0][1]) if main and outputs else ("", "")
+        first = (values[outputs[0][0]].name, outputs[0][1]) if not plan.scope and outputs else ("", "")
         result.append((plan.node.name, plan.node.op_type, *first))
     model.graph.sort()
     return model, result
@@ -324,7 +323,8 @@ def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
 
 
 def _drop_kept_twins(model: ir.Model) -> None:
-    """A body's twin outputs leave its outputs again: the Where nodes read them now."""
+    """The twins' outputs held as graph outputs for the passes (_KEPT) leave them again: the Where nodes read
+    them now."""
     for graph in (model.graph, *(body.graph for body in bodies(model.graph))):
         kept = [v for v in graph.outputs if v.meta.get(_KEPT)]
         for value in kept:

@@ -21,7 +21,7 @@ from onnxq.calibration.batching import samples_in
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
-from onnxq.verify.metrics import MetricsAccumulator, Operand, operand
+from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
 
@@ -168,7 +168,7 @@ class CoverageRun:
         """expected_task: the task metric's answer on the float outputs (with a task metric)."""
         base, emulated, exact = self._emulator.run(batch)
         self._add_task("exact", exact or base, batch, expected_task)
-        exact = [Operand(x, operand(e).sample_axis) for x, e in zip(exact or base, expected)]
+        exact = [Operand(x, e.sample_axis if isinstance(e, Operand) else 0) for x, e in zip(exact or base, expected)]
         for name, e, x, d in zip(self.names, expected, exact, deployed):
             self._exact[name].add(e, x)
             self._gap[name].add(x, d)
