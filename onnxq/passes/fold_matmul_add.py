@@ -50,6 +50,21 @@ def _constant_shape(value: ir.Value | None) -> tuple[int, ...] | None:
     return None if tensor is None else tuple(tensor.shape)
 
 
+def _rank(value: ir.Value) -> int | None:
+    """The value's rank, or a Reshape's by the length of its shape input: ONNX's inference leaves a Reshape-13
+    output without a shape when that input is computed (Shape → Slice → Concat, as exporters write a flatten), and
+    ORT, folding the computation, fuses it (PP-OCR's direction classifier)."""
+    if value.shape is not None:
+        return value.shape.rank()
+    producer = value.producer()
+    if producer is None or producer.op_type != "Reshape" or len(producer.inputs) < 2 or producer.inputs[1] is None:
+        return None
+    target = producer.inputs[1].shape
+    if target is None or target.rank() != 1 or not isinstance(target[0], int):
+        return None
+    return target[0]
+
+
 def _foldable(node: ir.Node, rank_known: bool = True) -> ir.Node | None:
     """The MatMul that this Add of a constant [N] bias can fold into, or None (rank_known=False: a candidate whose
     activation's rank may be unknown)."""
@@ -60,7 +75,7 @@ def _foldable(node: ir.Node, rank_known: bool = True) -> ir.Node | None:
         if matmul is None or matmul.op_type != "MatMul" or matmul.domain not in ("", "ai.onnx"):
             continue
         weight, a = _constant_shape(matmul.inputs[1]), matmul.inputs[0]
-        rank = None if a.shape is None else a.shape.rank()
+        rank = _rank(a)
         if weight is None or len(weight) != 2 or (rank != 2 and (rank_known or rank is not None)) \
                 or _constant_shape(a) is not None:
             continue

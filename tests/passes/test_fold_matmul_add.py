@@ -53,3 +53,40 @@ def test_only_rank_two_activations_fold():
     model = ir.from_proto(_mlp(np.random.default_rng(0), rank=3))
     folded, note = folded_matmul_adds(model)
     assert folded is model and note is None
+
+
+def _flatten_then_linear(rng: np.random.Generator, target_rank: int):
+    """x [N, 4, 2, 2] flattened as exporters write it, Reshape(x, Concat(Slice(Shape(x), 0, 1), tail)) at opset 13,
+    whose Reshape inference gives the output no shape; then MatMul by [16, 8] and Add of a bias."""
+    tail = [16] if target_rank == 2 else [2, 8]
+    weight = rng.normal(0, 0.3, (tail[-1], 8)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "w"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array(tail, np.int64), "tail")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("Slice", ["shape", "zero", "one"], ["batch"], name="slice"),
+             helper.make_node("Concat", ["batch", "tail"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"], name="flatten"),
+             helper.make_node("MatMul", ["flat", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "flatten_linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_computed_flatten_folds_by_the_reshape_rank(rng):
+    """The activation's rank comes from the length of the Reshape's shape input ([2]) where ONNX's inference leaves
+    it unknown: the pair is made a Gemm and ORT runs QGemm (PP-OCR's direction classifier ran DequantizeLinear +
+    float Gemm before); a shape input of length 3 keeps the MatMul + Add."""
+    model = _flatten_then_linear(rng, target_rank=2)
+    result = onnxq.quantize(model, {"x": rng.normal(0, 1, (64, 4, 2, 2)).astype(np.float32)})
+    report = result.report.to_dict()
+    assert [(n["name"], n["op_type"]) for n in report["quantized"]] == [("mm", "Gemm")]
+    placement = report["verification"]["providers"]["CPUExecutionProvider"]["placement"]
+    assert {name: run["op_type"] for name, run in placement["quantized"].items()} == {"mm": "QGemm"}
+    three_d = ir.from_proto(_flatten_then_linear(rng, target_rank=3))
+    folded, note = folded_matmul_adds(three_d)
+    assert folded is three_d and note is None
