@@ -123,7 +123,10 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", type=path_arg, metavar="HTML",
                    help="write a human report with a per-layer error chart")
     p.add_argument("--check-speed", action="store_true", default=None,
-                   help="time float vs quantized on each provider; warn when the quantized model is not faster")
+                   help="keep float each kind of node (MatMul, Gemm, Conv depthwise / 1x1 / kxk) that runs slower "
+                        "quantized on this CPU, measured; then time float vs quantized on each provider")
+    p.add_argument("--no-speed", action="store_true",
+                   help="do not time float against quantized on the CPU (done by default, a few rounds)")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
 

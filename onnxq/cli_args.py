@@ -148,7 +148,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
                            method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
     verify = verify_config_from_args(config.verify, args)
     verify = _changed(verify, enabled=False if args.no_verify else None,
-                      sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed)
+                      sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,
+                      measure_speed=False if args.no_speed else None)
     return config.replace(**top, calibration=calibration, verify=verify)
 
 

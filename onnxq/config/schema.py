@@ -151,8 +151,13 @@ class VerifyConfig:
     sensitivity_max_nodes: int = 64
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
     fallback: bool = False
-    # Time float vs quantized on each provider (one verification batch, interleaved rounds); warn when the
-    # quantized model is not faster. Off by default: it costs a few seconds and is noisy on shared machines.
+    # Time float against quantized on the CPU (one verification batch, interleaved rounds) and say when the
+    # quantized model is not faster: users of other quantizers find that out after deploying. On by default since
+    # it costs well under a second on most models; a model whose weights pass SPEED_MAX_BYTES is timed only with
+    # check_speed (two sessions at once would raise the run's peak memory).
+    measure_speed: bool = True
+    # Keep float each kind of node that runs slower quantized on this CPU (measured, search.speed), then time float
+    # vs quantized on every provider. Off by default: the model would depend on a noisy measurement.
     check_speed: bool = False
     # The user's own evaluation, "module:function", "file.py:function" or (from Python) the function: called on each
     # verification batch's outputs ({name: array}, read-only), it returns the batch's score (a float, higher is

@@ -1,9 +1,10 @@
-"""Step check_speed (--check-speed): on the CPU, each kind of quantized node that runs slower than float is kept
-float (onnxq.search.speed), the chosen model verified; then float against quantized latency on each provider, with
-a note where the quantized model is still not faster."""
+"""Step check_speed: float against quantized latency on the CPU, by default, with a note where the quantized model
+is not faster. With --check-speed, first each kind of quantized node that runs slower than float on the CPU is kept
+float (onnxq.search.speed) and the chosen model verified, then every provider is timed."""
 
 from __future__ import annotations
 
+from onnxq.io.model import model_size_bytes
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_kinds
 from onnxq.steps.state import RunState
@@ -11,24 +12,51 @@ from onnxq.steps.verify import placed
 from onnxq.verify import resolve_providers
 from onnxq.verify.speed import check_speed as time_both
 
-__all__ = ["check_speed"]
+__all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS"]
 
 _CPU = "CPUExecutionProvider"
+# The default timing holds a float and a quantized session at once; above this much float weight it would raise
+# the run's peak memory (the large-model figures in README), so such models are timed only when asked.
+SPEED_MAX_BYTES = 1 << 30
+# The default timing's rounds: enough for a median on a quiet machine, cheap beside verification.
+DEFAULT_ROUNDS = 5
+
+
+# Both timings take the float model as loaded (state.as_given), not its file: ORT refuses some files that onnxq
+# accepts (repeated node names, renamed at load).
 
 
 def check_speed(state: RunState) -> bool:
-    config = state.config
-    if not (config.verify.enabled and config.verify.check_speed):
+    verify = state.config.verify
+    if not verify.enabled or not (verify.check_speed or verify.measure_speed):
         return False
+    if not verify.check_speed:
+        return _time_cpu(state)
     if state.plans:  # the CPU always runs (resolve_providers); its kernels decide which kinds stay float
         _speed_by_kind(state)
-    state.speed = time_both(state.input_path or state.reference, state.work, state.batches.first(),
-                            resolve_providers(config.verify.providers)[0])
+    state.speed = time_both(state.as_given, state.work, state.batches.first(),
+                            resolve_providers(verify.providers)[0])
+    _note_slower(state, hint="")
+    return True
+
+
+def _time_cpu(state: RunState) -> bool:
+    if model_size_bytes(state.reference) > SPEED_MAX_BYTES:
+        state.notes.append("speed: not timed by default, the float weights being over "
+                           f"{SPEED_MAX_BYTES / 2 ** 30:g} GiB (--check-speed times it)")
+        return False
+    state.speed = time_both(state.as_given, state.work, state.batches.first(), [_CPU],
+                            DEFAULT_ROUNDS)
+    _note_slower(state, hint="; --check-speed keeps float the kinds of node that run slower quantized here")
+    return True
+
+
+def _note_slower(state: RunState, hint: str) -> None:
     for check in state.speed:
         if not check.faster:
             state.notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
-                               f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms) — see README, Targets")
-    return True
+                               f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see README, "
+                               "Targets")
 
 
 def _speed_by_kind(state: RunState) -> None:

@@ -79,6 +79,12 @@ class RunState:
     written: list[Path] = dataclasses.field(default_factory=list)
 
     @property
+    def as_given(self) -> ir.Model:
+        """The float model as the user gave it (loaded, its names made unique): what the quantized one is compared
+        with, in accuracy and in speed."""
+        return self.reference if self.unconverted is None else self.unconverted
+
+    @property
     def smoothed(self) -> bool:
         """SmoothQuant as the user set it (recipe auto smooths only the groups it switches, itself)."""
         return self.config.recipe == "manual" and self.config.smooth != "off"

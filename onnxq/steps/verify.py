@@ -17,8 +17,7 @@ def verify(state: RunState) -> bool:
         return False
     state.batches, state.label = state.upfront_inputs or _held_out_inputs(state)
     # Shares the float weights' memory map with every other session of the run.
-    as_given = state.reference if state.unconverted is None else state.unconverted
-    state.float_outputs = Reference(as_given, state.batches)
+    state.float_outputs = Reference(state.as_given, state.batches)
     placement = quantized_nodes(state.work) if config.verify.check_kernels else None
     state.verification = verify_models(state.float_outputs, state.work, config.verify, state.label, placement,
                                        config.target)

@@ -167,6 +167,41 @@ def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
     assert "speed on CPU:" in out
 
 
+def test_default_run_times_the_cpu_and_no_speed_turns_it_off(work, capsys):
+    """Without --check-speed the CPU is still timed (5 interleaved rounds) and a quantized model that is not faster
+    says so with the way out; --no-speed times nothing and writes the same model."""
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
+                 "--report", str(work / "r.json"), "-o", str(work / "timed.onnx")])
+    out = capsys.readouterr().out
+    assert code == 0
+    report = json.loads((work / "r.json").read_text())
+    (speed,) = report["speed"]
+    assert speed["provider"] == "CPUExecutionProvider" and speed["rounds"] == 5
+    assert speed["float_ms"] > 0 and speed["quantized_ms"] > 0 and "speed on CPU:" in out
+    slower = [n for n in report["notes"] if "not faster than float" in n]
+    assert len(slower) == (speed["speedup"] <= 1.0)
+    assert all("--check-speed keeps float the kinds of node" in n for n in slower)
+    assert "speed_by_kind" not in report or report["speed_by_kind"] is None
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity", "--no-speed",
+                 "--report", str(work / "r2.json"), "-o", str(work / "untimed.onnx")])
+    report = json.loads((work / "r2.json").read_text())
+    assert code == 0 and report["speed"] == [] and not any("speed" in n.lower() for n in report["notes"])
+    assert "speed on CPU:" not in capsys.readouterr().out
+    assert (work / "timed.onnx").read_bytes() == (work / "untimed.onnx").read_bytes()
+
+
+def test_default_timing_skips_models_over_the_memory_bound(work, monkeypatch):
+    """A model whose float weights pass SPEED_MAX_BYTES is not timed by default (two sessions at once would raise
+    the run's peak memory); the note says how to time it."""
+    from onnxq.steps import check_speed as step
+    monkeypatch.setattr(step, "SPEED_MAX_BYTES", 1024)
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
+                 "--report", str(work / "r.json")])
+    report = json.loads((work / "r.json").read_text())
+    assert code == 0 and report["speed"] == []
+    assert any(n.startswith("speed: not timed by default") and "--check-speed" in n for n in report["notes"])
+
+
 def test_argparse_errors_are_one_line_with_a_pointer_to_help(work, capsys):
     for args, command in (([str(work / "mlp.onnx"), "--mode", "turbo"], "python -m onnxq"),
                           (["verify", str(work / "mlp.onnx")], "python -m onnxq verify"),
