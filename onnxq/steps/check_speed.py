@@ -1,12 +1,15 @@
 """Step check_speed: float against quantized latency on the CPU, by default, with a note where the quantized model
 is not faster. With --check-speed, first each kind of quantized node that runs slower than float on the CPU is kept
-float (onnxq.search.speed) and the chosen model verified, then every provider is timed."""
+float (onnxq.search.speed) and the chosen model verified, then every provider is timed.
+Both time the float model as loaded (state.as_given), not its file: ORT refuses some files that onnxq accepts
+(repeated node names, renamed at load)."""
 
 from __future__ import annotations
 
 from onnxq.io.model import model_size_bytes
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_kinds
+from onnxq.steps.sensitivity import DEPLOYED_MAX_WEIGHT_BYTES
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
 from onnxq.verify import resolve_providers
@@ -15,15 +18,12 @@ from onnxq.verify.speed import check_speed as time_both
 __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS"]
 
 _CPU = "CPUExecutionProvider"
-# The default timing holds a float and a quantized session at once; above this much float weight it would raise
-# the run's peak memory (the large-model figures in README), so such models are timed only when asked.
-SPEED_MAX_BYTES = 1 << 30
+# The default timing holds a float and a quantized deployed session at once, each owning a copy of its weights;
+# above the sensitivity's bound for deployed sessions that would raise the run's peak memory (README, Large
+# models), so such models are timed only when asked.
+SPEED_MAX_BYTES = DEPLOYED_MAX_WEIGHT_BYTES
 # The default timing's rounds: enough for a median on a quiet machine, cheap beside verification.
 DEFAULT_ROUNDS = 5
-
-
-# Both timings take the float model as loaded (state.as_given), not its file: ORT refuses some files that onnxq
-# accepts (repeated node names, renamed at load).
 
 
 def check_speed(state: RunState) -> bool:
@@ -43,10 +43,9 @@ def check_speed(state: RunState) -> bool:
 def _time_cpu(state: RunState) -> bool:
     if model_size_bytes(state.reference) > SPEED_MAX_BYTES:
         state.notes.append("speed: not timed by default, the float weights being over "
-                           f"{SPEED_MAX_BYTES / 2 ** 30:g} GiB (--check-speed times it)")
+                           f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False
-    state.speed = time_both(state.as_given, state.work, state.batches.first(), [_CPU],
-                            DEFAULT_ROUNDS)
+    state.speed = time_both(state.as_given, state.work, state.batches.first(), [_CPU], DEFAULT_ROUNDS)
     _note_slower(state, hint="; --check-speed keeps float the kinds of node that run slower quantized here")
     return True
 
