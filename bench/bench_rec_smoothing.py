@@ -6,8 +6,8 @@ lines read as TextRecognizer batches them — string agreement, frame-argmax agr
 
 Variants: the default (no smoothing); `smooth = 1` on one chosen set of Conv activations (the first Conv →
 depthwise Conv pair; every activation read by depthwise Convs; every one read by 1×1 Convs); `--smooth auto`
-(every group, α searched). The chosen sets are made by narrowing onnxq.smoothing_steps' candidate groups, a
-measurement knob, not an option."""
+(every group, α searched); then, without smoothing, the other calibration methods. The chosen sets are made by
+narrowing onnxq.smoothing_steps' candidate groups, a measurement knob, not an option."""
 
 from __future__ import annotations
 
@@ -37,12 +37,18 @@ def _only(keep):
     steps.smoothable_groups = narrowed if keep is not None else smoothable_groups
 
 
-VARIANTS = {  # name: (smooth, which Conv groups; None = every group of every kind)
-    "default (no smoothing)": ("off", None),
-    "first Conv → depthwise pair, α = 1": (1.0, lambda c, dw: c.activation.name == FIRST_PAIR),
-    "every depthwise Conv input, α = 1": (1.0, lambda c, dw: dw(c.plans[0].node, c.plans[0].node.inputs[1].shape)),
-    "every 1×1 Conv input, α = 1": (1.0, lambda c, dw: not dw(c.plans[0].node, c.plans[0].node.inputs[1].shape)),
-    "--smooth auto": ("auto", None),
+VARIANTS = {  # name: (smooth, which Conv groups (None = every group of every kind), calibration settings)
+    "default (no smoothing)": ("off", None, {}),
+    "first Conv → depthwise pair, α = 1": (1.0, lambda c, dw: c.activation.name == FIRST_PAIR, {}),
+    "every depthwise Conv input, α = 1": (1.0, lambda c, dw: dw(c.plans[0].node, c.plans[0].node.inputs[1].shape),
+                                          {}),
+    "every 1×1 Conv input, α = 1": (1.0, lambda c, dw: not dw(c.plans[0].node, c.plans[0].node.inputs[1].shape), {}),
+    "--smooth auto": ("auto", None, {}),
+    "--method minmax": ("off", None, {"method": "minmax"}),
+    "--method avgminmax": ("off", None, {"method": "avgminmax"}),
+    "--method mse": ("off", None, {"method": "mse"}),
+    "--method entropy": ("off", None, {"method": "entropy"}),
+    "--percentile 99.99": ("off", None, {"percentile": 99.99}),
 }
 
 
@@ -65,10 +71,11 @@ def main() -> None:
     reference = outputs(model)
     ref_strings = [t for o in reference for t, _ in rec.postprocess_op(o)]
     print("| onnxq static | strings | frames | SQNR |\n|---|---|---|---|")
-    for name, (smooth, keep) in VARIANTS.items():
+    for name, (smooth, keep, calibration) in VARIANTS.items():
         _only(keep)
         path = args.out / "ppocr_rec.smoothing.onnx"
-        config = onnxq.QuantConfig(smooth=smooth, verify=onnxq.VerifyConfig(sensitivity_samples=0))
+        config = onnxq.QuantConfig(smooth=smooth, calibration=onnxq.CalibrationConfig(**calibration),
+                                   verify=onnxq.VerifyConfig(sensitivity_samples=0, measure_speed=False))
         onnxq.quantize(model, task.calibration, output=path, config=config)
         got = outputs(path)
         strings = [t for o in got for t, _ in rec.postprocess_op(o)]
