@@ -152,9 +152,9 @@ class VerifyConfig:
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
     fallback: bool = False
     # Time float against quantized on the CPU (one verification batch, interleaved rounds) and say when the
-    # quantized model is not faster: users of other quantizers find that out after deploying. On by default since
-    # it costs well under a second on most models; a model whose weights pass SPEED_MAX_BYTES is timed only with
-    # check_speed (two sessions at once would raise the run's peak memory).
+    # quantized model is not faster: users of other quantizers find that out after deploying. On by default: it
+    # costs 14 runs of one batch. A model over 1 GB of weights (steps.check_speed.SPEED_MAX_BYTES) is timed only
+    # with check_speed (two deployed sessions at once would raise the run's peak memory). A report, not a decision.
     measure_speed: bool = True
     # Keep float each kind of node that runs slower quantized on this CPU (measured, search.speed), then time float
     # vs quantized on every provider. Off by default: the model would depend on a noisy measurement.
