@@ -66,6 +66,6 @@ def _speed_by_kind(state: RunState) -> None:
     state.adopt(chosen, state.candidate_check()(chosen.model, whole=True))
     state.overrides = state.overrides | Overrides(float_nodes=section.float_nodes)
     placed(state)
-    kinds = ", ".join(t.kind for t in section.timings if t.kept_float)
+    kinds = ", ".join(section.kept_float())
     state.notes.append(f"speed: {kinds} kept float ({len(section.float_nodes)} node(s)): slower quantized than "
                        "float on this CPU, measured (speed_by_kind)")

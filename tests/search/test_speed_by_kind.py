@@ -49,6 +49,12 @@ def test_kinds(tmp_path, rng):
     assert {n.name for n in result.model.graph if n.op_type == "Conv"} >= {"conv1", "depthwise", "conv2"}
 
 
+def _int8_weights(model):
+    """The nodes whose weight comes out of a DequantizeLinear."""
+    return {n.name for n in model.graph if n.op_type in ("Conv", "MatMul") and n.inputs[1].producer() is not None
+            and n.inputs[1].producer().op_type == "DequantizeLinear"}
+
+
 def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monkeypatch):
     """Given timings (our own timer replaced, ORT untouched): the depthwise kind is slower quantized in both
     measurements and goes float; the 1×1 kind is slower once only (noise) and stays quantized. The chosen model is
@@ -56,12 +62,11 @@ def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monke
     path, data = _model(tmp_path, rng)
     calls: dict[str, int] = {}
 
-    def int8_weights(model):  # the nodes whose weight comes out of a DequantizeLinear
-        return {n.name for n in model.graph if n.op_type in ("Conv", "MatMul") and n.inputs[1].producer() is not None
-                and n.inputs[1].producer().op_type == "DequantizeLinear"}
-
     def timed(quantized, floating, batch, provider, rounds):
-        (kind,) = int8_weights(quantized) - int8_weights(floating)
+        if not _int8_weights(floating):  # the whole model against every kind float: faster
+            calls["whole"] = calls.get("whole", 0) + 1
+            return 1.0, 1.5
+        (kind,) = _int8_weights(quantized) - _int8_weights(floating)
         calls[kind] = calls.get(kind, 0) + 1
         if kind == "depthwise" or (kind == "conv2" and calls[kind] == 1):
             return 2.0, 1.0
@@ -74,7 +79,8 @@ def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monke
     section = report["speed_by_kind"]
     decided = {k["kind"]: k["kept_float"] for k in section["kinds"]}
     assert decided == {"Conv kxk": False, "Conv depthwise": True, "Conv 1x1": False, "MatMul": False}
-    assert calls == {"conv1": 1, "depthwise": 2, "conv2": 2, "fc": 1}
+    assert calls == {"conv1": 1, "depthwise": 2, "conv2": 2, "fc": 1, "whole": 1}
+    assert section["whole_model"] == {"quantized_ms": 1.0, "float_ms": 1.5, "kept_float": []}
     assert section["float_nodes"] == ["depthwise"]
     assert "depthwise" not in {e["name"] for e in report["quantized"]}
     assert any(n.startswith("speed: Conv depthwise kept float") for n in report["notes"])
@@ -84,9 +90,38 @@ def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monke
     assert not any(p.op_type == "DequantizeLinear" for p in saved.graph.node if p.output[0] == depthwise.input[1])
 
 
+def test_kinds_within_the_noise_go_float_while_the_whole_model_is_slower(tmp_path, rng, monkeypatch):
+    """Given timings: each kind alone is within MARGIN of float (stays quantized), but the model as a whole is slower
+    than every kind float while two or more kinds are quantized. The kinds that stayed go float, least measured gain
+    first (the 1×1 Conv: 1.04 vs 1.00, then the k×k: 1.03 vs 1.00), until the whole model is not slower; each
+    whole-model verdict of "slower" is measured twice."""
+    path, data = _model(tmp_path, rng)
+    gains = {"conv1": (1.03, 1.0), "depthwise": (1.0, 1.2), "conv2": (1.04, 1.0), "fc": (1.0, 1.01)}
+    whole: list[int] = []
+
+    def timed(quantized, floating, batch, provider, rounds):
+        if not _int8_weights(floating):
+            whole.append(len(_int8_weights(quantized)))
+            return (1.2, 1.0) if whole[-1] > 2 else (0.9, 1.0)
+        (kind,) = _int8_weights(quantized) - _int8_weights(floating)
+        return gains[kind]
+
+    monkeypatch.setattr(speed, "_timed", timed)
+    report = onnxq.quantize(path, data, config=onnxq.QuantConfig(
+        verify=onnxq.VerifyConfig(check_speed=True))).report.to_dict()
+    section = report["speed_by_kind"]
+    assert not any(k["kept_float"] for k in section["kinds"])
+    assert section["whole_model"] == {"quantized_ms": 0.9, "float_ms": 1.0, "kept_float": ["Conv 1x1", "Conv kxk"]}
+    assert whole == [4, 4, 3, 3, 2]
+    assert sorted(section["float_nodes"]) == ["conv1", "conv2"]
+    assert {e["name"] for e in report["quantized"]} == {"depthwise", "fc"}
+    assert any(n.startswith("speed: Conv 1x1, Conv kxk kept float (2 node(s))") for n in report["notes"])
+
+
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
-    """Real ORT sessions: every kind is timed and each decision follows its own numbers (whatever this CPU is)."""
+    """Real ORT sessions: every kind is timed and each decision follows its own numbers, and so does the whole
+    model's (whatever this CPU is)."""
     path, data = _model(tmp_path, rng)
     config = onnxq.QuantConfig(mode=mode, dynamic_conv=True, verify=onnxq.VerifyConfig(check_speed=True))
     report = onnxq.quantize(path, data if mode == "static" else None, config=config).report.to_dict()
@@ -94,4 +129,10 @@ def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
     assert {k["kind"] for k in kinds} == {"Conv kxk", "Conv depthwise", "Conv 1x1", "MatMul"}
     for k in kinds:
         assert k["kept_float"] == (k["quantized_ms"] > k["float_ms"] * (1 + speed.MARGIN))
+    whole = report["speed_by_kind"]["whole_model"]
+    stayed = [k["kind"] for k in kinds if not k["kept_float"]]
+    assert (whole is None) == (not stayed)
+    if whole is not None:  # it stops when the model is not slower, or when every kind is float
+        assert whole["quantized_ms"] <= whole["float_ms"] * (1 + speed.MARGIN) or whole["kept_float"] == stayed
+        assert set(whole["kept_float"]) <= set(stayed)
     assert report["verification"]["passed"] and report["speed"]
