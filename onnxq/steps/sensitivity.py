@@ -11,7 +11,7 @@ from onnxq.io import model_size_bytes
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.steps.state import RunState
 from onnxq.targets import covered_targets
-from onnxq.verify import profile_placement, quantized_nodes
+from onnxq.verify import profile_placement
 
 __all__ = ["sensitivity", "wants_fallback", "DEPLOYED_MAX_WEIGHT_BYTES"]
 
@@ -70,5 +70,5 @@ def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, st
                       f"{state.config.target}'s; the exact quantization is what they compute")
     placement = state.verification.cpu.placement
     if placement is None:
-        placement = profile_placement(state.work, "CPUExecutionProvider", batch, quantized_nodes(state.work))
+        placement = profile_placement(state.work, "CPUExecutionProvider", batch, state.quantized_nodes())
     return {name: run.op_type for name, run in placement.quantized.items() if run is not None}, ""

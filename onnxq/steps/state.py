@@ -18,7 +18,7 @@ from onnxq.handlers import NodePlan, Skip
 from onnxq.report import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.search.probing import CandidateCheck
-from onnxq.verify import Reference, Verification, verify_models
+from onnxq.verify import Reference, Verification, quantized_nodes, verify_models
 
 __all__ = ["RunInputs", "RunState", "ModelInput"]
 
@@ -83,6 +83,14 @@ class RunState:
         """The float model as the user gave it (loaded, its names made unique): what the quantized one is compared
         with, in accuracy and in speed."""
         return self.reference if self.unconverted is None else self.unconverted
+
+    def quantized_nodes(self) -> dict[str, str]:
+        """The run's model's quantized nodes (name → op type) for the placement: verify.quantized_nodes' structural
+        rule, less the nodes the run keeps float. A float node between quantized ones reads its neighbour's
+        requantized output through a DequantizeLinear, which that rule (made for other tools' models, in python -m
+        onnxq verify) counts as a quantized node that ORT did not fuse."""
+        kept = {skip.node.name for skip in self.skips} | set(self.overrides.float_nodes)
+        return {name: op for name, op in quantized_nodes(self.work).items() if name not in kept}
 
     @property
     def smoothed(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from onnxq.calibration import Batches
 from onnxq.steps.load import synthetic_inputs
 from onnxq.steps.state import RunState
-from onnxq.verify import Reference, quantized_nodes, verify_models, with_placement
+from onnxq.verify import Reference, verify_models, with_placement
 
 __all__ = ["verify", "placed"]
 
@@ -18,7 +18,7 @@ def verify(state: RunState) -> bool:
     state.batches, state.label = state.upfront_inputs or _held_out_inputs(state)
     # Shares the float weights' memory map with every other session of the run.
     state.float_outputs = Reference(state.as_given, state.batches)
-    placement = quantized_nodes(state.work) if config.verify.check_kernels else None
+    placement = state.quantized_nodes() if config.verify.check_kernels else None
     state.verification = verify_models(state.float_outputs, state.work, config.verify, state.label, placement,
                                        config.target)
     return True
@@ -28,7 +28,7 @@ def placed(state: RunState) -> None:
     """The verification of a model a search chose (checked during the search) with its placement added."""
     if state.config.verify.check_kernels:
         state.verification = with_placement(state.verification, state.work, state.batches.first(),
-                                            quantized_nodes(state.work))
+                                            state.quantized_nodes())
 
 
 def _held_out_inputs(state: RunState) -> tuple[Batches, str]:

@@ -118,6 +118,18 @@ def test_kinds_within_the_noise_go_float_while_the_whole_model_is_slower(tmp_pat
     assert any(n.startswith("speed: Conv 1x1, Conv kxk kept float (2 node(s))") for n in report["notes"])
 
 
+def test_a_float_conv_between_quantized_ones_is_not_a_quantized_node(tmp_path, rng):
+    """The depthwise Conv kept float (as --check-speed keeps it) reads its neighbour's requantized output through a
+    DequantizeLinear: the placement does not count it as a quantized node "not found in the executed graph" (the
+    classifier's --check-speed run said so), and every quantized node runs on an integer kernel."""
+    path, data = _model(tmp_path, rng)
+    config = onnxq.QuantConfig(exclude_nodes=("depthwise",), verify=onnxq.VerifyConfig(sensitivity_samples=0))
+    report = onnxq.quantize(path, data, config=config).report.to_dict()
+    placement = report["verification"]["providers"]["CPUExecutionProvider"]["placement"]
+    assert set(placement["quantized"]) == {"conv1", "conv2", "fc"} == set(placement["integer"])
+    assert placement["findings"] == []
+
+
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
     """Real ORT sessions: every kind is timed and each decision follows its own numbers, and so does the whole
