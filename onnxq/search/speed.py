@@ -4,8 +4,10 @@ kept float, by measurement (never by a table that another CPU would contradict).
 The kinds are what ORT runs on different kernels: MatMul, Gemm, and Conv as depthwise, 1×1 and k×k (MLAS has a
 depthwise QLinearConv kernel and a GEMM one; on an AVX2 EPYC the depthwise one ran far slower than float NCHWc Conv,
 README, Conv). Each kind, most nodes first, is tried float on top of the decisions so far; the two models take
-turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row. The
-chosen model is verified like any search's candidate, so the gate still decides."""
+turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row.
+Then the model as chosen is timed against every kind float, and the kinds left quantized go float while it is
+slower by the same rule (WholeModel): costs within the noise one by one can add up. The chosen model is verified
+like any search's candidate, so the gate still decides."""
 
 from __future__ import annotations
 
@@ -108,16 +110,16 @@ class SpeedByKind:
 
 @dataclasses.dataclass
 class _Choice:
-    """The decisions so far: the float nodes, and the model built with them (None: the model as quantized)."""
+    """The decisions so far: the float nodes, and the model built with them (built None: the model as quantized)."""
 
     model: ir.Model
     floats: list[str]
     built: Built | None = None
 
-    def make_float(self, builder: Builder, names: Sequence[str]) -> None:
+    def take(self, names: Sequence[str], built: Built) -> None:
+        """names float too, as built."""
         self.floats += names
-        self.built = builder.build(Overrides(float_nodes=tuple(self.floats)))
-        self.model = self.built.model
+        self.model, self.built = built.model, built
 
 
 def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, batch: Batch, provider: str,
@@ -135,8 +137,7 @@ def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, b
         quantized_ms, float_ms, slower = _slower_twice(choice.model, candidate.model, batch, provider, rounds)
         timings.append(KindTiming(kind, len(names), quantized_ms, float_ms, slower))
         if slower:
-            choice.floats += names
-            choice.model, choice.built = candidate.model, candidate
+            choice.take(names, candidate)
     whole = _whole_model(builder, choice, timings, kinds, (batch, provider, rounds))
     return SpeedByKind(provider, tuple(timings), tuple(choice.floats), whole), choice.built
 
@@ -155,7 +156,7 @@ def _whole_model(builder: Builder, choice: _Choice, timings: list[KindTiming], k
             return WholeModel(quantized_ms, float_ms, tuple(made_float))
         kind = remaining.pop(0).kind
         made_float.append(kind)
-        choice.make_float(builder, kinds[kind])
+        choice.take(kinds[kind], builder.build(Overrides(float_nodes=tuple(choice.floats + kinds[kind]))))
 
 
 def _slower_twice(quantized: ir.Model, floating: ir.Model, batch: Batch, provider: str,
