@@ -15,15 +15,17 @@ from onnxq.steps.verify import placed
 from onnxq.verify import resolve_providers
 from onnxq.verify.speed import check_speed as time_both
 
-__all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS"]
+__all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S"]
 
 _CPU = "CPUExecutionProvider"
 # The default timing holds a float and a quantized deployed session at once, each owning a copy of its weights;
 # above the sensitivity's bound for deployed sessions that would raise the run's peak memory (README, Large
 # models), so such models are timed only when asked.
 SPEED_MAX_BYTES = DEPLOYED_MAX_WEIGHT_BYTES
-# The default timing's rounds: enough for a median on a quiet machine, cheap beside verification.
+# The default timing's rounds: enough for a median on a quiet machine, cheap beside verification; fewer (down to
+# verify.speed.MIN_ROUNDS) once DEFAULT_BUDGET_S has passed, for a model whose batch takes seconds.
 DEFAULT_ROUNDS = 5
+DEFAULT_BUDGET_S = 10.0
 
 
 def check_speed(state: RunState) -> bool:
@@ -45,7 +47,8 @@ def _time_cpu(state: RunState) -> bool:
         state.notes.append("speed: not timed by default, the float weights being over "
                            f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False
-    state.speed = time_both(state.as_given, state.work, state.batches.first(), [_CPU], DEFAULT_ROUNDS)
+    state.speed = time_both(state.as_given, state.work, state.batches.first(), [_CPU], DEFAULT_ROUNDS,
+                            DEFAULT_BUDGET_S)
     _note_slower(state, hint="; --check-speed keeps float the kinds of node that run slower quantized here")
     return True
 

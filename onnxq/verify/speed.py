@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import math
 import time
 from collections.abc import Sequence
 
@@ -16,7 +17,10 @@ import numpy as np
 from onnxq.calibration.specs import Batch
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["SpeedCheck", "check_speed"]
+__all__ = ["SpeedCheck", "check_speed", "MIN_ROUNDS"]
+
+# A median of fewer rounds is one noisy run.
+MIN_ROUNDS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,19 +52,23 @@ class SpeedCheck:
 
 
 def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch, providers: Sequence[str],
-                rounds: int = 10) -> tuple[SpeedCheck, ...]:
+                rounds: int = 10, budget_s: float = math.inf) -> tuple[SpeedCheck, ...]:
+    """budget_s: stop after MIN_ROUNDS rounds once this long has passed on a provider (warm-up included), so that a
+    model whose batch takes seconds is not timed for minutes; the check says how many rounds it took."""
     checks = []
     for provider in providers:
+        start_all = time.perf_counter()
         sessions = [make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
         for s in sessions:  # warm-up: first runs allocate and pack weights
             s.run(None, batch)
             s.run(None, batch)
         times: list[list[float]] = [[], []]
-        for _ in range(rounds):
+        while len(times[0]) < rounds and (len(times[0]) < MIN_ROUNDS
+                                          or time.perf_counter() - start_all < budget_s):
             for i, s in enumerate(sessions):
                 start = time.perf_counter()
                 s.run(None, batch)
                 times[i].append(time.perf_counter() - start)
         checks.append(SpeedCheck(provider, float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3),
-                                 rounds))
+                                 len(times[0])))
     return tuple(checks)

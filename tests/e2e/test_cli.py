@@ -190,6 +190,17 @@ def test_default_run_times_the_cpu_and_no_speed_turns_it_off(work, capsys):
     assert (work / "timed.onnx").read_bytes() == (work / "untimed.onnx").read_bytes()
 
 
+def test_default_timing_stops_at_its_budget_after_three_rounds(work, monkeypatch):
+    """A budget already spent (a model whose batch takes seconds) leaves the median of MIN_ROUNDS rounds, and the
+    report says so."""
+    from onnxq.steps import check_speed as step
+    monkeypatch.setattr(step, "DEFAULT_BUDGET_S", 0.0)
+    code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
+                 "--report", str(work / "r.json")])
+    (speed,) = json.loads((work / "r.json").read_text())["speed"]
+    assert code == 0 and speed["rounds"] == 3
+
+
 def test_default_timing_skips_models_over_the_memory_bound(work, monkeypatch):
     """A model whose float weights pass SPEED_MAX_BYTES is not timed by default (two sessions at once would raise
     the run's peak memory); the note says how to time it."""
