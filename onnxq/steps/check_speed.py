@@ -68,6 +68,8 @@ def _speed_by_kind(state: RunState) -> None:
         return
     state.adopt(chosen, state.candidate_check()(chosen.model, whole=True))
     state.overrides = state.overrides | Overrides(float_nodes=section.float_nodes)
+    state.float_reasons.update(dict.fromkeys(section.float_nodes, "kept float by --check-speed: slower quantized than "
+                                                                  "float on this CPU, measured"))
     placed(state)
     kinds = ", ".join(section.kept_float())
     state.notes.append(f"speed: {kinds} kept float ({len(section.float_nodes)} node(s)): slower quantized than "

@@ -24,6 +24,8 @@ def fall_back(state: RunState) -> bool:
     # Later builds (check_speed's per-kind trials) start from these decisions.
     state.overrides = state.overrides | Overrides(float_nodes=tuple(chosen.excluded),
                                                   eight_bit=tuple(chosen.eight_bit))
+    # The fallback's reasons (rank, harm) outlive later builds, whose planner sees these nodes as excluded by name.
+    state.float_reasons.update({s.node.name: s.reason for s in chosen.built.skips if s.node.name in chosen.excluded})
     placed(state)
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
     state.eight_bit |= set(chosen.eight_bit)

@@ -24,7 +24,8 @@ def build_report(state: RunState) -> QuantReport:
         mode=mode,
         config=config.to_dict(),
         quantized=tuple(_entry(p, state) for p in state.plans),
-        left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type, s.reason) for s in state.skips),
+        left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type, state.float_reasons.get(s.node.name, s.reason))
+                         for s in state.skips),
         ranges=state.ranges,
         calibration_samples=state.calibration_samples,
         float_bytes=(_total_bytes(state.input_files) if state.input_files

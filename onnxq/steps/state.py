@@ -75,6 +75,8 @@ class RunState:
     speed: tuple = ()
     eight_bit: set[str] = dataclasses.field(default_factory=set)  # 4-bit weights: the nodes at 8 bits
     overrides: Overrides = Overrides()  # what the searches decided (recipe auto's per-token nodes)
+    # Why a search kept a node float, for the report (the planner sees its float nodes as excluded by name).
+    float_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     gate_failures: list[str] = dataclasses.field(default_factory=list)
     written: list[Path] = dataclasses.field(default_factory=list)
 

@@ -66,6 +66,23 @@ def test_fallback_meets_a_tighter_tolerance_with_the_fewest_nodes(samples_dir, t
     assert f"fallback: kept {len(kept)} node(s) float" in out
 
 
+def test_fallback_reasons_outlive_the_speed_checks_build(samples_dir, monkeypatch):
+    """--check-speed after the fallback builds the model again (the planner then sees the fallback's nodes as
+    excluded by name): each float node still says which search kept it and why. Given timings: Gemm is slower
+    quantized, so every Gemm the fallback left quantized goes float too."""
+    from onnxq.search import speed
+    monkeypatch.setattr(speed, "_timed", lambda quantized, floating, batch, provider, rounds: (2.0, 1.0))
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(
+        tolerance=onnxq.Tolerance(min_sqnr_db=36.0), fallback=True, check_speed=True))
+    report = onnxq.quantize(str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz"),
+                            config=config).report.to_dict()
+    kept = {n["name"] for n in report["fallback"]["kept_float"]}
+    reasons = {e["name"]: e["detail"] for e in report["left_float"]}
+    assert kept and set(reasons) == {"/fc0/Gemm", "/fc1/Gemm", "/fc2/Gemm"} and not report["quantized"]
+    for name, detail in reasons.items():
+        assert detail.startswith("kept float by fallback" if name in kept else "kept float by --check-speed"), detail
+
+
 def test_fallback_that_cannot_meet_the_tolerance_exits_1(samples_dir, tmp_path, capsys):
     model, data = str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")
     assert main([model, "--calib", data, "--tolerance", "max_abs=0", "-o", str(tmp_path / "q.onnx")]) == 1

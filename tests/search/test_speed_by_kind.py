@@ -83,6 +83,8 @@ def test_a_slower_kind_is_kept_float_after_two_measurements(tmp_path, rng, monke
     assert section["whole_model"] == {"quantized_ms": 1.0, "float_ms": 1.5, "kept_float": []}
     assert section["float_nodes"] == ["depthwise"]
     assert "depthwise" not in {e["name"] for e in report["quantized"]}
+    assert [(e["name"], e["detail"]) for e in report["left_float"]] == [
+        ("depthwise", "kept float by --check-speed: slower quantized than float on this CPU, measured")]
     assert any(n.startswith("speed: Conv depthwise kept float") for n in report["notes"])
     assert report["verification"]["passed"]
     saved = onnx.load(tmp_path / "q.onnx")
