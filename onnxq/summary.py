@@ -72,7 +72,9 @@ def _header(report: QuantReport) -> list[str]:
 
 def _nodes(report: QuantReport) -> list[str]:
     by_op = collections.Counter(e.op_type for e in report.quantized)
-    lines = ["quantized:   " + ", ".join(f"{n} {op}" for op, n in sorted(by_op.items()))]
+    # Nothing left quantized happens after planning only: a search kept every node float (--check-speed, fallback).
+    counts = ", ".join(f"{n} {op}" for op, n in sorted(by_op.items())) or "none (every node kept float: see below)"
+    lines = ["quantized:   " + counts]
     if report.left_float:
         reasons = collections.Counter((e.op_type, e.detail) for e in report.left_float)
         lines.append(f"left float:  {len(report.left_float)} node(s)")

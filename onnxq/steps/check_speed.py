@@ -54,6 +54,8 @@ def _time_cpu(state: RunState) -> bool:
 
 
 def _note_slower(state: RunState, hint: str) -> None:
+    if not state.plans:  # --check-speed kept every node float: two float models, timed for the record only
+        return
     for check in state.speed:
         if not check.faster:
             state.notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "

@@ -10,6 +10,7 @@ import pytest
 import onnxq
 import onnxq.steps.sensitivity
 from onnxq.cli import main
+from onnxq.summary import format_summary
 
 
 def _config(**verify):
@@ -74,13 +75,15 @@ def test_fallback_reasons_outlive_the_speed_checks_build(samples_dir, monkeypatc
     monkeypatch.setattr(speed, "_timed", lambda quantized, floating, batch, provider, rounds: (2.0, 1.0))
     config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(
         tolerance=onnxq.Tolerance(min_sqnr_db=36.0), fallback=True, check_speed=True))
-    report = onnxq.quantize(str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz"),
-                            config=config).report.to_dict()
+    result = onnxq.quantize(str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz"), config=config)
+    report = result.report.to_dict()
     kept = {n["name"] for n in report["fallback"]["kept_float"]}
     reasons = {e["name"]: e["detail"] for e in report["left_float"]}
     assert kept and set(reasons) == {"/fc0/Gemm", "/fc1/Gemm", "/fc2/Gemm"} and not report["quantized"]
     for name, detail in reasons.items():
         assert detail.startswith("kept float by fallback" if name in kept else "kept float by --check-speed"), detail
+    assert "quantized:   none (every node kept float: see below)" in format_summary(result.report)
+    assert not any(n.startswith("SPEED:") for n in report["notes"])  # float against float says nothing
 
 
 def test_fallback_that_cannot_meet_the_tolerance_exits_1(samples_dir, tmp_path, capsys):
