@@ -43,7 +43,7 @@ def check_speed(state: RunState) -> bool:
 
 
 def _time_cpu(state: RunState) -> bool:
-    if model_size_bytes(state.reference) > SPEED_MAX_BYTES:
+    if model_size_bytes(state.as_given) > SPEED_MAX_BYTES:  # the float model it would time
         state.notes.append("speed: not timed by default, the float weights being over "
                            f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False

@@ -19,6 +19,17 @@ def _const(name: str, value: float):
     return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.float32), name))
 
 
+def _loop_signature(scan_output: str) -> tuple[list, list]:
+    """A Loop body's inputs (i, c_in, s_in) and outputs (c_out, s_out, a float scan output)."""
+    inputs = [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+              helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("s_in", TensorProto.FLOAT, None)]
+    outputs = [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+               helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
+               helper.make_tensor_value_info(scan_output, TensorProto.FLOAT, None)]
+    return inputs, outputs
+
+
 def _model() -> ir.Model:
     """y = 2x; If (flag) t = y + 1 else e = -3y; Loop (trip) s ← 0.5 s + 1 from y, with h = 0.5 s and, in an If
     on the carried condition, g = -h; Scan over x's rows: acc ← acc + x_t (v), scan output w = 3 x_t."""
@@ -35,12 +46,7 @@ def _model() -> ir.Model:
          helper.make_node("Mul", ["s_in", "half"], ["h"]), helper.make_node("Add", ["h", "one_l"], ["s_out"]),
          helper.make_node("If", ["c_in"], ["g_out"], then_branch=nested, else_branch=skip),
          helper.make_node("Identity", ["g_out"], ["scanned"])],
-        "loop", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
-                 helper.make_tensor_value_info("s_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("scanned", TensorProto.FLOAT, None)])
+        "loop", *_loop_signature("scanned"))
     scan = helper.make_graph(
         [_const("three", 3.0), helper.make_node("Add", ["acc_in", "x_t"], ["v"]),
          helper.make_node("Identity", ["v"], ["acc_out"]), helper.make_node("Mul", ["x_t", "three"], ["w"])],
@@ -181,12 +187,7 @@ def _loop_with_branch(steps: int) -> ir.Model:
          helper.make_node("Equal", ["parity", "zero"], ["even"]),
          helper.make_node("If", ["even"], ["unused"], then_branch=then, else_branch=other),
          helper.make_node("Mul", ["s_in", "half"], ["s_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
-        "loop", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
-                 helper.make_tensor_value_info("s_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("unused", TensorProto.FLOAT, None)])
+        "loop", *_loop_signature("unused"))
     graph = helper.make_graph(
         [helper.make_node("Loop", ["trip", "", "x"], ["s_final", "all"], body=body)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C])],
