@@ -163,7 +163,8 @@ def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
     assert speed["float_ms"] > 0 and speed["quantized_ms"] > 0
     assert abs(speed["speedup"] - speed["float_ms"] / speed["quantized_ms"]) < 1e-9
     warned = any("not faster than float" in n for n in report["notes"])
-    assert warned == (speed["speedup"] <= 1.0)
+    # A tiny model may end with every node float (the whole-model rule): float against float warns of nothing.
+    assert warned == (speed["speedup"] <= 1.0 and bool(report["quantized"]))
     assert "speed on CPU:" in out
 
 

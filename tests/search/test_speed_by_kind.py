@@ -147,6 +147,7 @@ def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
     stayed = [k["kind"] for k in kinds if not k["kept_float"]]
     assert (whole is None) == (not stayed)
     if whole is not None:  # it stops when the model is not slower, or when every kind is float
-        assert whole["quantized_ms"] <= whole["float_ms"] * (1 + speed.MARGIN) or whole["kept_float"] == stayed
+        assert (whole["quantized_ms"] <= whole["float_ms"] * (1 + speed.MARGIN)
+                or sorted(whole["kept_float"]) == sorted(stayed))  # kept in order of least gain
         assert set(whole["kept_float"]) <= set(stayed)
     assert report["verification"]["passed"] and report["speed"]
