@@ -45,11 +45,16 @@ def render_html(report: QuantReport) -> str:
             if check.task is not None:
                 parts.append(f"<p class='{'ok' if check.task.passed else 'fail'}'>{_e(check.task.text().strip())}</p>")
             if check.placement is not None:
-                kernels = ", ".join(f"{n} {_e(op)}" for op, n in check.placement.kernels.items())
-                parts.append(f"<p>Kernels ORT ran: {kernels}</p>")
-                parts += [f"<p class='fail'>{_e(f)}</p>" for f in check.placement.findings()]
+                parts.append(check.placement.html())
+            if check.float_drift:
+                parts.append(f"<h4>The float model on {_e(check.provider)} vs the reference</h4>"
+                             f"{_checks_table(check.float_drift)}")
+        for placement in v.predicted:
+            parts.append(f"<h3>{_e(placement.provider)} (absent here)</h3>{placement.html()}")
         for provider, checks in v.agreement.items():
-            parts.append(f"<h3>Agreement: quantized on CPU vs on {_e(provider)}</h3>{_checks_table(checks)}")
+            parts.append(f"<h3>Agreement: quantized on CPU vs on {_e(provider)}</h3><p>Each output against the "
+                         "bound two providers within tolerance of the float model always meet.</p>"
+                         f"{_checks_table(checks)}")
         if v.coverage is not None:
             parts.append(v.coverage.html())
     parts += [check.html() for check in report.speed]

@@ -52,8 +52,10 @@ def bar_chart(rows: list[tuple[str, float]], title: str) -> str:
             f" height='{len(rows) * height}'>{''.join(bars)}</svg>")
 
 # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
-# gate_failures, metrics' nonfinite counts, null for a figure that is not finite
-SCHEMA_VERSION = 5
+# gate_failures, metrics' nonfinite counts, null for a figure that is not finite. 6: a placement counts a node as on
+# an integer kernel of its provider only when it ran there (elsewhere, copies, source, mismatches); predicted
+# placements; the agreement held to a derived bound (agreement_bounds); float_drift per provider
+SCHEMA_VERSION = 6
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,6 @@ import collections
 
 from onnxq.report import QuantReport
 from onnxq.verify.check import OutputCheck, Verification
-from onnxq.verify.placement import INTEGER_KERNELS, float_product_kernels
 
 __all__ = ["format_summary", "format_verification"]
 
@@ -28,25 +27,34 @@ def format_verification(v: Verification) -> list[str]:
     lines = []
     for message in v.unavailable:
         lines.append(f"warning:     {message}")
+    for placement in v.predicted:
+        lines += placement.text()
     for check in v.providers:
-        p = check.placement
-        if p is not None:
-            integer = collections.Counter(r.op_type for r in p.runs if r.op_type in INTEGER_KERNELS)
-            text = ", ".join(f"{n} {op}" for op, n in integer.most_common()) or "none"
-            floats = sum(n for op, n in p.kernels.items() if op in float_product_kernels())
-            lines.append(f"ORT {_short(check.provider)} kernels: integer {text}; float MatMul/Gemm/Conv {floats}"
-                         f" ({len(p.integer)}/{len(p.quantized)} quantized nodes on integer kernels)")
-            lines += [f"  ! {finding}" for finding in p.findings()]
+        if check.placement is not None:
+            lines += check.placement.text()
         lines.append(f"verification on {_short(check.provider)}, {v.samples} samples of {v.data}:")
         lines += _table(check.outputs)
         if check.task is not None:
             lines.append(check.task.text())
     for provider, checks in v.agreement.items():
-        lines.append(f"agreement, quantized on CPU vs on {_short(provider)}:")
-        lines += _table(checks)
+        lines += _agreement(v, provider, checks)
     if v.coverage is not None:
         lines += v.coverage.text()
     return lines
+
+
+def _agreement(v: Verification, provider: str, checks: tuple[OutputCheck, ...]) -> list[str]:
+    """The float model's own difference on the provider, then the quantized model's agreement with the CPU's,
+    against the bound two in-tolerance providers meet."""
+    drift = next(c.float_drift for c in v.providers if c.provider == provider)
+    lines = []
+    if drift:
+        worst = min(drift, key=lambda o: o.metrics.cosine_mean)
+        lines.append(f"float model on {_short(provider)} vs the reference (its own arithmetic): {worst.name} cosine "
+                     f"{worst.metrics.cosine_mean:.6f}, max abs {worst.metrics.max_abs_error:.3g}")
+    bounds = sorted({b.min_cosine for b in v.agreement_bounds.values() if b.min_cosine is not None})
+    bound = f" (bound: cosine >= {bounds[0]:.4f}, what two in-tolerance providers meet)" if len(bounds) == 1 else ""
+    return lines + [f"agreement, quantized on CPU vs on {_short(provider)}{bound}:", *_table(checks)]
 
 
 def format_summary(report: QuantReport) -> str:

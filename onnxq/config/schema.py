@@ -135,8 +135,11 @@ class VerifyConfig:
     # Applied to every output; output_tolerances replaces it for the outputs it names.
     tolerance: Tolerance = Tolerance()
     output_tolerances: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
-    # Quantized model on CPU vs on another provider (CUDA): they should agree far more closely than with float.
-    provider_agreement: Tolerance = Tolerance(min_cosine=0.999)
+    # Quantized model on CPU vs on another provider (CUDA). None: the bound two providers within tolerance of the
+    # float model always meet, derived per output from its tolerance (verify.agreement: cosine 0.98 → 0.92). A
+    # fixed bar (the old default, cosine 0.999) failed correct models: a rounding flip of a run-time scale moves
+    # each provider as far from the other as from float (issue 31, MiniLM on an H100: 0.9886 CPU vs CUDA).
+    provider_agreement: Tolerance | None = None
     # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
     providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back, at most max_samples.

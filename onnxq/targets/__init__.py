@@ -11,10 +11,11 @@ from onnxq.targets.registry import (
     detect_target,
     register_target,
     resolve_target,
+    target_providers,
     target_names,
     unregister_target,
 )
 
 __all__ = ["Target", "TARGETS", "ISA_FLAGS", "cpu_flags", "cpu_model", "detect_target", "resolve_target",
-           "covered_targets", "register_target", "unregister_target", "target_names", "saturating_targets",
-           "needs_pair_limit", "integer_types_reason"]
+           "covered_targets", "target_providers", "register_target", "unregister_target", "target_names",
+           "saturating_targets", "needs_pair_limit", "integer_types_reason"]

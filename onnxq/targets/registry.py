@@ -16,7 +16,7 @@ from collections.abc import Callable
 from onnxq.targets.cpu import cpu_flags
 
 __all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
-           "detect_target", "resolve_target"]
+           "detect_target", "resolve_target", "target_providers"]
 
 # How a target off this machine is checked (verify.coverage reads these).
 CHECKS = ("exact", "emulated")
@@ -35,6 +35,8 @@ class Target:
     # Whether a CPU with these ISA flags and this machine name is this target (concrete targets only; at most one
     # says yes).
     detects: Callable[[frozenset[str], str], bool] | None = None
+    # The ONNX Runtime execution provider the model is deployed on: the CPU's, or a GPU's (targets.cuda).
+    provider: str = "CPUExecutionProvider"
 
     def __post_init__(self) -> None:
         if self.checked_by not in CHECKS:
@@ -86,3 +88,9 @@ def covered_targets(target: str) -> tuple[str, ...]:
     """The concrete targets a model for `target` must hold on."""
     concrete = resolve_target(target)
     return TARGETS[concrete].covers or (concrete,)
+
+
+def target_providers(target: str) -> tuple[str, ...]:
+    """The execution providers a model for `target` is deployed on, CPU first when it is one of them."""
+    found = {TARGETS[t].provider for t in covered_targets(target)}
+    return tuple(sorted(found, key=lambda p: (p != "CPUExecutionProvider", p)))

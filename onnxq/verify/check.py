@@ -1,5 +1,9 @@
-"""Run the float model (CPU, the reference) and the quantized model on each provider on the same inputs, and
-gate every output on its tolerance; also gate the quantized model's agreement across providers."""
+"""Run the float model (CPU, no optimizations: the reference) and the quantized model on each provider on the same
+inputs, and gate every provider's outputs on their tolerance against that one reference — a model within
+tolerance on every provider passes. Also: the float model as deployed on each other provider against the reference
+(the provider's own arithmetic, reported), the quantized model's agreement across providers (held to the bound that
+two in-tolerance providers always meet: verify.agreement), and where each node ran (placement: profiled where the
+provider is present, predicted from ORT's kernel registrations where it is not)."""
 
 from __future__ import annotations
 
@@ -11,26 +15,34 @@ import onnxruntime as ort
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
-from onnxq.config import PROVIDER_ALIASES, VerifyConfig
+from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
+from onnxq.targets import target_providers
 from onnxq.io import load_model
 from onnxq.verify.coverage import Coverage, CoverageRun
-from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
+from onnxq.verify.comparisons import Comparisons
+from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import OutputCheck, failures_for
 from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import Reference
 from onnxq.verify.sessions import ModelSource, make_session
 from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
-           "resolve_providers", "failures_for"]
+           "resolve_providers", "requested_providers", "failures_for"]
+
+_CPU = "CPUExecutionProvider"
 
 
 @dataclasses.dataclass(frozen=True)
 class ProviderCheck:
     provider: str
-    outputs: tuple[OutputCheck, ...]  # quantized on this provider vs float on CPU
+    outputs: tuple[OutputCheck, ...]  # quantized on this provider vs the float reference (CPU, no optimizations)
     placement: Placement | None
     task: TaskMetrics | None = None  # the user's own evaluation (verify.task_metric), quantized here vs float
+    # The float model as deployed on this provider vs the same reference: the provider's own arithmetic (TF32,
+    # fused kernels), inside `outputs` too. None on the CPU, whose deployed float kernels the speed line times.
+    float_drift: tuple[OutputCheck, ...] | None = None
 
     @property
     def passed(self) -> bool:
@@ -40,7 +52,8 @@ class ProviderCheck:
         return {"provider": self.provider, "passed": self.passed,
                 "outputs": {o.name: o.to_dict() for o in self.outputs},
                 "placement": None if self.placement is None else self.placement.to_dict(),
-                "task": None if self.task is None else self.task.to_dict()}
+                "task": None if self.task is None else self.task.to_dict(),
+                "float_drift": None if self.float_drift is None else {o.name: o.to_dict() for o in self.float_drift}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +61,15 @@ class Verification:
     data: str  # where the inputs came from, in words
     samples: int
     providers: tuple[ProviderCheck, ...]
-    # Quantized on CPU vs quantized on each other provider (ORT issues #11532, #10636: silent disagreement).
+    # Quantized on CPU vs quantized on each other provider (ORT issues #11532, #10636: silent disagreement), each
+    # output against agreement_bounds[output] (verify.agreement: what two in-tolerance providers always meet).
     agreement: dict[str, tuple[OutputCheck, ...]]
     unavailable: tuple[str, ...]  # requested providers this onnxruntime lacks, with why
     # Where the check holds: this CPU, each target (run / exact / emulated), the kernels' gap to the exact model.
     coverage: Coverage | None = None
+    agreement_bounds: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
+    # Placements predicted from ORT's kernel registrations for providers asked for (or the target's) but absent.
+    predicted: tuple[Placement, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -61,7 +78,7 @@ class Verification:
 
     @property
     def cpu(self) -> ProviderCheck:
-        return next(p for p in self.providers if p.provider == "CPUExecutionProvider")
+        return next(p for p in self.providers if p.provider == _CPU)
 
     @property
     def outputs(self) -> tuple[OutputCheck, ...]:
@@ -75,7 +92,9 @@ class Verification:
         return {"data": self.data, "samples": self.samples, "passed": self.passed,
                 "providers": {p.provider: p.to_dict() for p in self.providers},
                 "agreement": {k: {o.name: o.to_dict() for o in v} for k, v in self.agreement.items()},
+                "agreement_bounds": {n: dataclasses.asdict(t) for n, t in self.agreement_bounds.items()},
                 "unavailable": list(self.unavailable),
+                "predicted": {p.provider: p.to_dict() for p in self.predicted},
                 "coverage": None if self.coverage is None else self.coverage.to_dict()}
 
 
@@ -99,59 +118,76 @@ def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
                   quantized_nodes: Mapping[str, str] | None = None, target: str | None = "portable") -> Verification:
-    """With quantized_nodes (name → op type), also profile one batch per provider to report placement.
+    """With quantized_nodes (name → op type), also profile one batch per provider to report placement, and
+    predict it on the providers asked for (or the target's) that are absent here.
 
-    target: the CPUs the model is meant for; each is checked by running, by the exact quantization or by
-    emulation (verify.coverage), and gates like the providers do. None: the providers only (a search's probe,
-    which its confirmation checks in full)."""
+    target: the CPUs and providers the model is meant for; each CPU is checked by running, by the exact
+    quantization or by emulation (verify.coverage), and gates like the providers do. None: the providers only (a
+    search's probe, which its confirmation checks in full)."""
     providers, unavailable = resolve_providers(config.providers)
     reference.prefetch()
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
-    accumulators = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers}
-    agreement = {p: {n: MetricsAccumulator() for n in reference.names} for p in providers[1:]}
+    # The float model as deployed on each other provider: its own difference from the reference, reported.
+    floats = {p: make_session(reference.float_model, optimize=True, provider=p) for p in providers if p != _CPU}
     task = _TaskRun(config, reference.names, providers)
-    sample_axes = SampleAxes()
     coverage = None if target is None else CoverageRun(
         quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
         task.metric)
+    comparisons = Comparisons(reference.names, providers)
+    _run_batches(reference, sessions, floats, (comparisons, task, coverage))
+    del sessions, floats
+    found = comparisons.result(config)
+    checks = tuple(ProviderCheck(p, found.outputs[p], None, task.result(p), found.float_drift.get(p))
+                   for p in providers)
+    verification = Verification(data, reference.samples, checks, found.agreement, tuple(unavailable),
+                                None if coverage is None else coverage.result(checks[0].outputs, checks[0].task),
+                                found.bounds)
+    first = reference.batches.first()
+    if quantized_nodes is None or first is None:
+        return verification
+    absent = [p for p in (*requested_providers(config.providers), *target_providers(target or "portable"))
+              if p not in providers and predictable(p)]
+    return with_placement(verification, quant_model, first, quantized_nodes, tuple(dict.fromkeys(absent)))
+
+
+def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSession],
+                 floats: Mapping[str, ort.InferenceSession], into: tuple) -> None:
+    """Every verification batch through every session, each output in float64 once (with its norms) for every
+    comparison it takes part in."""
+    comparisons, task, coverage = into
+    sample_axes = SampleAxes()
     for batch, outputs in reference:
         raw = {p: s.run(reference.names, batch) for p, s in sessions.items()}
         expected_task = task.add(batch, outputs, raw)
-        # Each array in float64 once, with its norms, for every comparison it takes part in.
         samples = samples_in(batch)
         axes = [sample_axes.of(n, e, samples) for n, e in zip(reference.names, outputs)]
         expected = [Operand(e, a) for e, a in zip(outputs, axes)]
         got = {p: [Operand(g, a) for g, a in zip(values, axes)] for p, values in raw.items()}
         del raw
+        floated = {p: [Operand(g, a) for g, a in zip(s.run(reference.names, batch), axes)] for p, s in floats.items()}
         if coverage is not None:
-            coverage.add(batch, expected, got["CPUExecutionProvider"], expected_task)
-        for p in providers:
-            for name, e, g in zip(reference.names, expected, got[p]):
-                accumulators[p][name].add(e, g)
-        for p in providers[1:]:
-            for name, c, g in zip(reference.names, got["CPUExecutionProvider"], got[p]):
-                agreement[p][name].add(c, g)
-    checks = tuple(ProviderCheck(p, tuple(OutputCheck(n, m, failures_for(m, config.tolerance_for(n)))
-                                          for n, m in ((n, a.result()) for n, a in accumulators[p].items())), None,
-                                 task.result(p))
-                   for p in providers)
-    agreed = {p: tuple(OutputCheck(n, m, failures_for(m, config.provider_agreement))
-                       for n, m in ((n, a.result()) for n, a in agreement[p].items())) for p in agreement}
-    verification = Verification(data, reference.samples, checks, agreed, tuple(unavailable),
-                                None if coverage is None else coverage.result(checks[0].outputs, checks[0].task))
-    first = reference.batches.first()
-    if quantized_nodes is None or first is None:
-        return verification
-    return with_placement(verification, quant_model, first, quantized_nodes)
+            coverage.add(batch, expected, got[_CPU], expected_task)
+        comparisons.add(expected, got, floated)
+
+
+def requested_providers(requested: Sequence[str]) -> list[str]:
+    """The full names of the providers a config names (auto: none in particular)."""
+    return [PROVIDER_ALIASES.get(n.lower(), n) for n in requested if n != "auto"]
 
 
 def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,
-                   quantized_nodes: Mapping[str, str]) -> Verification:
-    """The verification with each provider's placement, from one profiled batch per provider."""
-    checks = tuple(dataclasses.replace(c, placement=profile_placement(quant_model, c.provider, batch,
-                                                                       quantized_nodes))
-                   for c in verification.providers)
-    return dataclasses.replace(verification, providers=checks)
+                   quantized_nodes: Mapping[str, str], absent: tuple[str, ...] = ()) -> Verification:
+    """The verification with each provider's placement, from one profiled batch per provider, each checked against
+    the kernel table's prediction where the table knows the provider; and predicted placements for `absent`."""
+    model = quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model)
+    checks = []
+    for check in verification.providers:
+        placement = profile_placement(quant_model, check.provider, batch, quantized_nodes)
+        if predictable(check.provider):
+            placement = with_mismatches(placement, predict_placement(model, check.provider, quantized_nodes))
+        checks.append(dataclasses.replace(check, placement=placement))
+    predicted = tuple(predict_placement(model, p, quantized_nodes) for p in absent)
+    return dataclasses.replace(verification, providers=tuple(checks), predicted=predicted)
 
 
 class _TaskRun:

@@ -22,7 +22,7 @@ from onnxq.config import Tolerance, VerifyConfig
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator, Operand
-from onnxq.verify.outcome import OutputCheck, failures_for
+from onnxq.verify.outcome import OutputCheck, checks_of
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
@@ -183,12 +183,12 @@ class CoverageRun:
             self._task[kind].add(expected, self.task(self.names, outputs, samples), samples)
 
     def result(self, deployed_checks: tuple, deployed_task: TaskMetrics | None = None) -> Coverage:
-        exact = _checks(self._exact, self.config.tolerance_for)
-        gap = _checks(self._gap, lambda _: Tolerance(min_cosine=None))
+        exact = checks_of(self._exact, self.config.tolerance_for)
+        gap = checks_of(self._gap, lambda _: Tolerance(min_cosine=None))
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
         loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
         saturating = tuple(n for n in self._emulator.nodes if n.saturated)
-        by_check = {"exact": exact, "emulated": _checks(self._emulated, self.config.tolerance_for)}
+        by_check = {"exact": exact, "emulated": checks_of(self._emulated, self.config.tolerance_for)}
         checks = []
         for t in self.targets:
             nodes = saturating if TARGETS[t].saturates_u8s8 else ()
@@ -209,7 +209,3 @@ def _here(saturates: bool) -> str:
     flagged = detect_target(cpu_flags())
     return "x86-vnni" if flagged == "x86-avx2" else flagged
 
-
-def _checks(accumulators: dict[str, MetricsAccumulator], tolerance_for) -> tuple[OutputCheck, ...]:
-    return tuple(OutputCheck(n, m, failures_for(m, tolerance_for(n)))
-                 for n, m in ((n, a.result()) for n, a in accumulators.items()))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.errors import ConfigError, one_line
-from onnxq.verify.metrics import OutputMetrics
+from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 
-__all__ = ["OutputCheck", "failures_for", "check_output_tolerances"]
+__all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,13 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         found.append(f"top-{k} agreement {top_k:.4f} < {tolerance.min_topk_agreement} ({outside} of "
                      f"{metrics.decisions} float answers outside the quantized top {k})")
     return tuple(found)
+
+
+def checks_of(accumulators: Mapping[str, MetricsAccumulator],
+              tolerance_for: Callable[[str], Tolerance]) -> tuple[OutputCheck, ...]:
+    """Each output's accumulated metrics against its tolerance."""
+    return tuple(OutputCheck(n, m, failures_for(m, tolerance_for(n)))
+                 for n, m in ((n, a.result()) for n, a in accumulators.items()))
 
 
 def check_output_tolerances(config: VerifyConfig, outputs: list[str]) -> None:

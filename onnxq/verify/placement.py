@@ -2,13 +2,17 @@
 
 The profile lists the graph ORT actually executed, after its optimizations, with the provider of every node;
 fused nodes keep the name of the node they replaced (a quantized MatMul becomes MatMulIntegerToFloat under the
-same name), so each quantized node of the model can be looked up.
+same name), so each quantized node of the model can be looked up. A placement is per provider: a quantized node
+counts as on an integer kernel of that provider only when it ran there — a CUDA session's MatMulIntegerToFloat
+ran on the CPU (no CUDA kernel), with a copy each way, and is counted as a fallback. Where a provider is absent,
+verify.predict gives the same record from ORT's kernel registrations (targets.ort_kernels), marked predicted.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import html
 import json
 import re
 import tempfile
@@ -22,18 +26,21 @@ import onnxruntime as ort
 from onnxq.calibration.specs import Batch
 from onnxq.errors import OutputPathError
 from onnxq.handlers.registry import product_op_types
+from onnxq.targets.ort_kernels import INTEGER_KERNELS, MEMCPY_OPS
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["INTEGER_KERNELS", "float_product_kernels",
-           "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes"]
+           "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes", "short"]
 
-INTEGER_KERNELS = frozenset({
-    "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "DynamicQuantizeMatMul", "QLinearConv",
-    "ConvInteger", "MatMulNBits", "QAttention", "DynamicQuantizeLSTM"})
+_CPU = "CPUExecutionProvider"
 _LAYOUT_TOKEN = re.compile(r"_token_\d+$")
 # ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul, Conv + Relu ->
 # FusedConv).
 _FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm", "FusedConv"})
+
+
+def short(provider: str) -> str:
+    return provider.replace("ExecutionProvider", "")
 
 
 def float_product_kernels() -> frozenset[str]:
@@ -55,42 +62,78 @@ class Placement:
     runs: tuple[NodeRun, ...]
     # For each quantized node of the model: the kernel that ran it (None: not found, folded or fused away).
     quantized: dict[str, NodeRun | None]
+    # How it was found: "profiled" (a real session, one batch) or "predicted" (ORT's kernel registrations, the
+    # provider being absent here: targets.ort_kernels says where the table comes from).
+    source: str = "profiled"
+    # Where a prediction and the real session disagree (the provider present): each node, predicted vs ran.
+    mismatches: tuple[str, ...] = ()
 
     @property
     def kernels(self) -> dict[str, int]:
-        """Executed kernels by op type."""
+        """Executed kernels by op type, copies included."""
         return dict(sorted(collections.Counter(r.op_type for r in self.runs).items()))
 
     @property
     def by_provider(self) -> dict[str, int]:
         return dict(collections.Counter(r.provider for r in self.runs))
 
+    def _here(self, kinds: frozenset[str]) -> list[str]:
+        return [n for n, r in self.quantized.items() if r is not None and r.provider == self.provider
+                and r.op_type in kinds]
+
     @property
     def integer(self) -> list[str]:
-        return [n for n, r in self.quantized.items() if r is not None and r.op_type in INTEGER_KERNELS]
+        """Quantized nodes that ran on an integer or low-bit kernel of this provider."""
+        return self._here(INTEGER_KERNELS)
 
     @property
     def float_fallbacks(self) -> list[str]:
-        """Quantized nodes that ran as DequantizeLinear + a float product."""
-        return [n for n, r in self.quantized.items() if r is not None and r.op_type in float_product_kernels()]
+        """Quantized nodes that ran on this provider as DequantizeLinear + a float product."""
+        return self._here(float_product_kernels())
+
+    @property
+    def elsewhere(self) -> list[NodeRun]:
+        """Quantized nodes that ran on another provider than this one (no kernel here for their types)."""
+        return [r for r in self.quantized.values() if r is not None and r.provider != self.provider]
 
     @property
     def cpu_fallbacks(self) -> list[NodeRun]:
-        """Nodes that ran on the CPU although another provider was asked for."""
-        if self.provider == "CPUExecutionProvider":
+        """Nodes (any, copies excluded) that ran on the CPU although another provider was asked for."""
+        if self.provider == _CPU:
             return []
-        return [r for r in self.runs if r.provider == "CPUExecutionProvider"]
+        return [r for r in self.runs if r.provider == _CPU and r.op_type not in MEMCPY_OPS]
+
+    @property
+    def copies(self) -> int:
+        """Copies between devices ORT inserted (MemcpyFromHost / MemcpyToHost nodes)."""
+        return sum(r.op_type in MEMCPY_OPS for r in self.runs)
+
+    def text(self) -> list[str]:
+        """The summary's lines: kernels on this provider, then what did not run as planned."""
+        where = short(self.provider)
+        here = [r for r in self.runs if r.provider == self.provider]
+        integer = collections.Counter(r.op_type for r in here if r.op_type in INTEGER_KERNELS)
+        listed = ", ".join(f"{n} {op}" for op, n in integer.most_common()) or "none"
+        floats = sum(r.op_type in float_product_kernels() for r in here)
+        how = "" if self.source == "profiled" else " (predicted: no such provider here; ORT's kernel registrations)"
+        lines = [f"ORT {where} kernels{how}: integer {listed}; float MatMul/Gemm/Conv {floats} "
+                 f"({len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where})"]
+        return lines + [f"  ! {finding}" for finding in self.findings()]
 
     def findings(self) -> list[str]:
         found = []
+        where = short(self.provider)
         if self.float_fallbacks:
-            where = self.provider.replace("ExecutionProvider", "")
             advice = (" — ORT has no int8 QDQ MatMul fusion on CUDA: weights are stored int8 (smaller) but compute "
-                      "is float; for CUDA speed, weight-only int4 (MatMulNBits) is the path"
+                      "is float; for CUDA speed, weight-only int4 (MatMulNBits) is the path (--target cuda)"
                       if self.provider == "CUDAExecutionProvider" else "")
             ops = "/".join(sorted({self.quantized[n].op_type for n in self.float_fallbacks}))
             found.append(f"{len(self.float_fallbacks)} quantized node(s) ran on {where} as DequantizeLinear + float "
                          f"{ops}{advice}")
+        if self.elsewhere:
+            ops = collections.Counter(f"{r.op_type} on {short(r.provider)}" for r in self.elsewhere)
+            found.append(f"{len(self.elsewhere)} quantized node(s) fell back from {where} (no {where} kernel for "
+                         "their types): " + ", ".join(f"{n} {op}" for op, n in ops.most_common(4)))
         missing = [n for n, r in self.quantized.items() if r is None]
         if missing:
             found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused; inside "
@@ -98,15 +141,28 @@ class Placement:
         if self.cpu_fallbacks:
             ops = collections.Counter(r.op_type for r in self.cpu_fallbacks)
             found.append(f"{len(self.cpu_fallbacks)} node(s) fell back to CPU: "
-                         + ", ".join(f"{n} {op}" for op, n in ops.most_common(6)))
+                         + ", ".join(f"{n} {op}" for op, n in ops.most_common(6))
+                         + (f"; {self.copies} copies between devices" if self.copies else ""))
+        if self.mismatches:
+            found.append(f"the kernel table predicted {len(self.mismatches)} quantized node(s) otherwise than this "
+                         f"session ran them (e.g. {self.mismatches[0]}): targets/ort_kernels.py needs updating for "
+                         f"onnxruntime {ort.__version__}")
         return found
 
+    def html(self) -> str:
+        kernels = ", ".join(f"{n} {html.escape(op)}" for op, n in self.kernels.items())
+        how = "predicted from ORT's kernel registrations" if self.source == "predicted" else "ran"
+        return (f"<p>Kernels ORT {how} on {html.escape(short(self.provider))}: {kernels} "
+                f"({len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels there)</p>"
+                + "".join(f"<p class='fail'>{html.escape(f)}</p>" for f in self.findings()))
+
     def to_dict(self) -> dict:
-        return {"provider": self.provider, "kernels": self.kernels, "by_provider": self.by_provider,
-                "integer": self.integer, "float_fallbacks": self.float_fallbacks,
+        return {"provider": self.provider, "source": self.source, "kernels": self.kernels,
+                "by_provider": self.by_provider, "integer": self.integer, "float_fallbacks": self.float_fallbacks,
+                "elsewhere": [dataclasses.asdict(r) for r in self.elsewhere], "copies": self.copies,
                 "cpu_fallbacks": [dataclasses.asdict(r) for r in self.cpu_fallbacks],
                 "quantized": {n: (None if r is None else dataclasses.asdict(r)) for n, r in self.quantized.items()},
-                "findings": self.findings()}
+                "mismatches": list(self.mismatches), "findings": self.findings()}
 
 
 def quantized_nodes(model: ModelSource) -> dict[str, str]:
@@ -143,6 +199,12 @@ def profiled_session(model: ModelSource, provider: str, batch: Batch,
             raise OutputPathError(f"onnxruntime's profile of the quantized model could not be read back from the "
                                   f"temporary folder ({type(e).__name__}) — is that disk full? Free some space, or "
                                   "set verify.check_kernels = false") from None
+    return session, placement_from_profile(provider, events, quantized)
+
+
+def placement_from_profile(provider: str, events: list[dict], quantized: Mapping[str, str]) -> Placement:
+    """The placement an ORT profile (its JSON events) records: also how recorded profiles (tests' fixtures of a
+    GPU run) are read."""
     runs = {}
     for event in events:
         name = event.get("name", "")
@@ -151,4 +213,4 @@ def profiled_session(model: ModelSource, provider: str, batch: Batch,
             runs[node] = NodeRun(node, event["args"].get("op_name", "?"), event["args"].get("provider", "?"))
     # ORT's layout transformer (NCHW → NHWC for QLinearConv, MaxPool) renames the nodes it rebuilds "<name>_token_<n>".
     relaid = {_LAYOUT_TOKEN.sub("", name): run for name, run in runs.items()}
-    return session, Placement(provider, tuple(runs.values()), {n: runs.get(n) or relaid.get(n) for n in quantized})
+    return Placement(provider, tuple(runs.values()), {n: runs.get(n) or relaid.get(n) for n in quantized})

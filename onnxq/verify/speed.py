@@ -15,9 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from onnxq.calibration.specs import Batch
+from onnxq.targets import target_providers
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["SpeedCheck", "check_speed", "MIN_ROUNDS"]
+__all__ = ["SpeedCheck", "check_speed", "slower_notes", "MIN_ROUNDS"]
 
 # A median of fewer rounds is one noisy run.
 MIN_ROUNDS = 3
@@ -72,3 +73,24 @@ def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch
         checks.append(SpeedCheck(provider, float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3),
                                  len(times[0])))
     return tuple(checks)
+
+
+def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool) -> list[str]:
+    """A note per provider where the quantized model is not faster than float, with what to do about it there:
+    --check-speed (unless it ran: searched) where the target is deployed on that provider, the right target where
+    it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies: issue 31)."""
+    notes = []
+    deployed_on = target_providers(target)
+    for check in checks:
+        if check.faster:
+            continue
+        where = check.provider.replace("ExecutionProvider", "")
+        if check.provider not in deployed_on:
+            hint = f"; target {target} is not meant for {where}" + (
+                "; --target cuda plans the forms CUDA runs fast" if check.provider == "CUDAExecutionProvider" else "")
+        else:
+            hint = "" if searched else ("; --check-speed keeps float the kinds of node that run slower quantized on "
+                                        + where)
+        notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
+                     f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see README, Targets")
+    return notes

@@ -13,6 +13,7 @@ from conftest import REPO, to_model
 from onnxq.cli import main
 from onnxq.progress import ProgressBar as _Progress
 from onnxq.progress import count_samples as _count_samples
+from onnxq.verify import resolve_providers
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
     assert (work / "mlp.int8.onnx").is_file()
     assert "3 Gemm" in out and "3 QGemm" in out and "result: within tolerance" in out
     report = json.loads((work / "r.json").read_text())
-    assert report["schema_version"] == 5 and report["passed"] is True
+    assert report["schema_version"] == 6 and report["passed"] is True
     cpu = report["verification"]["providers"]["CPUExecutionProvider"]
     assert cpu["outputs"]["logits"]["cosine_mean"] >= 0.999
 
@@ -158,13 +159,14 @@ def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
     out = capsys.readouterr().out
     assert code == 0
     report = json.loads((work / "r.json").read_text())
-    (speed,) = report["speed"]
-    assert speed["provider"] == "CPUExecutionProvider" and speed["rounds"] == 10
-    assert speed["float_ms"] > 0 and speed["quantized_ms"] > 0
-    assert abs(speed["speedup"] - speed["float_ms"] / speed["quantized_ms"]) < 1e-9
-    warned = any("not faster than float" in n for n in report["notes"])
-    # A tiny model may end with every node float (the whole-model rule): float against float warns of nothing.
-    assert warned == (speed["speedup"] <= 1.0 and bool(report["quantized"]))
+    # One timing per provider verified: the CPU, and CUDA too on a machine that has it.
+    assert [s["provider"] for s in report["speed"]] == resolve_providers(("auto",))[0]
+    for speed in report["speed"]:
+        assert speed["rounds"] == 10 and speed["float_ms"] > 0 and speed["quantized_ms"] > 0
+        assert abs(speed["speedup"] - speed["float_ms"] / speed["quantized_ms"]) < 1e-9
+        warned = any("not faster than float on " + speed["provider"] in n for n in report["notes"])
+        # A tiny model may end with every node float (the whole-model rule): float against float warns of nothing.
+        assert warned == (speed["speedup"] <= 1.0 and bool(report["quantized"]))
     assert "speed on CPU:" in out
 
 
@@ -176,10 +178,11 @@ def test_default_run_times_the_cpu_and_no_speed_turns_it_off(work, capsys):
     out = capsys.readouterr().out
     assert code == 0
     report = json.loads((work / "r.json").read_text())
-    (speed,) = report["speed"]
+    speed = report["speed"][0]  # the CPU first; CUDA next on a machine that has it
+    assert [s["provider"] for s in report["speed"]] == resolve_providers(("auto",))[0]
     assert speed["provider"] == "CPUExecutionProvider" and speed["rounds"] == 5
     assert speed["float_ms"] > 0 and speed["quantized_ms"] > 0 and "speed on CPU:" in out
-    slower = [n for n in report["notes"] if "not faster than float" in n]
+    slower = [n for n in report["notes"] if "not faster than float on CPUExecutionProvider" in n]
     assert len(slower) == (speed["speedup"] <= 1.0)
     assert all("--check-speed keeps float the kinds of node" in n for n in slower)
     assert "speed_by_kind" not in report or report["speed_by_kind"] is None
@@ -198,8 +201,8 @@ def test_default_timing_stops_at_its_budget_after_three_rounds(work, monkeypatch
     monkeypatch.setattr(step, "DEFAULT_BUDGET_S", 0.0)
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
                  "--report", str(work / "r.json")])
-    (speed,) = json.loads((work / "r.json").read_text())["speed"]
-    assert code == 0 and speed["rounds"] == 3
+    speeds = json.loads((work / "r.json").read_text())["speed"]  # one per provider: CUDA too where present
+    assert code == 0 and speeds and all(speed["rounds"] == 3 for speed in speeds)
 
 
 def test_default_timing_skips_models_over_the_memory_bound(work, monkeypatch):

@@ -100,9 +100,12 @@ def test_cuda_verification_and_agreement(quantized_transformer, samples_dir):
     v = onnxq.verify(samples_dir / "tiny_transformer.onnx", quantized_transformer,
                      samples_dir / "tiny_transformer_calib.npz", providers=("cpu", "cuda"))
     assert [p.provider for p in v.providers] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
-    agreement = v.agreement["CUDAExecutionProvider"]
-    assert all(o.metrics.cosine_mean >= 0.999 for o in agreement)
+    # Each provider within tolerance of float passes; the agreement is held to what two such providers meet.
+    assert v.passed and all(o.passed for o in v.agreement["CUDAExecutionProvider"])
+    assert v.agreement_bounds["last_hidden_state"].min_cosine == pytest.approx(0.92)
+    # The float model's own CUDA arithmetic is reported beside it (TF32, fused kernels: small).
+    assert all(o.metrics.cosine_mean >= 0.999 for o in v.providers[1].float_drift)
     cuda = v.providers[1].placement
     # ORT has no CUDA QDQ MatMul fusion: the int8 MatMuls run as DequantizeLinear + float MatMul, and say so.
     assert sorted(cuda.float_fallbacks) == sorted(quantized_nodes(quantized_transformer))
-    assert any("MatMulNBits" in f for f in cuda.findings())
+    assert any("MatMulNBits" in f for f in cuda.findings()) and cuda.mismatches == ()

@@ -1,0 +1,74 @@
+"""The comparisons of one verification, fed batch by batch: each provider's quantized outputs against the float
+reference (the gate), the float model as deployed on each other provider against the same reference (the
+provider's own arithmetic: reported), and each other provider's quantized outputs against the CPU's (the agreement,
+held to the bound two in-tolerance providers always meet: verify.agreement).
+
+It takes arrays, not sessions, so the rules are tested on outputs recorded from a GPU run as on live ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from onnxq.config import Tolerance, VerifyConfig
+from onnxq.verify.agreement import implied_agreement
+from onnxq.verify.metrics import MetricsAccumulator, Operand
+from onnxq.verify.outcome import OutputCheck, checks_of
+
+__all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
+
+_CPU = "CPUExecutionProvider"
+
+
+def agreement_bound(config: VerifyConfig, output: str) -> Tolerance:
+    """The bar for an output of the quantized model on another provider against the CPU's: the user's
+    provider_agreement, or the one implied by the output's tolerance on both (one tolerance per output serves
+    every provider, so the bound is the same for each pair)."""
+    if config.provider_agreement is not None:
+        return config.provider_agreement
+    tolerance = config.tolerance_for(output)
+    return implied_agreement(tolerance, tolerance)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparisonResult:
+    outputs: dict[str, tuple[OutputCheck, ...]]  # provider → quantized there vs the reference, gated
+    float_drift: dict[str, tuple[OutputCheck, ...]]  # provider (not CPU) → float there vs the reference, reported
+    agreement: dict[str, tuple[OutputCheck, ...]]  # provider (not CPU) → quantized there vs on CPU, vs the bound
+    bounds: dict[str, Tolerance]  # output → the agreement's bar
+
+
+class Comparisons:
+    def __init__(self, names: Sequence[str], providers: Sequence[str]) -> None:
+        self.names = list(names)
+        self.providers = list(providers)
+        others = [p for p in providers if p != _CPU]
+        self._quantized = {p: self._accumulators() for p in providers}
+        self._float = {p: self._accumulators() for p in others}
+        self._agreement = {p: self._accumulators() for p in others}
+
+    def _accumulators(self) -> dict[str, MetricsAccumulator]:
+        return {n: MetricsAccumulator() for n in self.names}
+
+    def add(self, expected: Sequence[Operand], quantized: Mapping[str, Sequence[Operand]],
+            floats: Mapping[str, Sequence[Operand]]) -> None:
+        """One batch: the reference's outputs, each provider's quantized outputs and (other providers) float ones,
+        each a list in the order of `names`."""
+        for p, got in quantized.items():
+            for name, e, g in zip(self.names, expected, got):
+                self._quantized[p][name].add(e, g)
+        for p, got in floats.items():
+            for name, e, g in zip(self.names, expected, got):
+                self._float[p][name].add(e, g)
+        for p in self._agreement:
+            for name, c, g in zip(self.names, quantized[_CPU], quantized[p]):
+                self._agreement[p][name].add(c, g)
+
+    def result(self, config: VerifyConfig) -> ComparisonResult:
+        bounds = {n: agreement_bound(config, n) for n in self.names}
+        return ComparisonResult(
+            outputs={p: checks_of(a, config.tolerance_for) for p, a in self._quantized.items()},
+            float_drift={p: checks_of(a, lambda _: Tolerance(min_cosine=None)) for p, a in self._float.items()},
+            agreement={p: checks_of(a, bounds.__getitem__) for p, a in self._agreement.items()},
+            bounds=bounds)
+
