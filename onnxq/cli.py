@@ -69,8 +69,11 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                    help="auto (default): static with --calib, else dynamic (weight-only for 4-bit weights); "
                         "weight-only: weights in blocks, activations float (int8: MatMulNBits 8 bits)")
     p.add_argument("--target", choices=target_names(),
-                   help="CPUs the model must run correctly on (default portable): auto, this machine's; "
+                   help="where the model is deployed (default portable): auto, this machine's CPU; "
                         + "; ".join(f"{n}, {TARGETS[n].description}" for n in target_names()[1:]))
+    p.add_argument("--compute", choices=["auto", "float32", "float16"],
+                   help="the float arithmetic of what stays float: auto (default) the target's (float16 for cuda, "
+                        "float32 for CPUs); float16 pairs with weight-only blocks")
     p.add_argument("--format", choices=list(FORMATS),
                    help="output format (default qdq): " + "; ".join(f"{f.name}, {f.description}"
                                                                      for f in FORMATS.values()))

@@ -135,6 +135,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "activation_granularity": args.activations,
         "smooth": _smooth_value(args.smooth),
         "recipe": args.recipe,
+        "compute": args.compute,
     }.items() if v is not None}
     if args.weights:
         top["weights"] = QScheme(args.weights, symmetric=args.weights != "uint4")

@@ -16,7 +16,7 @@ from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml
 from onnxq.errors import ConfigError
 from onnxq.numerics.methods import RANGE_METHODS
-from onnxq.targets import target_names
+from onnxq.targets import int8_activations_refusal, target_compute, target_names
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
            "PROVIDER_ALIASES"]
@@ -201,6 +201,8 @@ class QuantConfig:
     # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
     # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
     # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.
+    # cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations are slower than float
+    # on CUDA EP, measured); cpu+cuda: one file for both (weight-only, float32 compute). README, "CUDA".
     target: str = "portable"
     # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
     activations: QScheme = QScheme("uint8", symmetric=False)
@@ -231,6 +233,10 @@ class QuantConfig:
     exclude_regex: str | None = None
     calibration: CalibrationConfig = CalibrationConfig()
     verify: VerifyConfig = VerifyConfig()
+    # The float arithmetic of what stays float: float16 halves CUDA's memory traffic and runs its products on
+    # tensor cores (passes.float16: float32 kept where float16 cannot hold the values); auto: the target's
+    # (float16 for cuda, float32 for CPUs). float16 pairs with weight-only blocks.
+    compute: Literal["auto", "float32", "float16"] = "auto"
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -240,6 +246,7 @@ class QuantConfig:
         if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \
                 not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
             raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")
+        self._check_target()
         if self.weights.dtype == "uint8":
             raise ConfigError("weights.dtype uint8 is not supported: use int8 (ORT's integer kernels take int8 "
                               "weights), or int4 / uint4 for 4-bit weights")
@@ -259,6 +266,20 @@ class QuantConfig:
                 re.compile(self.exclude_regex)
             except re.error as e:
                 raise ConfigError(f"exclude_regex {self.exclude_regex!r} is not a valid regex: {e}") from None
+
+    def _check_target(self) -> None:
+        """What the target runs well: a target without int8 activations (cuda) refuses the modes that make them."""
+        refusal = int8_activations_refusal(self.target)
+        asks = ("mode " + self.mode if self.mode in ("static", "dynamic") else
+                "per-token activations" if self.activation_granularity != "per-tensor" else
+                "smoothing" if self.smooth != "off" else "recipe auto" if self.recipe != "manual" else None)
+        if refusal and asks:
+            raise ConfigError(f"target {self.target} with {asks}: {refusal} — leave mode at auto (weight-only "
+                              "MatMulNBits blocks, --weights int4 for the smallest file), or use --target portable "
+                              "for an int8 CPU model")
+        if self.compute_dtype == "float16" and not self.weight_only:
+            raise ConfigError("compute float16 pairs with weight-only blocks (the CUDA form): int8 activations "
+                              "compute in float32 on ORT's CPU kernels — use --target cuda, or compute float32")
 
     def _check_weight_only(self) -> None:
         dtype, blocks = self.weights.dtype, self.blocks
@@ -280,9 +301,15 @@ class QuantConfig:
 
     @property
     def weight_only(self) -> bool:
-        """Only constant weights are quantized (block-wise), activations stay float: 4-bit weights, or mode
-        weight-only."""
-        return self.weights.bits == 4 or self.mode == "weight-only"
+        """Only constant weights are quantized (block-wise), activations stay float: 4-bit weights, mode
+        weight-only, or mode auto for a target without int8 activations (cuda)."""
+        return self.weights.bits == 4 or self.mode == "weight-only" or (
+            self.mode == "auto" and bool(int8_activations_refusal(self.target)))
+
+    @property
+    def compute_dtype(self) -> str:
+        """The float arithmetic the model is written in: compute, or the target's when auto."""
+        return target_compute(self.target) if self.compute == "auto" else self.compute
 
     def exclusion_reason(self, node_name: str, op_type: str) -> str | None:
         """Why the user's config keeps this node in float, or None."""

@@ -1,5 +1,5 @@
-"""Apply a set of plans (the quantize pass: each plan by its form), then the output format's lowering: the one place
-every build rewrites."""
+"""Apply a set of plans (the quantize pass: each plan by its form), then the output format's lowering, then the
+compute precision (float16 for target cuda): the one place every build rewrites."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan
 from onnxq.passes.bodies import body_as_model, drop_unread_initializers
+from onnxq.passes.float16 import Float16Result, to_float16
 from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
@@ -26,6 +27,7 @@ class Rewritten:
     bias_fallbacks: dict[str, str]  # nodes whose int32 bias stayed float, with why
     kept_qdq: dict[str, str]  # a lowering format: planned nodes left in QDQ form, with why
     separated_adds: tuple[str, ...] = ()  # QDQ MatMuls whose Add became Sum (passes.separate_matmul_add)
+    float16: Float16Result | None = None  # compute float16: what became float16, what stayed float32 and why
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
@@ -45,7 +47,10 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
     if by_graph:
         drop_unread_initializers(model)
     _apply(model, [p for p in plans if not p.scope], (ranges, config, mode, moments), notes, kept)
-    return Rewritten(notes, kept, tuple(separate_matmul_adds(plans)))
+    separated = tuple(separate_matmul_adds(plans))
+    # Last: the float arithmetic of everything quantization left float (and of MatMulNBits' activations).
+    float16 = to_float16(model) if config.compute_dtype == "float16" else None
+    return Rewritten(notes, kept, separated, float16)
 
 
 def _apply(model: ir.Model, plans: Sequence[NodePlan], settings: tuple, notes: dict[str, str],

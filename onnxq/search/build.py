@@ -40,10 +40,11 @@ class Overrides:
     float_nodes: tuple[str, ...] = ()  # kept float (fallback)
     eight_bit: tuple[str, ...] = ()  # 4-bit weights in 8-bit blocks (fallback's middle tier)
     per_token: tuple[str, ...] = ()  # activations per token (recipe auto)
+    compute: str = ""  # the float arithmetic, when a search chose it (--check-speed: float32 where float16 is slower)
 
     def __or__(self, other: Overrides) -> Overrides:
         return Overrides(self.float_nodes + other.float_nodes, self.eight_bit + other.eight_bit,
-                         self.per_token + other.per_token)
+                         self.per_token + other.per_token, other.compute or self.compute)
 
     def effective(self, config: QuantConfig) -> QuantConfig:
         """The config the planner and the passes read: the user's, with these nodes added to its own lists."""
@@ -57,6 +58,8 @@ class Overrides:
         if self.eight_bit:
             changes["blocks"] = dataclasses.replace(config.blocks,
                                                     int8_nodes=config.blocks.int8_nodes + self.eight_bit)
+        if self.compute:
+            changes["compute"] = self.compute
         return config.replace(**changes)
 
 

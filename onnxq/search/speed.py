@@ -7,7 +7,8 @@ README, Conv). Each kind, most nodes first, is tried float on top of the decisio
 turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row.
 Then the model as chosen is timed against every kind float, and the kinds left quantized go float while it is
 slower by the same rule (WholeModel): costs within the noise one by one can add up. The chosen model is verified
-like any search's candidate, so the gate still decides."""
+like any search's candidate, so the gate still decides. A model written in float16 (target cuda) is first timed
+against itself in float32 (ComputeTiming), by the same rule."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.verify.speed import check_speed
 
-__all__ = ["MARGIN", "node_kind", "KindTiming", "WholeModel", "SpeedByKind", "choose_kinds"]
+__all__ = ["MARGIN", "node_kind", "KindTiming", "WholeModel", "SpeedByKind", "choose_kinds", "ComputeTiming",
+           "choose_compute"]
 
 # Faster by less than this is noise on a shared machine: the kind stays quantized (smaller, and as asked).
 MARGIN = 0.05
@@ -106,6 +108,39 @@ class SpeedByKind:
         whole = "" if self.whole is None else f"<p>{escape(self.whole.text().strip())}</p>"
         return ("<h2>Speed by node kind</h2><table><tr><th>kind</th><th>nodes</th><th>quantized ms</th>"
                 f"<th>float ms</th><th>decision</th></tr>{rows}</table>{whole}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeTiming:
+    """--check-speed's first question for a model written in float16 (target cuda): is it faster than the same
+    model in float32 on the provider it is deployed on? float32 is kept when float16 is slower by more than MARGIN
+    twice (the report section "speed_by_compute")."""
+
+    provider: str
+    float16_ms: float
+    float32_ms: float
+    kept_float32: bool
+    key: str = "speed_by_compute"
+
+    def to_dict(self) -> dict:
+        return {"provider": self.provider, "margin": MARGIN, "float16_ms": self.float16_ms,
+                "float32_ms": self.float32_ms, "kept_float32": self.kept_float32}
+
+    def text(self) -> list[str]:
+        verdict = "float32 kept" if self.kept_float32 else "float16"
+        return [f"speed by compute on {self.provider.replace('ExecutionProvider', '')}: float16 {self.float16_ms:.2f} "
+                f"ms, float32 {self.float32_ms:.2f} ms -> {verdict}"]
+
+    def html(self) -> str:
+        return f"<h2>Speed by compute</h2><p>{escape(self.text()[0])}</p>"
+
+
+def choose_compute(builder: Builder, model: ir.Model, batch: Batch, provider: str,
+                   rounds: int = 10) -> tuple[ComputeTiming, Built | None]:
+    """(the timing, the model built in float32 — None when float16 stays)."""
+    wide = builder.build(Overrides(compute="float32"))
+    float16_ms, float32_ms, slower = _slower_twice(model, wide.model, batch, provider, rounds)
+    return ComputeTiming(provider, float16_ms, float32_ms, slower), wide if slower else None
 
 
 @dataclasses.dataclass

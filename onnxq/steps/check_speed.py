@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from onnxq.io.model import model_size_bytes
 from onnxq.search.build import Overrides
-from onnxq.search.speed import choose_kinds
+from onnxq.search.speed import choose_compute, choose_kinds
 from onnxq.steps.sensitivity import DEPLOYED_MAX_WEIGHT_BYTES
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
@@ -68,16 +68,32 @@ def _speed_by_kind(state: RunState, providers: list[str]) -> None:
         state.notes.append(f"speed: the kinds of node were not timed: target {state.config.target} is deployed on "
                            f"{short(deciding)}, which this onnxruntime does not have")
         return
+    where = "this CPU" if deciding == _CPU else short(deciding)
+    if state.builder.effective_config.compute_dtype == "float16":
+        _choose_compute(state, deciding, where)
     section, chosen = choose_kinds(state.builder, state.plans, state.work, state.batches.first(), deciding)
     state.sections.append(section)
     if chosen is None:
         return
     state.adopt(chosen, state.candidate_check()(chosen.model, whole=True))
     state.overrides = state.overrides | Overrides(float_nodes=section.float_nodes)
-    where = "this CPU" if deciding == _CPU else short(deciding)
     state.float_reasons.update(dict.fromkeys(section.float_nodes, f"kept float by --check-speed: slower quantized "
                                                                   f"than float on {where}, measured"))
     placed(state)
     kinds = ", ".join(section.kept_float())
     state.notes.append(f"speed: {kinds} kept float ({len(section.float_nodes)} node(s)): slower quantized than "
                        f"float on {where}, measured (speed_by_kind)")
+
+
+def _choose_compute(state: RunState, provider: str, where: str) -> None:
+    """float32 arithmetic where float16 runs slower on the deployment provider, measured."""
+    timing, wide = choose_compute(state.builder, state.work, state.batches.first(), provider)
+    state.sections.append(timing)
+    if wide is None:
+        return
+    state.adopt(wide, state.candidate_check()(wide.model, whole=True))
+    state.overrides = state.overrides | Overrides(compute="float32")
+    state.sections = [s for s in state.sections if s.key != "precision"]  # nothing is float16 any more
+    placed(state)
+    state.notes.append(f"speed: float32 compute kept: float16 ran slower on {where} ({timing.float16_ms:.1f} ms vs "
+                       f"{timing.float32_ms:.1f} ms, measured; speed_by_compute)")

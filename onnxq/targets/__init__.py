@@ -1,7 +1,7 @@
 """Which CPUs a model is quantized for (a registry: one module per target), and what that means for its integer
 types. Pure functions of the CPU flags: planners and passes ask here; nothing else reads /proc/cpuinfo."""
 
-from onnxq.targets import portable  # noqa: F401  (registers the CPU targets)
+from onnxq.targets import fleet, portable  # noqa: F401  (registers the CPU targets, cuda and cpu+cuda)
 from onnxq.targets.cpu import ISA_FLAGS, cpu_flags, cpu_model
 from onnxq.targets.kernels import integer_types_reason, needs_pair_limit, saturating_targets
 from onnxq.targets.registry import (
@@ -9,8 +9,10 @@ from onnxq.targets.registry import (
     Target,
     covered_targets,
     detect_target,
+    int8_activations_refusal,
     register_target,
     resolve_target,
+    target_compute,
     target_providers,
     target_names,
     unregister_target,
@@ -18,4 +20,5 @@ from onnxq.targets.registry import (
 
 __all__ = ["Target", "TARGETS", "ISA_FLAGS", "cpu_flags", "cpu_model", "detect_target", "resolve_target",
            "covered_targets", "target_providers", "register_target", "unregister_target", "target_names",
-           "saturating_targets", "needs_pair_limit", "integer_types_reason"]
+           "saturating_targets", "needs_pair_limit", "integer_types_reason", "int8_activations_refusal",
+           "target_compute"]

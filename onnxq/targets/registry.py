@@ -16,10 +16,11 @@ from collections.abc import Callable
 from onnxq.targets.cpu import cpu_flags
 
 __all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
-           "detect_target", "resolve_target", "target_providers"]
+           "detect_target", "resolve_target", "target_providers", "int8_activations_refusal", "target_compute"]
 
-# How a target off this machine is checked (verify.coverage reads these).
-CHECKS = ("exact", "emulated")
+# How a target off this machine is checked (verify.coverage reads these). "provider": a GPU target, run on its
+# execution provider where present, else by the same file on this CPU (its exact arithmetic: targets.cuda).
+CHECKS = ("exact", "emulated", "provider")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,12 @@ class Target:
     detects: Callable[[frozenset[str], str], bool] | None = None
     # The ONNX Runtime execution provider the model is deployed on: the CPU's, or a GPU's (targets.cuda).
     provider: str = "CPUExecutionProvider"
+    # Why int8 activations are not planned for this target (measured), or "" when they are: a target that covers
+    # such a target plans weight-only blocks in mode auto and refuses static / dynamic modes with this reason.
+    no_int8_activations: str = ""
+    # The float arithmetic its models compute in by default (QuantConfig.compute "auto"): float16 where the
+    # provider runs it faster (passes.float16), float32 on CPUs.
+    compute: str = "float32"
 
     def __post_init__(self) -> None:
         if self.checked_by not in CHECKS:
@@ -94,3 +101,13 @@ def target_providers(target: str) -> tuple[str, ...]:
     """The execution providers a model for `target` is deployed on, CPU first when it is one of them."""
     found = {TARGETS[t].provider for t in covered_targets(target)}
     return tuple(sorted(found, key=lambda p: (p != "CPUExecutionProvider", p)))
+
+
+def int8_activations_refusal(target: str) -> str:
+    """Why a model for `target` gets no int8 activations ("" when every covered target runs them well)."""
+    return "; ".join(TARGETS[t].no_int8_activations for t in covered_targets(target) if TARGETS[t].no_int8_activations)
+
+
+def target_compute(target: str) -> str:
+    """float16 only when every covered target prefers it (one file for a CPU and a GPU stays float32)."""
+    return "float16" if all(TARGETS[t].compute == "float16" for t in covered_targets(target)) else "float32"

@@ -139,9 +139,10 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     found = comparisons.result(config)
     checks = tuple(ProviderCheck(p, found.outputs[p], None, task.result(p), found.float_drift.get(p))
                    for p in providers)
+    others = {c.provider: (c.outputs, c.task) for c in checks[1:]}
     verification = Verification(data, reference.samples, checks, found.agreement, tuple(unavailable),
-                                None if coverage is None else coverage.result(checks[0].outputs, checks[0].task),
-                                found.bounds)
+                                None if coverage is None else coverage.result(checks[0].outputs, checks[0].task,
+                                                                              others), found.bounds)
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification

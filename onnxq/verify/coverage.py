@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -31,7 +31,10 @@ _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
 # How a target off this machine is checked, by its Target.checked_by (targets.registry.CHECKS).
 _HOW = {"exact": ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
                   "product exactly in int32"),
-        "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"}
+        "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization",
+        "provider": ("the same file on this CPU, no optimizations (its provider absent here): what the GPU computes "
+                     "— DequantizeLinear and MatMulNBits in float, float16 values rounded as it stores them, "
+                     "products accumulated in float32")}
 # This CPU's kernels may lose this much mean cosine to float against the exact quantization before the summary
 # says the kernels, not the quantization, cost accuracy. Rounding differences between ORT's fused and unfused
 # float ops flip single quantization steps, which alone moves MiniLM's outputs by ~5e-4 (measured) both ways.
@@ -182,24 +185,33 @@ class CoverageRun:
             samples = samples_in(batch)
             self._task[kind].add(expected, self.task(self.names, outputs, samples), samples)
 
-    def result(self, deployed_checks: tuple, deployed_task: TaskMetrics | None = None) -> Coverage:
+    def result(self, deployed_checks: tuple, deployed_task: TaskMetrics | None = None,
+               providers: Mapping[str, tuple[tuple, TaskMetrics | None]] | None = None) -> Coverage:
+        """deployed_*: this CPU's checks (ORT_ENABLE_ALL); providers: every other provider verified, its checks
+        and task metrics, for the targets deployed there (targets.cuda)."""
         exact = checks_of(self._exact, self.config.tolerance_for)
         gap = checks_of(self._gap, lambda _: Tolerance(min_cosine=None))
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
         loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
-        saturating = tuple(n for n in self._emulator.nodes if n.saturated)
         by_check = {"exact": exact, "emulated": checks_of(self._emulated, self.config.tolerance_for)}
-        checks = []
-        for t in self.targets:
-            nodes = saturating if TARGETS[t].saturates_u8s8 else ()
-            if t == self.here:
-                checks.append(TargetCheck(t, _HOW_RUN, deployed_checks, nodes, deployed_task))
-            else:
-                how = TARGETS[t].checked_by
-                task = self._task[how]
-                checks.append(TargetCheck(t, _HOW[how], by_check[how], nodes, None if task is None else task.result()))
+        checks = [self._check(t, (deployed_checks, deployed_task), by_check, providers or {}) for t in self.targets]
         return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)
+
+    def _check(self, target: str, deployed: tuple, by_check: Mapping[str, tuple],
+               providers: Mapping[str, tuple]) -> TargetCheck:
+        """How one target is checked: run here, run on its provider, or the exact / emulated arithmetic."""
+        nodes = tuple(n for n in self._emulator.nodes if n.saturated) if TARGETS[target].saturates_u8s8 else ()
+        if target == self.here:
+            return TargetCheck(target, _HOW_RUN, deployed[0], nodes, deployed[1])
+        how, provider = TARGETS[target].checked_by, TARGETS[target].provider
+        if how == "provider" and provider in providers:
+            outputs, task = providers[provider]
+            return TargetCheck(target, f"ran on {provider.replace('ExecutionProvider', '')} (ORT's deployed kernels)",
+                               outputs, nodes, task)
+        kind = "exact" if how == "provider" else how
+        task = self._task[kind]
+        return TargetCheck(target, _HOW[how], by_check[kind], nodes, None if task is None else task.result())
 
 
 def _here(saturates: bool) -> str:

@@ -1,0 +1,95 @@
+"""passes.float16: float16 compute with float32 kept where float16 cannot hold the values, the model's inputs and
+outputs unchanged. Checked by running the rewritten model in ONNX Runtime (the CPU casts float16 operators it has
+no kernel for to float32 and back: float16 storage, float32 arithmetic)."""
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+from conftest import to_model, weight
+
+from onnxq.io import OrtModel
+from onnxq.passes.float16 import to_float16
+from onnxq.passes.float16_plan import plan_float16
+
+FLOAT, HALF = ir.DataType.FLOAT, ir.DataType.FLOAT16
+
+
+def _constant(tape: ir.tape.Tape, name: str, value, dtype=np.float32) -> ir.Value:
+    return tape.initializer(ir.tensor(np.asarray(value, dtype), name=name))
+
+
+def _encoder_block(rng) -> ir.Model:
+    """x [batch, 16] → MatMul → a layer norm written out (ReduceMean, Sub, Mul, ReduceMean, Add ε = 1e-12, Sqrt,
+    Div), plus a mask (1 - m) × float32's lowest; the MatMul's output h is a graph output and is read on."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, ["batch", 16])
+    m = ir.val("m", FLOAT, ["batch", 16])
+    h = tape.op("MatMul", [x, weight(tape, rng, "w", (16, 16))], name="mm")
+    axes = _constant(tape, "axes", [-1], np.int64)
+    centred = tape.op("Sub", [h, tape.op("ReduceMean", [h, axes], name="mean")], name="centre")
+    var = tape.op("ReduceMean", [tape.op("Mul", [centred, centred], name="square"), axes], name="var")
+    eps = tape.op("Add", [var, _constant(tape, "eps", 1e-12)], name="add_eps")
+    normed = tape.op("Div", [centred, tape.op("Sqrt", [eps], name="sqrt")], name="normalize")
+    mask = tape.op("Mul", [tape.op("Sub", [_constant(tape, "one", 1.0), m], name="invert"),
+                           _constant(tape, "lowest", np.finfo(np.float32).min)], name="mask")
+    y = tape.op("Add", [normed, mask], name="masked")
+    h.name, y.name = "h", "y"
+    return to_model(tape, [x, m], [y, h], opset=18)
+
+
+def _run(model: ir.Model, feeds: dict) -> list[np.ndarray]:
+    return OrtModel(model).session(ort.SessionOptions(), ["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_what_float16_cannot_hold_stays_float32_and_the_rest_converts(rng):
+    model = _encoder_block(rng)
+    plan = plan_float16(model.graph, 18)
+    assert {name: kept.kind for name, kept in plan.kept.items()} == {
+        "add_eps": "small constants float16 makes 0", "mask": "constants past float16's range"}
+    assert {n.name for n in plan.converted} == {"mm", "mean", "centre", "square", "var", "sqrt", "normalize",
+                                                 "invert", "masked"}
+
+
+def test_inputs_outputs_and_results_are_kept(rng):
+    """The rewritten model takes and gives float32 under the same names; its outputs are float's to float16's
+    precision (the ε and the mask computed in float32: no 0 under the square root, no 0 × inf); the float model it
+    was cloned from is untouched (clones share their type objects)."""
+    model = _encoder_block(rng)
+    original = model.clone()
+    x = rng.normal(0, 1, (8, 16)).astype(np.float32)
+    x[0] = 0.0  # a row whose variance is 0: ε decides it
+    m = (rng.uniform(size=(8, 16)) > 0.3).astype(np.float32)
+    want = _run(model, {"x": x, "m": m})
+    result = to_float16(model)
+    assert result.converted == 9 and set(result.kept) == {"add_eps", "mask"} and result.casts >= 3
+    assert [(v.name, v.dtype) for v in model.graph.outputs] == [("y", FLOAT), ("h", FLOAT)]
+    assert [(v.name, v.dtype) for v in model.graph.inputs] == [("x", FLOAT), ("m", FLOAT)]
+    assert next(n for n in model.graph if n.name == "normalize").outputs[0].dtype == HALF
+    assert next(n for n in model.graph if n.name == "mm").inputs[1].const_value.dtype == HALF
+    assert all(v.dtype != HALF for n in original.graph for v in n.outputs)
+    got = _run(model, {"x": x, "m": m})
+    kept = m.astype(bool)
+    assert np.all(np.isfinite(got[0][kept])) and np.all(got[0][~kept] < -1e30)
+    np.testing.assert_allclose(got[0][kept], want[0][kept], atol=0.02)  # float16: 3 decimal digits
+    np.testing.assert_allclose(got[1], want[1], rtol=2e-3, atol=2e-2)
+    assert got[0][0, kept[0]].tolist() == [0.0] * int(kept[0].sum())  # 0 / sqrt(0 + ε), ε kept float32
+
+
+def test_each_crossing_gets_one_cast_and_unread_float32_weights_go(rng):
+    """A float32 value read by two float16 nodes is cast once; a weight only float16 nodes read is replaced by its
+    float16 copy (the file does not hold both)."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, ["batch", 8])
+    w = weight(tape, rng, "w", (8, 8))
+    a = tape.op("MatMul", [x, w], name="a")
+    b = tape.op("MatMul", [x, w], name="b")
+    y = tape.op("Add", [a, b], name="sum")
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    result = to_float16(model)
+    casts = [n for n in model.graph if n.op_type == "Cast"]
+    assert result.casts == len(casts) == 2  # x in, y out
+    assert list(model.graph.initializers) == ["w_fp16"]
+    feeds = {"x": rng.normal(0, 1, (4, 8)).astype(np.float32)}
+    want = feeds["x"] @ (2 * w.const_value.numpy())
+    np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=5e-3, atol=5e-2)
