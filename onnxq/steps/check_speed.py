@@ -59,7 +59,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
 
 def _note_slower(state: RunState, searched: bool) -> None:
     if state.plans:  # --check-speed kept every node float: two float models, timed for the record only
-        state.notes += slower_notes(state.speed, state.config.target, searched)
+        state.notes += slower_notes(state.speed, state.config.target, searched, state.mode == "weight-only")
 
 
 def _speed_by_kind(state: RunState, providers: list[str]) -> None:

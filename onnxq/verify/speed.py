@@ -75,10 +75,12 @@ def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch
     return tuple(checks)
 
 
-def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool) -> list[str]:
+def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weight_only: bool = False) -> list[str]:
     """A note per provider where the quantized model is not faster than float, with what to do about it there:
     --check-speed (unless it ran: searched) where the target is deployed on that provider, the right target where
-    it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies: issue 31)."""
+    it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies: issue 31). A
+    weight-only model's blocks are for size and memory-bound decoding, which one batch's timing does not see:
+    --check-speed does not trade them, so it is not offered for them."""
     notes = []
     deployed_on = target_providers(target)
     for check in checks:
@@ -88,6 +90,8 @@ def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool) -> l
         if check.provider not in deployed_on:
             hint = f"; target {target} is not meant for {where}" + (
                 "; --target cuda plans the forms CUDA runs fast" if check.provider == "CUDAExecutionProvider" else "")
+        elif weight_only:
+            hint = "; weight-only blocks are for size and memory-bound decoding, which one batch does not time"
         else:
             hint = "" if searched else ("; --check-speed keeps float the kinds of node that run slower quantized on "
                                         + where)
