@@ -1,0 +1,111 @@
+"""CUDA as a target (issue 31's acceptance runs), on a machine with onnxruntime-gpu: MiniLM in every form, each
+verified on the CPU and on CUDA against the float model (onnxq.verify: the per-provider gate, the agreement bound,
+the placement profiled on CUDA and checked against targets/ort_kernels.py's prediction), and timed on CUDA EP
+against float (interleaved medians, batch 32 × 128 and 1 × 128), in one run.
+
+    python bench/bench_cuda.py [--rounds 50] [--out bench/out/cuda]
+
+Without CUDA it quantizes and verifies on the CPU, predicts the CUDA placement, and says that nothing was timed on
+a GPU. On a lent GPU machine: bash ../shared/tools/gpu-payload.sh ../shared/models/minilm/*.npz (its header gives
+the calls), then this script with PYTHONPATH as setup.sh sets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, file_mb, fresh  # noqa: E402
+
+import onnxq  # noqa: E402
+from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
+from onnxq.verify.speed import check_speed  # noqa: E402
+
+MINILM = SHARED / "minilm"
+MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
+CUDA = "CUDAExecutionProvider"
+OFF = onnxq.VerifyConfig(enabled=False)
+# name → (config, calibration data or None): issue 31's five forms, then the cuda target's two.
+FORMS = {
+    "dynamic (no data)": (onnxq.QuantConfig(verify=OFF), None),
+    "static QDQ (default)": (onnxq.QuantConfig(verify=OFF), "calib_docs.npz"),
+    "per-token + smooth auto": (onnxq.QuantConfig(activation_granularity="per-token", smooth="auto", verify=OFF),
+                                "calib_docs.npz"),
+    "qoperator": (onnxq.QuantConfig(format="qoperator", verify=OFF), "calib_docs.npz"),
+    "int4 (GPTQ)": (onnxq.QuantConfig(weights=onnxq.QScheme("int4"), verify=OFF), "calib_docs.npz"),
+    "--target cuda (8-bit blocks, float16)": (onnxq.QuantConfig(target="cuda", verify=OFF), None),
+    "--target cuda --weights int4 (GPTQ, float16)": (onnxq.QuantConfig(target="cuda", weights=onnxq.QScheme("int4"),
+                                                                       verify=OFF), "calib_docs.npz"),
+}
+
+
+def gpu_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "no GPU"
+
+
+def verified(path: Path) -> dict:
+    """onnxq.verify on the 500 eval sentences, CPU and CUDA (when present)."""
+    v = onnxq.verify(MODEL, path, MINILM / "eval_sentences.npz", providers=("cpu", "cuda"), target="cuda")
+    row = {"passed": v.passed}
+    for check in v.providers:
+        embedding = next(o for o in check.outputs if o.name == "sentence_embedding")
+        row[check.provider] = round(embedding.metrics.cosine_mean, 4)
+        if check.placement is not None and check.provider == CUDA:
+            row["cuda_placement"] = check.placement.text()
+            row["mismatches"] = list(check.placement.mismatches)
+    for provider, checks in v.agreement.items():
+        row[f"agreement {provider}"] = [round(o.metrics.cosine_mean, 4) for o in checks]
+    row["predicted"] = [line for p in v.predicted for line in p.text()]
+    return row
+
+
+def timed_on_cuda(path: Path, rounds: int) -> dict:
+    docs = np.load(MINILM / "calib_docs.npz")
+    out = {}
+    for batch in (32, 1):
+        feed = {k: docs[k][:batch] for k in docs.files}
+        (check,) = check_speed(MODEL, path, feed, [CUDA], rounds)
+        out[f"b{batch}"] = {"float_ms": round(check.float_ms, 3), "quantized_ms": round(check.quantized_ms, 3),
+                            "speedup": round(check.speedup, 3)}
+    return out
+
+
+def main() -> None:
+    logging.disable(logging.WARNING)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "cuda")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    has_cuda = CUDA in ort.get_available_providers()
+    print(f"machine: {cpu_model()} ({', '.join(sorted(cpu_flags()))}), GPU {gpu_name()}, onnxruntime "
+          f"{ort.__version__} {ort.get_available_providers()}")
+    results = {}
+    for i, (name, (config, data)) in enumerate(FORMS.items()):
+        path = fresh(args.out / f"minilm.form{i}.onnx")
+        onnxq.quantize(MODEL, None if data is None else MINILM / data, output=path, config=config)
+        row = {"size_mb": round(file_mb(path), 1), **verified(path)}
+        if has_cuda:
+            row["cuda_speed"] = timed_on_cuda(path, args.rounds)
+        results[name] = row
+        print(name, json.dumps(row))
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    if not has_cuda:
+        print("no CUDAExecutionProvider here: accuracy on the CPU and the predicted CUDA placement only; nothing was "
+              "timed on a GPU")
+
+
+if __name__ == "__main__":
+    main()
