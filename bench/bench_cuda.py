@@ -3,7 +3,11 @@ verified on the CPU and on CUDA against the float model (onnxq.verify: the per-p
 the placement profiled on CUDA and checked against targets/ort_kernels.py's prediction), and timed on CUDA EP
 against float (interleaved medians, batch 32 × 128 and 1 × 128), in one run.
 
-    python bench/bench_cuda.py [--rounds 50] [--out bench/out/cuda]
+    python bench/bench_cuda.py [--rounds 50] [--out bench/out/cuda] [--smollm2 PATH] [--windows 16]
+
+With --smollm2 (bash ../shared/models/smollm2/build.sh builds it), SmolLM2-135M for --target cuda, 8-bit and 4-bit
+(GPTQ on calib_windows): size, and perplexity on dev_windows against float's, on CUDA when present and by the
+exact float16 arithmetic on this CPU (passes.float16_emulation).
 
 Without CUDA it quantizes and verifies on the CPU, predicts the CUDA placement, and says that nothing was timed on
 a GPU. On a lent GPU machine: bash ../shared/tools/gpu-payload.sh ../shared/models/minilm/*.npz (its header gives
@@ -82,11 +86,54 @@ def timed_on_cuda(path: Path, rounds: int) -> dict:
     return out
 
 
+def perplexity(session: ort.InferenceSession, windows: dict[str, np.ndarray]) -> float:
+    nll, count = 0.0, 0
+    for i in range(len(windows["input_ids"])):
+        feed = {k: windows[k][i:i + 1] for k in windows}
+        logits = session.run(["logits"], feed)[0][0, :-1].astype(np.float64)
+        targets = windows["input_ids"][i, 1:]
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        nll -= float(log_probs[np.arange(len(targets)), targets].sum())
+        count += len(targets)
+    return float(np.exp(nll / count))
+
+
+def smollm2_rows(model: Path, out: Path, windows: int) -> dict:
+    """SmolLM2 for CUDA, 8-bit and 4-bit blocks: size and perplexity (float's beside) where it is deployed."""
+    from onnxq.io import OrtModel, load_model
+    from onnxq.io.sessions import session_options
+    from onnxq.passes.float16_emulation import float16_emulation
+
+    data = SHARED / "smollm2"
+    dev = dict(np.load(data / "dev_windows.npz"))
+    dev = {k: v[:windows] for k, v in dev.items()}
+    exact = ort.SessionOptions()
+    exact.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    rows = {"float": {"size_mb": round(file_mb(model), 1),
+                      "cpu": perplexity(ort.InferenceSession(str(model), exact, providers=["CPUExecutionProvider"]),
+                                        dev)}}
+    print("float", json.dumps(rows["float"]))
+    for name, weights, calib in (("cuda int8", "int8", None), ("cuda int4 gptq", "int4", "calib_windows.npz")):
+        path = fresh(out / f"smollm2.{weights}.onnx")
+        config = onnxq.QuantConfig(target="cuda", weights=onnxq.QScheme(weights), verify=OFF)
+        onnxq.quantize(model, None if calib is None else data / calib, output=path, config=config)
+        emulated = OrtModel(float16_emulation(load_model(path))).session(session_options(optimize=False),
+                                                                         ["CPUExecutionProvider"])
+        rows[name] = {"size_mb": round(file_mb(path), 1), "exact float16 on CPU": perplexity(emulated, dev)}
+        if CUDA in ort.get_available_providers():
+            rows[name]["cuda"] = perplexity(ort.InferenceSession(str(path), providers=[CUDA]), dev)
+        print(name, json.dumps(rows[name]))
+    return rows
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "cuda")
+    parser.add_argument("--smollm2", type=Path, help="smollm2_135m.onnx (../shared/models/smollm2/build.sh)")
+    parser.add_argument("--windows", type=int, default=16, help="SmolLM2 dev windows scored")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     has_cuda = CUDA in ort.get_available_providers()
@@ -101,6 +148,8 @@ def main() -> None:
             row["cuda_speed"] = timed_on_cuda(path, args.rounds)
         results[name] = row
         print(name, json.dumps(row))
+    if args.smollm2:
+        results["smollm2"] = smollm2_rows(args.smollm2, args.out, args.windows)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     if not has_cuda:
         print("no CUDAExecutionProvider here: accuracy on the CPU and the predicted CUDA placement only; nothing was "

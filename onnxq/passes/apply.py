@@ -31,10 +31,12 @@ class Rewritten:
 
 
 def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                config: QuantConfig, mode: str, moments: WeightMoments | None = None) -> Rewritten:
+                config: QuantConfig, mode: str, moments: WeightMoments | None = None,
+                magnitudes: Mapping[str, float] | None = None) -> Rewritten:
     """Rewrite the model in place, then lower it when the format lowers this mode's models. Each subgraph's plans
     are applied to it as a model of its own (passes.bodies) before the main graph's, so that the main graph's
-    rewrite sees which float weights the bodies still read."""
+    rewrite sees which float weights the bodies still read. magnitudes: max |x| per float value on the data, for
+    float16 compute (calibration.magnitudes)."""
     notes: dict[str, str] = {}
     kept: dict[str, str] = {}
     by_graph: dict[int, list[NodePlan]] = {}
@@ -49,7 +51,7 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
     _apply(model, [p for p in plans if not p.scope], (ranges, config, mode, moments), notes, kept)
     separated = tuple(separate_matmul_adds(plans))
     # Last: the float arithmetic of everything quantization left float (and of MatMulNBits' activations).
-    float16 = to_float16(model) if config.compute_dtype == "float16" else None
+    float16 = to_float16(model, magnitudes) if config.compute_dtype == "float16" else None
     return Rewritten(notes, kept, separated, float16)
 
 

@@ -5,9 +5,8 @@ float32 type, so whatever feeds and reads the model (a pipeline, onnxruntime-gen
 Why: CUDA EP runs float16 products on tensor cores with float32 accumulation (cuBLAS), at twice float32's rate or
 more and half its memory traffic; onnxruntime-genai's builder pairs int4 weights with float16 activations for CUDA
 the same way. Constants become float16 copies (the float32 original goes when nothing reads it any more).
-On the CPU, ORT runs such a model by casting each float16 operator it has no kernel for to float32 and back: every
-value rounded to float16 as CUDA stores it, every product accumulated in float32 as cuBLAS does — which is how a
-machine without CUDA checks the file (targets.cuda).
+A machine without CUDA checks the file by its exact arithmetic (passes.float16_emulation: every float16 value
+rounded where it is made, float32 between), not by ORT's CPU run of it, which skips roundings.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import html
+from collections.abc import Mapping
 
 import numpy as np
 import onnx_ir as ir
@@ -53,10 +53,11 @@ class Float16Result:
                 f"<table><tr><th>kept float32</th><th>why</th></tr>{rows}</table>")
 
 
-def to_float16(model: ir.Model, ranges: dict[str, float] | None = None) -> Float16Result:
-    """Rewrite the main graph in place (subgraphs stay float32 with the nodes that own them)."""
+def to_float16(model: ir.Model, magnitudes: Mapping[str, float] | None = None) -> Float16Result:
+    """Rewrite the main graph in place (subgraphs stay float32 with the nodes that own them). magnitudes: max |x|
+    per value name observed on data (calibration.magnitudes); without them only constants are checked."""
     graph = model.graph
-    plan = plan_float16(graph, model.opset_imports.get("", 1), ranges)
+    plan = plan_float16(graph, model.opset_imports.get("", 1), magnitudes)
     if not plan.converted:
         return Float16Result(0, plan.kept, 0)
     joins = _Joins(graph, plan)

@@ -3,7 +3,7 @@
 A node computes in float16 when its operator has a float16 form for its float operands (the ONNX schema's type
 constraint at the model's opset; a short table for the com.microsoft operators onnxq writes) and nothing it reads
 or makes is beyond float16: a constant with values past ±65504 or nonzero values below its smallest subnormal
-(2⁻²⁴: an epsilon of 1e-12 would become 0), or an activation observed past FLOAT16_SAFE (when ranges are given).
+(2⁻²⁴: an epsilon of 1e-12 would become 0), or an activation observed past FLOAT16_SAFE (when magnitudes on data are given).
 Only its operands whose type variable admits float16 change (Resize's scales stay float32). Nodes that own
 subgraphs stay float32 with their bodies; so do operators that make float values from attributes (Range,
 ConstantOfShape, random generators): Casts join them where needed.
@@ -65,8 +65,9 @@ class Float16Plan:
     types: dict[ir.Value, ir.DataType]  # every element type known or propagated
 
 
-def plan_float16(graph: ir.Graph, opset: int, ranges: Mapping[str, float] | None = None) -> Float16Plan:
-    """ranges: max |x| observed per value name (calibration); None: constants are checked, activations not."""
+def plan_float16(graph: ir.Graph, opset: int, magnitudes: Mapping[str, float] | None = None) -> Float16Plan:
+    """magnitudes: max |x| observed per value name (calibration.magnitudes); None: constants are checked,
+    activations not."""
     types = element_types(graph, opset)
     converted: dict[ir.Node, Operands] = {}
     kept: dict[str, Kept] = {}
@@ -75,7 +76,7 @@ def plan_float16(graph: ir.Graph, opset: int, ranges: Mapping[str, float] | None
         if not floats or node.op_type == "Constant":  # a constant: its float16 readers take a float16 copy
             continue
         operands = _float16_operands(node, opset, types)
-        reason = _keep_reason(node, operands, ranges or {})
+        reason = _keep_reason(node, operands, magnitudes or {})
         if reason is None:
             converted[node] = operands
         else:
@@ -83,7 +84,7 @@ def plan_float16(graph: ir.Graph, opset: int, ranges: Mapping[str, float] | None
     return Float16Plan(converted, kept, types)
 
 
-def _keep_reason(node: ir.Node, operands: Operands | None, ranges: Mapping[str, float]) -> Kept | None:
+def _keep_reason(node: ir.Node, operands: Operands | None, magnitudes: Mapping[str, float]) -> Kept | None:
     if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
         return Kept("owning subgraphs", "it owns subgraphs, which stay float32")
     if node.op_type in _FROM_ATTRIBUTES:
@@ -97,9 +98,9 @@ def _keep_reason(node: ir.Node, operands: Operands | None, ranges: Mapping[str, 
             return problem
     values = [node.inputs[i] for i in operands.inputs] + [node.outputs[i] for i in operands.outputs]
     for value in values:
-        if ranges.get(value.name or "", 0.0) > FLOAT16_SAFE:
+        if magnitudes.get(value.name or "", 0.0) > FLOAT16_SAFE:
             return Kept("activations past float16's range", f"{value.name} was observed up to "
-                                                              f"{ranges[value.name]:.3g}, past {FLOAT16_SAFE:g}")
+                                                              f"{magnitudes[value.name]:.3g}, past {FLOAT16_SAFE:g}")
     return None
 
 

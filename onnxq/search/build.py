@@ -69,6 +69,7 @@ class Statistics:
 
     ranges: Mapping[str, tuple[float, float]]
     moments: WeightMoments | None = None
+    magnitudes: Mapping[str, float] | None = None  # float16 compute: max |x| per float value (steps.magnitudes)
 
 
 @dataclasses.dataclass
@@ -101,7 +102,8 @@ class Builder:
         model = self.float_model.clone()
         plans, skips = plan_model(model.graph, config, self.mode)
         plans, skips = unobserved_bodies_dynamic(plans, skips, config, self.stats.ranges)
-        rewritten = apply_plans(model, plans, self.stats.ranges, config, self.mode, self.stats.moments)
+        rewritten = apply_plans(model, plans, self.stats.ranges, config, self.mode, self.stats.moments,
+                                self.stats.magnitudes)
         return Built(model, plans, skips, rewritten.bias_fallbacks, rewritten.kept_qdq)
 
     def on(self, float_model: ir.Model) -> Builder:

@@ -58,7 +58,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
 
 
 def _note_slower(state: RunState, searched: bool) -> None:
-    if state.plans:  # --check-speed kept every node float: two float models, timed for the record only
+    if state.plans:  # none left (--check-speed kept every node float): two float models, timed for the record only
         state.notes += slower_notes(state.speed, state.config.target, searched, state.mode == "weight-only")
 
 

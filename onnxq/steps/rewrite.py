@@ -10,7 +10,8 @@ __all__ = ["rewrite"]
 
 
 def rewrite(state: RunState) -> bool:
-    rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments)
+    rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments,
+                            state.magnitudes)
     state.bias_fallbacks = rewritten.bias_fallbacks
     for name, reason in rewritten.kept_qdq.items():
         state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")

@@ -12,6 +12,7 @@ from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
 from onnxq.steps.load import load_and_plan
+from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.recipe import recipe
 from onnxq.steps.rewrite import rewrite
 from onnxq.steps.save import save
@@ -37,6 +38,7 @@ STEPS: tuple[Step, ...] = (
     Step("load_and_plan", load_and_plan),
     Step("smooth", smooth),
     Step("calibrate", calibrate),
+    Step("magnitudes", magnitudes),
     Step("rewrite", rewrite, page_out_before=True),
     Step("verify", verify),
     Step("recipe", recipe),

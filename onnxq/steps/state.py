@@ -66,6 +66,7 @@ class RunState:
     ranges: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     calibration_samples: int = 0
     moments: WeightMoments | None = None
+    magnitudes: dict[str, float] | None = None  # float16 compute: max |x| per float value on the data
     bias_fallbacks: dict[str, str] = dataclasses.field(default_factory=dict)
     verification: Verification | None = None
     sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
@@ -103,8 +104,8 @@ class RunState:
     def builder(self) -> Builder:
         """How a search builds a candidate: from the float graph quantization starts from, the user's config, the
         run's statistics and the decisions made so far."""
-        return Builder(self.quantized_from, self.config, self.mode, Statistics(self.ranges, self.moments),
-                       self.overrides)
+        return Builder(self.quantized_from, self.config, self.mode,
+                       Statistics(self.ranges, self.moments, self.magnitudes), self.overrides)
 
     def adopt(self, built: Built, verification: Verification) -> None:
         """A search's chosen model becomes the run's (verified during the search; its placement is added)."""

@@ -7,6 +7,7 @@ from onnxq.calibration import Batches
 from onnxq.steps.load import synthetic_inputs
 from onnxq.steps.state import RunState
 from onnxq.verify import Reference, verify_models, with_placement
+from onnxq.verify.check import absent_providers
 
 __all__ = ["verify", "placed"]
 
@@ -25,10 +26,13 @@ def verify(state: RunState) -> bool:
 
 
 def placed(state: RunState) -> None:
-    """The verification of a model a search chose (checked during the search) with its placement added."""
-    if state.config.verify.check_kernels:
+    """The verification of a model a search chose (checked during the search) with its placement added (predicted
+    on the absent providers asked for, as the first verification's)."""
+    config = state.config
+    if config.verify.check_kernels:
         state.verification = with_placement(state.verification, state.work, state.batches.first(),
-                                            state.quantized_nodes())
+                                            state.quantized_nodes(),
+                                            absent_providers(config.verify.providers, config.target))
 
 
 def _held_out_inputs(state: RunState) -> tuple[Batches, str]:

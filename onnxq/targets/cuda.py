@@ -8,8 +8,9 @@ activations are not planned for it. Its one low-bit product kernel is MatMulNBit
 0.92× with float32 activations), and CUDA's float16 products run on tensor cores: models for it are weight-only
 blocks with float16 compute (passes.float16), as onnxruntime-genai's builder writes for CUDA.
 
-Off a GPU the same file runs on this CPU (ORT casts its float16 operators to float32 and back: float16 storage,
-float32 accumulation, as CUDA computes) and its placement on CUDA is predicted from the kernel registrations.
+Off a GPU the file is checked by its exact arithmetic on this CPU (passes.float16_emulation: every float16 value
+rounded where it is made, float32 accumulation, as CUDA computes) and its placement on CUDA is predicted from the
+kernel registrations.
 """
 
 from onnxq.targets.registry import Target, register_target

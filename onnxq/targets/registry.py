@@ -19,7 +19,7 @@ __all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target"
            "detect_target", "resolve_target", "target_providers", "int8_activations_refusal", "target_compute"]
 
 # How a target off this machine is checked (verify.coverage reads these). "provider": a GPU target, run on its
-# execution provider where present, else by the same file on this CPU (its exact arithmetic: targets.cuda).
+# execution provider where present, else by its exact arithmetic on this CPU (targets.cuda).
 CHECKS = ("exact", "emulated", "provider")
 
 

@@ -16,8 +16,8 @@ import onnxruntime as ort
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
-from onnxq.targets import target_providers
 from onnxq.io import load_model
+from onnxq.targets import target_providers
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
@@ -29,7 +29,7 @@ from onnxq.verify.sessions import ModelSource, make_session
 from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
-           "resolve_providers", "requested_providers", "failures_for"]
+           "resolve_providers", "absent_providers", "failures_for"]
 
 _CPU = "CPUExecutionProvider"
 
@@ -127,8 +127,10 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     providers, unavailable = resolve_providers(config.providers)
     reference.prefetch()
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
-    # The float model as deployed on each other provider: its own difference from the reference, reported.
-    floats = {p: make_session(reference.float_model, optimize=True, provider=p) for p in providers if p != _CPU}
+    # The float model as deployed on each other provider: its own difference from the reference, reported (by a
+    # full check: a search's probe, target None, does without).
+    floats = {p: make_session(reference.float_model, optimize=True, provider=p) for p in providers
+              if p != _CPU and target is not None}
     task = _TaskRun(config, reference.names, providers)
     coverage = None if target is None else CoverageRun(
         quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
@@ -146,9 +148,8 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification
-    absent = [p for p in (*requested_providers(config.providers), *target_providers(target or "portable"))
-              if p not in providers and predictable(p)]
-    return with_placement(verification, quant_model, first, quantized_nodes, tuple(dict.fromkeys(absent)))
+    return with_placement(verification, quant_model, first, quantized_nodes,
+                          absent_providers(config.providers, target or "portable"))
 
 
 def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSession],
@@ -171,9 +172,12 @@ def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSessi
         comparisons.add(expected, got, floated)
 
 
-def requested_providers(requested: Sequence[str]) -> list[str]:
-    """The full names of the providers a config names (auto: none in particular)."""
-    return [PROVIDER_ALIASES.get(n.lower(), n) for n in requested if n != "auto"]
+def absent_providers(requested: Sequence[str], target: str) -> tuple[str, ...]:
+    """The providers a config names or the target is deployed on that this onnxruntime lacks and the kernel
+    tables know: their placement is predicted."""
+    named = [PROVIDER_ALIASES.get(n.lower(), n) for n in requested if n != "auto"]
+    here = resolve_providers(requested)[0]
+    return tuple(dict.fromkeys(p for p in (*named, *target_providers(target)) if p not in here and predictable(p)))
 
 
 def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,

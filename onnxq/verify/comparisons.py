@@ -71,4 +71,3 @@ class Comparisons:
             float_drift={p: checks_of(a, lambda _: Tolerance(min_cosine=None)) for p, a in self._float.items()},
             agreement={p: checks_of(a, bounds.__getitem__) for p, a in self._agreement.items()},
             bounds=bounds)
-

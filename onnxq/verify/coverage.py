@@ -19,6 +19,7 @@ import onnxruntime as ort
 
 from onnxq.calibration.batching import samples_in
 from onnxq.config import Tolerance, VerifyConfig
+from onnxq.passes.float16_emulation import float16_emulation, holds_float16
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator, Operand
@@ -32,9 +33,8 @@ _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
 _HOW = {"exact": ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
                   "product exactly in int32"),
         "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization",
-        "provider": ("the same file on this CPU, no optimizations (its provider absent here): what the GPU computes "
-                     "— DequantizeLinear and MatMulNBits in float, float16 values rounded as it stores them, "
-                     "products accumulated in float32")}
+        "provider": ("exact arithmetic on this CPU (its provider absent here): the same file, no optimizations, every "
+                     "float16 value rounded where it is made, float32 accumulation, as the GPU computes")}
 # This CPU's kernels may lose this much mean cosine to float against the exact quantization before the summary
 # says the kernels, not the quantization, cost accuracy. Rounding differences between ORT's fused and unfused
 # float ops flip single quantization steps, which alone moves MiniLM's outputs by ~5e-4 (measured) both ways.
@@ -156,7 +156,9 @@ class CoverageRun:
         saturates = this_cpu_saturates()
         self.here = _here(saturates)
         self.targets = covered_targets(target)
-        self._emulator = SaturationEmulator(quant_model, self.names, base_saturates=saturates)
+        # A float16 model's exact arithmetic rounds every float16 value (ORT's CPU would not: passes.float16_emulation).
+        exact = float16_emulation(quant_model) if holds_float16(quant_model) else quant_model
+        self._emulator = SaturationEmulator(exact, self.names, base_saturates=saturates)
         self._emulate = any(TARGETS[t].checked_by == "emulated" for t in self.targets if t != self.here)
         self._exact = self._accumulators()
         self._gap = self._accumulators()
@@ -220,4 +222,3 @@ def _here(saturates: bool) -> str:
         return "x86-avx2"
     flagged = detect_target(cpu_flags())
     return "x86-vnni" if flagged == "x86-avx2" else flagged
-

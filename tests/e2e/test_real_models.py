@@ -52,8 +52,9 @@ def test_digits_accuracy_within_half_a_point(shared_models, tmp_path):
 @pytest.mark.real_models
 def test_minilm_for_cuda(shared_models, tmp_path):
     """--target cuda: 8-bit MatMulNBits blocks and float16 compute, within tolerance where the file is checked (on
-    CUDA when present, else the same file on this CPU: float16 values, float32 accumulation); measured on an AMD
-    EPYC without CUDA: cosine 0.9999 on both outputs, 0.27x the size."""
+    CUDA when present, else its exact arithmetic on this CPU: every float16 value rounded, float32 accumulation);
+    measured on an AMD EPYC without CUDA: cosine 0.9999 / 0.9998, 0.27x the size, 219 nodes float16 and 15 float32
+    (the attention mask's -3.4e38 and what it reaches on padded sentences; two epsilons)."""
     m = shared_models / "minilm"
     result = onnxq.quantize(m / "all-MiniLM-L6-v2.onnx", output=tmp_path / "q.onnx",
                             verify_data=m / "eval_sentences.npz",
@@ -64,4 +65,4 @@ def test_minilm_for_cuda(shared_models, tmp_path):
         assert all(o.metrics.cosine_mean >= 0.999 for o in check.outputs), check.provider
     assert report.quant_bytes <= 0.3 * report.float_bytes
     precision = report.section("precision").to_dict()
-    assert precision["float16_nodes"] >= 200 and len(precision["float32_nodes"]) <= 5  # measured 231 and 3
+    assert precision["float16_nodes"] >= 200 and len(precision["float32_nodes"]) <= 20  # measured 219 and 15

@@ -9,6 +9,7 @@ from conftest import to_model, weight
 
 from onnxq.io import OrtModel
 from onnxq.passes.float16 import to_float16
+from onnxq.passes.float16_emulation import float16_emulation, holds_float16
 from onnxq.passes.float16_plan import plan_float16
 
 FLOAT, HALF = ir.DataType.FLOAT, ir.DataType.FLOAT16
@@ -93,3 +94,67 @@ def test_each_crossing_gets_one_cast_and_unread_float32_weights_go(rng):
     feeds = {"x": rng.normal(0, 1, (4, 8)).astype(np.float32)}
     want = feeds["x"] @ (2 * w.const_value.numpy())
     np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=5e-3, atol=5e-2)
+
+
+def test_activations_observed_past_float16_stay_float32(rng):
+    """A product whose values reach 1e5 on the data (float16 holds 65504): without the data's magnitudes it
+    overflows to inf in float16; with them (calibration.magnitudes) the nodes that make and read it stay float32
+    and the output is float's. An empty value reads 0; a value holding -inf reads as infinite."""
+    from onnxq.calibration.magnitudes import largest_magnitudes
+
+    w = rng.uniform(-1, 1, (8, 8)) * 2e4
+
+    def build() -> ir.Model:
+        tape = ir.tape.Tape()
+        x = ir.val("x", FLOAT, ["batch", 8])
+        big = tape.op("MatMul", [x, _constant(tape, "w", w)], name="big")
+        small = tape.op("Mul", [big, _constant(tape, "scale", 1e-4)], name="scale_down")
+        y = tape.op("Add", [small, x], name="residual")
+        big.name, small.name, y.name = "big", "scale_down", "y"
+        return to_model(tape, [x], [y])
+
+    feeds = {"x": rng.normal(0, 3, (16, 8)).astype(np.float32)}
+    want = _run(build(), feeds)[0]
+    blind = build()
+    to_float16(blind)
+    # 1e5 in float16 is inf, as CUDA stores it; the emulation rounds every float16 value (ORT's CPU, which drops
+    # the casts it inserts between two operators it runs in float32, may not: a CPU run is no float16 check).
+    assert not np.isfinite(_run(float16_emulation(blind), feeds)[0]).all()
+    model = build()
+    magnitudes = largest_magnitudes(model, ["big", "scale_down", "y"], [feeds])
+    assert magnitudes["big"] > 65504 and magnitudes["y"] < 100
+    result = to_float16(model, magnitudes)
+    assert set(result.kept) == {"big", "scale_down"}
+    assert result.kept["big"].kind == "activations past float16's range"
+    np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-3, atol=2e-2)
+    np.testing.assert_allclose(_run(float16_emulation(model), feeds)[0], want, rtol=2e-3, atol=2e-2)
+
+
+def test_magnitudes_of_empty_and_infinite_values():
+    from onnxq.calibration.magnitudes import largest_magnitudes
+
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, ["n"])
+    log = tape.op("Log", [x], name="log")
+    log.name = "log_x"
+    model = to_model(tape, [x], [log])
+    found = largest_magnitudes(model, ["log_x"], [{"x": np.zeros(0, np.float32)}])
+    assert found == {"log_x": 0.0}
+    assert largest_magnitudes(model, ["log_x"], [{"x": np.array([0.0, 1.0], np.float32)}]) == {"log_x": np.inf}
+
+
+def test_the_emulation_rounds_each_float16_value_and_is_float32(rng):
+    """Every float16 value of the model is rounded where it is made: the emulation's outputs equal a numpy
+    float16 model of the same graph (float32 arithmetic, float16 storage after each node) to float32 rounding."""
+    model = _encoder_block(rng)
+    to_float16(model)
+    emulation = float16_emulation(model)
+    assert holds_float16(model)
+    assert all(v.dtype != HALF for n in emulation.graph if n.op_type != "Cast" for v in n.outputs)
+    assert all(v.const_value.dtype != HALF for v in emulation.graph.initializers.values())
+    x = rng.normal(0, 1, (4, 16)).astype(np.float32)
+    m = np.ones((4, 16), np.float32)
+    h = np.float16(x.astype(np.float16).astype(np.float32) @ model.graph.initializers["w_fp16"].const_value.numpy()
+                   .astype(np.float32)).astype(np.float32)
+    got = _run(emulation, {"x": x, "m": m})
+    np.testing.assert_allclose(got[1], h, rtol=1e-6)

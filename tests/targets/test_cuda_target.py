@@ -82,7 +82,7 @@ def test_a_cuda_model_is_weight_only_float16_and_checked(samples_dir, tmp_path):
     assert placement.provider == CUDA and len(placement.integer) == 6 and placement.elsewhere == []
     (cuda_check,) = v.coverage.targets
     assert cuda_check.target == "cuda" and cuda_check.passed
-    assert cuda_check.how.startswith("ran on CUDA" if HAS_CUDA else "the same file on this CPU")
+    assert cuda_check.how.startswith("ran on CUDA" if HAS_CUDA else "exact arithmetic on this CPU")
 
 
 def test_the_fleet_file_holds_on_every_cpu_and_cuda(samples_dir):

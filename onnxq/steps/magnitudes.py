@@ -1,0 +1,51 @@
+"""Step magnitudes: for float16 compute (target cuda), the largest magnitude each float value of the model reaches
+on a few batches of the data, so that the rewrite keeps float32 where float16 would overflow (a decomposed norm's
+squares, a language model's outlier activations). The data: the calibration data when given, else the
+verification inputs (the given data, or synthetic inputs, a rough guide then)."""
+
+from __future__ import annotations
+
+import itertools
+
+import onnx_ir as ir
+
+from onnxq.calibration.magnitudes import largest_magnitudes
+from onnxq.calibration.stream import check_reusable
+from onnxq.errors import ConfigError
+from onnxq.passes.float16_plan import element_types
+from onnxq.steps.state import RunState
+from onnxq.verify import synthetic_batches
+
+__all__ = ["magnitudes", "MAGNITUDE_BATCHES"]
+
+# Batches observed: values that pass float16's range do so on any batch of real data (an outlier channel, a
+# mask); a few bound the cost (MiniLM: 1.2 s for 4 batches of 8 documents on 2 cores).
+MAGNITUDE_BATCHES = 4
+
+
+def magnitudes(state: RunState) -> bool:
+    if state.config.compute_dtype != "float16":
+        return False
+    model = state.quantized_from
+    types = element_types(model.graph, model.opset_imports.get("", 1))
+    names = [v.name for node in model.graph for v in node.outputs if v.name and types.get(v) == ir.DataType.FLOAT]
+    state.magnitudes = largest_magnitudes(model, names, itertools.islice(_batches(state), MAGNITUDE_BATCHES))
+    return True
+
+
+def _batches(state: RunState):
+    """The calibration data (a pass after the first skips the held-back samples alike), unless it is a one-shot
+    iterator already read; else the verification inputs; else synthetic ones."""
+    if state.given.calibration is not None and _reusable(state.given.calibration):
+        return state.stream.batches()
+    if state.upfront_inputs is not None:
+        return state.upfront_inputs[0]
+    return synthetic_batches(state.reference, state.specs)
+
+
+def _reusable(source) -> bool:
+    try:
+        check_reusable(source, "float16 compute's magnitudes")
+    except ConfigError:
+        return False
+    return True
