@@ -91,7 +91,7 @@ def _keep_reason(node: ir.Node, operands: Operands | None, magnitudes: Mapping[s
         return Kept("values from attributes", f"{node.op_type} makes its float values from attributes")
     if operands is None or not (operands.inputs or operands.outputs):
         return Kept("no float16 form", f"{node.domain + '.' if node.domain else ''}{node.op_type} has no float16 "
-                                       "form here")
+                                       "form here, or reads a value of unknown type beside a float one")
     for i in operands.inputs:
         problem = _constant_problem(node.inputs[i])
         if problem is not None:
@@ -123,7 +123,8 @@ def _constant_problem(value: ir.Value) -> Kept | None:
 
 
 def _float16_operands(node: ir.Node, opset: int, types: Mapping[ir.Value, ir.DataType]) -> Operands | None:
-    """The float32 operands whose type admits float16 (None: no rule for this operator)."""
+    """The float32 operands whose type admits float16 (None: no rule for this operator, or a value of unknown type
+    bound to the same type variable as one of them)."""
     if node.domain == _MS:
         rule = CONTRIB_FLOAT_OPERANDS.get(node.op_type)
         if rule is None:
@@ -135,8 +136,22 @@ def _float16_operands(node: ir.Node, opset: int, types: Mapping[ir.Value, ir.Dat
     if schema is None or not (schema.inputs or schema.outputs):
         return None
     admits = {c.type_param_str for c in schema.type_constraints if "tensor(float16)" in c.allowed_type_strs}
-    return Operands(_admitted(node.inputs, schema.inputs, admits, types),
-                    _admitted(node.outputs, schema.outputs, admits, types))
+    operands = Operands(_admitted(node.inputs, schema.inputs, admits, types),
+                        _admitted(node.outputs, schema.outputs, admits, types))
+    return None if _untyped_partner(node, schema, operands, types) else operands
+
+
+def _untyped_partner(node: ir.Node, schema: onnx.defs.OpSchema, operands: Operands,
+                     types: Mapping[ir.Value, ir.DataType]) -> bool:
+    """Whether a value of unknown type shares a type variable with a converted one: ONNX binds them to one type,
+    and which that is cannot be told, so the node stays float32 (a Cast joins it wherever needed)."""
+    converted = {_param(schema.inputs, i).type_str for i in operands.inputs} | \
+                {_param(schema.outputs, i).type_str for i in operands.outputs}
+    for values, params in ((node.inputs, schema.inputs), (node.outputs, schema.outputs)):
+        for i, value in enumerate(values):
+            if value is not None and value not in types and _param(params, i).type_str in converted:
+                return True
+    return False
 
 
 def _admitted(values, params, admits: set[str], types: Mapping[ir.Value, ir.DataType]) -> tuple[int, ...]:

@@ -1,5 +1,7 @@
-"""Which CPUs a model is quantized for (a registry: one module per target), and what that means for its integer
-types. Pure functions of the CPU flags: planners and passes ask here; nothing else reads /proc/cpuinfo."""
+"""Where a model is deployed (a registry: one module per target): which CPUs, on which execution provider, and
+what that means for its forms — integer types, int8 activations or not, float16 or float32 compute. Pure functions
+of the CPU flags and the registry: planners and passes ask here; nothing else reads /proc/cpuinfo. ort_kernels.py
+holds ORT's kernel registrations per provider, which verification predicts placement from."""
 
 from onnxq.targets import fleet, portable  # noqa: F401  (registers the CPU targets, cuda and cpu+cuda)
 from onnxq.targets.cpu import ISA_FLAGS, cpu_flags, cpu_model

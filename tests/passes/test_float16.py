@@ -158,3 +158,21 @@ def test_the_emulation_rounds_each_float16_value_and_is_float32(rng):
                    .astype(np.float32)).astype(np.float32)
     got = _run(emulation, {"x": x, "m": m})
     np.testing.assert_allclose(got[1], h, rtol=1e-6)
+
+
+def test_a_value_of_unknown_type_keeps_its_partners_float32(rng):
+    """FusedMatMul (com.microsoft, no float16 rule here) leaves its output untyped; the Add binding it to a float
+    value under one type variable cannot be float16 alone: it stays float32, and ORT runs the model."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, ["batch", 8])
+    fused = tape.op("FusedMatMul", [x, weight(tape, rng, "w", (8, 8))], domain="com.microsoft", name="fused")
+    scaled = tape.op("Mul", [x, _constant(tape, "two", 2.0)], name="scaled")
+    y = tape.op("Add", [fused, scaled], name="sum")
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    model.opset_imports["com.microsoft"] = 1
+    feeds = {"x": rng.normal(0, 1, (4, 8)).astype(np.float32)}
+    want = _run(model, feeds)[0]
+    result = to_float16(model)
+    assert set(result.kept) == {"fused", "sum"} and result.converted == 1  # the Mul
+    np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-3, atol=2e-2)
