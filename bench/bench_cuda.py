@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, file_mb, fresh  # noqa: E402
+from common import SHARED, file_mb, fresh, session, session_perplexity  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
@@ -86,19 +86,6 @@ def timed_on_cuda(path: Path, rounds: int) -> dict:
     return out
 
 
-def perplexity(session: ort.InferenceSession, windows: dict[str, np.ndarray]) -> float:
-    nll, count = 0.0, 0
-    for i in range(len(windows["input_ids"])):
-        feed = {k: windows[k][i:i + 1] for k in windows}
-        logits = session.run(["logits"], feed)[0][0, :-1].astype(np.float64)
-        targets = windows["input_ids"][i, 1:]
-        logits -= logits.max(-1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        nll -= float(log_probs[np.arange(len(targets)), targets].sum())
-        count += len(targets)
-    return float(np.exp(nll / count))
-
-
 def smollm2_rows(model: Path, out: Path, windows: int) -> dict:
     """SmolLM2 for CUDA, 8-bit and 4-bit blocks: size and perplexity (float's beside) where it is deployed."""
     from onnxq.io import OrtModel, load_model
@@ -108,11 +95,8 @@ def smollm2_rows(model: Path, out: Path, windows: int) -> dict:
     data = SHARED / "smollm2"
     dev = dict(np.load(data / "dev_windows.npz"))
     dev = {k: v[:windows] for k, v in dev.items()}
-    exact = ort.SessionOptions()
-    exact.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     rows = {"float": {"size_mb": round(file_mb(model), 1),
-                      "cpu": perplexity(ort.InferenceSession(str(model), exact, providers=["CPUExecutionProvider"]),
-                                        dev)}}
+                      "cpu": session_perplexity(session(model, optimize=False), dev)}}
     print("float", json.dumps(rows["float"]))
     for name, weights, calib in (("cuda int8", "int8", None), ("cuda int4 gptq", "int4", "calib_windows.npz")):
         path = fresh(out / f"smollm2.{weights}.onnx")
@@ -120,9 +104,9 @@ def smollm2_rows(model: Path, out: Path, windows: int) -> dict:
         onnxq.quantize(model, None if calib is None else data / calib, output=path, config=config)
         emulated = OrtModel(float16_emulation(load_model(path))).session(session_options(optimize=False),
                                                                          ["CPUExecutionProvider"])
-        rows[name] = {"size_mb": round(file_mb(path), 1), "exact float16 on CPU": perplexity(emulated, dev)}
+        rows[name] = {"size_mb": round(file_mb(path), 1), "exact float16 on CPU": session_perplexity(emulated, dev)}
         if CUDA in ort.get_available_providers():
-            rows[name]["cuda"] = perplexity(ort.InferenceSession(str(path), providers=[CUDA]), dev)
+            rows[name]["cuda"] = session_perplexity(ort.InferenceSession(str(path), providers=[CUDA]), dev)
         print(name, json.dumps(rows[name]))
     return rows
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, fresh, machine, session  # noqa: E402
+from common import SHARED, fresh, machine, session, session_perplexity  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
@@ -26,17 +26,7 @@ DEFAULT_MODEL = Path.home() / ".cache" / "onnxq-models" / "smollm2" / "smollm2_1
 
 
 def perplexity(path: Path, windows: dict[str, np.ndarray], optimize: bool) -> float:
-    s = session(path, optimize=optimize)
-    nll, count = 0.0, 0
-    for i in range(len(windows["input_ids"])):
-        feed = {k: windows[k][i:i + 1] for k in windows}
-        logits = s.run(["logits"], feed)[0][0, :-1].astype(np.float64)
-        targets = windows["input_ids"][i, 1:]
-        logits -= logits.max(-1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        nll -= float(log_probs[np.arange(len(targets)), targets].sum())
-        count += len(targets)
-    return float(np.exp(nll / count))
+    return session_perplexity(session(path, optimize=optimize), windows)
 
 
 def smollm2_inputs(args: argparse.Namespace, calib_windows: int) -> tuple[Path, Path, dict, dict]:

@@ -82,6 +82,20 @@ def mean_cosine(reference: np.ndarray, other: np.ndarray) -> float:
     return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).mean())
 
 
+def session_perplexity(s: ort.InferenceSession, windows: dict[str, np.ndarray]) -> float:
+    """A language model's perplexity on token windows (predict token t+1 from tokens <= t), one window a run."""
+    nll, count = 0.0, 0
+    for i in range(len(windows["input_ids"])):
+        feed = {k: windows[k][i:i + 1] for k in windows}
+        logits = s.run(["logits"], feed)[0][0, :-1].astype(np.float64)
+        targets = windows["input_ids"][i, 1:]
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        nll -= float(log_probs[np.arange(len(targets)), targets].sum())
+        count += len(targets)
+    return float(np.exp(nll / count))
+
+
 def interleaved_latency_ms(paths: dict[str, Path], feed: dict[str, np.ndarray], rounds: int,
                            threads: int = 2) -> dict[str, float]:
     """Median latency per model; models take turns each round so that machine noise hits all alike."""
