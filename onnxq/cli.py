@@ -119,9 +119,11 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
                    help="accuracy target (metric: cosine, sqnr, max_abs, argmax: the share of argmax decisions "
                         "over the last axis kept, topK: the share of float answers among the quantized top K, "
                         "K = 1 … 10), e.g. cosine=0.995, sentence_embedding:cosine=0.995, logits:argmax=0.99 or "
-                        "logits:top5=0.999; repeatable. Turns on fallback: when out of tolerance, the "
-                        "most sensitive nodes are kept float, fewest first, until the target is met")
-    p.add_argument("--no-fallback", action="store_true", help="with --tolerance: only gate, do not fall back")
+                        "logits:top5=0.999, logits:task=0.995 (the task metric's share), logits:task=sequence (its "
+                        "kind); repeatable. Out of tolerance, the most sensitive nodes are kept float, fewest first, "
+                        "until the target is met (see --no-fallback)")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="only gate: out of tolerance, keep every node quantized and exit 1")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")
     p.add_argument("--html", type=path_arg, metavar="HTML",
                    help="write a human report with a per-layer error chart")

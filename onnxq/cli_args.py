@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import typing
 
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
+from onnxq.config.schema import TaskKind
 from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import ConfigError
+
+TASK_KINDS = typing.get_args(TaskKind)
 
 __all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
            "verify_config_from_args"]
@@ -41,9 +45,12 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--providers", metavar="LIST",
                    help="execution providers to verify on, comma-separated: auto (default: CPU, plus CUDA when "
                         "present), cpu, cuda")
-    p.add_argument("--task-metric", metavar="MODULE:FUNCTION",
-                   help="your own evaluation, gated besides the tolerances: FUNCTION(outputs: dict of arrays) returns "
-                        "the batch's score (higher is better) or one decision per sample (compared with the float "
+    p.add_argument("--task-metric", metavar="KIND|MODULE:FUNCTION",
+                   help="the task metric gated besides the numeric tolerances. KIND for every output: auto (default: "
+                        "each output's own, chosen by what it is — top-1 for class scores, the decoded sequence for "
+                        "per-step scores, IoU for a mask, frames for on/off maps), numeric (none), top1, sequence, "
+                        "frames, iou, labels. Or your own evaluation: FUNCTION(outputs: dict of arrays) returns the "
+                        "batch's score (higher is better) or one decision per sample (compared with the float "
                         "model's); MODULE is importable from here or a FILE.py")
     p.add_argument("--task-max-drop", type=float, metavar="X",
                    help="with --task-metric: how far the quantized score may fall below the float one (default 0.01)")
@@ -59,14 +66,14 @@ def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConf
         target, _, assignment = spec.rpartition(":")
         metric, _, value = assignment.partition("=")
         top = re.fullmatch(r"top([0-9]+)", metric)
-        if (metric not in _METRICS and top is None) or not value:
+        if (metric not in _METRICS and top is None and metric != "task") or not value:
             raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
-                              f"{', '.join(_METRICS)}, topK (K = 1 … {TOPK_MAX})")
-        try:
-            number = float(value)
-        except ValueError:
-            raise ConfigError(f"--tolerance {spec!r}: {value!r} is not a number") from None
-        fields = {"min_topk_agreement": number, "topk": int(top.group(1))} if top else {_METRICS[metric]: number}
+                              f"{', '.join(_METRICS)}, topK (K = 1 … {TOPK_MAX}), task (a share, or a kind: "
+                              f"{', '.join(TASK_KINDS)})")
+        if metric == "task" and value in TASK_KINDS:
+            fields = {"task": value}
+        else:
+            fields = _number_fields(spec, metric, value, top)
         if target:
             per_output[target] = dataclasses.replace(per_output.get(target, tolerance), **fields)
         else:
@@ -74,16 +81,31 @@ def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConf
     return dataclasses.replace(verify, tolerance=tolerance, output_tolerances=per_output)
 
 
+def _number_fields(spec: str, metric: str, value: str, top: re.Match | None) -> dict:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"--tolerance {spec!r}: {value!r} is not a number") from None
+    if top:
+        return {"min_topk_agreement": number, "topk": int(top.group(1))}
+    return {"min_task_agreement" if metric == "task" else _METRICS[metric]: number}
+
+
 def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> VerifyConfig:
     tolerance = _changed(verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
                          max_abs_error=args.max_abs)
     providers = tuple(p.strip() for p in args.providers.split(",")) if args.providers else None
-    verify = _changed(verify, tolerance=tolerance, providers=providers, task_metric=args.task_metric,
-                      task_max_drop=args.task_max_drop)
+    kind = args.task_metric if args.task_metric in TASK_KINDS else None
+    if kind is not None:  # a kind for every output, the per-output tolerances included
+        tolerance = dataclasses.replace(tolerance, task=kind)
+        verify = dataclasses.replace(verify, output_tolerances={
+            name: dataclasses.replace(t, task=kind) for name, t in verify.output_tolerances.items()})
+    verify = _changed(verify, tolerance=tolerance, providers=providers,
+                      task_metric=None if kind is not None else args.task_metric, task_max_drop=args.task_max_drop)
     if getattr(args, "tolerance", None):
         verify = _apply_tolerance_specs(verify, args.tolerance)
-    if getattr(args, "tolerance", None) or args.task_metric:  # an accuracy target given here: meet it
-        verify = dataclasses.replace(verify, fallback=not getattr(args, "no_fallback", False))
+    if getattr(args, "no_fallback", False):
+        verify = dataclasses.replace(verify, fallback=False)
     return verify
 
 

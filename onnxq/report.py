@@ -55,7 +55,7 @@ def bar_chart(rows: list[tuple[str, float]], title: str) -> str:
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite. 6: a placement counts a node as on
 # an integer kernel of its provider only when it ran there (elsewhere, copies, source, mismatches); predicted
 # placements; the agreement held to a derived bound (agreement_bounds); float_drift per provider
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,12 +14,29 @@ def _short(provider: str) -> str:
 
 
 def _table(checks: tuple[OutputCheck, ...]) -> list[str]:
-    lines = [f"  {'output':<28} {'max abs':>10} {'mean abs':>10} {'cosine':>8} {'min cos':>8} {'SQNR dB':>8}  result"]
+    tasks = any(o.metrics.task for o in checks)
+    task_head = f" {'task':>15}" if tasks else ""
+    lines = [f"  {'output':<28} {'max abs':>10} {'mean abs':>10} {'cosine':>8} {'min cos':>8} {'SQNR dB':>8}"
+             f"{task_head}  result"]
     for o in checks:
         m = o.metrics
         verdict = "ok" if o.passed else "FAIL: " + "; ".join(o.failures)
+        task = (f" {m.task + ' ' + format(m.task_agreement, '.4f'):>15}" if m.task else f" {'-':>15}") if tasks else ""
         lines.append(f"  {o.name[:28]:<28} {m.max_abs_error:10.4g} {m.mean_abs_error:10.4g} {m.cosine_mean:8.4f} "
-                     f"{m.cosine_min:8.4f} {m.sqnr_db:8.1f}  {verdict}")
+                     f"{m.cosine_min:8.4f} {m.sqnr_db:8.1f}{task}  {verdict}")
+    return lines
+
+
+def _tasks(v: Verification) -> list[str]:
+    """Which task metric each output got, by which rule, against which bar, and how to change it."""
+    if not v.tasks:
+        return []
+    lines = ["task metrics (chosen per output by what it is; --task-metric KIND|numeric|MODULE:FUNCTION or "
+             "--tolerance OUTPUT:task=KIND to override):"]
+    for name, task in v.tasks.items():
+        stable = v.stability.get(name)
+        own = "" if stable is None else f"; float keeps {stable:.4f} of its own under input rounding"
+        lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}")
     return lines
 
 
@@ -29,6 +46,7 @@ def format_verification(v: Verification) -> list[str]:
         lines.append(f"warning:     {message}")
     for placement in v.predicted:
         lines += placement.text()
+    lines += _tasks(v)
     for check in v.providers:
         if check.placement is not None:
             lines += check.placement.text()

@@ -51,9 +51,12 @@ class WeightMoments:
                  full: bool, budget: int | None = None) -> None:
         self.model, self.readers, self.batches, self.full = model, readers, batches, full
         self.budget = BUDGET_BYTES if budget is None else budget
+        self._widths = {key: self._width(key) for key in readers}  # K of each weight
         self._chunks = self._plan(self.budget)
         self._held: dict[WeightKey, np.ndarray] = {}
         self.passes = 0  # over the data
+        # Nodes whose weight's inputs no batch made (a branch never taken): rounded to nearest, said in the report.
+        self.unseen_nodes: set[str] = set()
         self.most_held = 0  # matrices held at once, at most
 
     @property
@@ -67,7 +70,7 @@ class WeightMoments:
         if key not in self._held:
             self._held = self._collect(next(c for c in self._chunks if key in c.keys))
             self.most_held = max(self.most_held, len(self._held))
-        return self._held[key]
+        return self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
 
     def prefetch(self) -> None:
         """Run the first pass now (it also feeds the samples held back for verification)."""
@@ -75,7 +78,7 @@ class WeightMoments:
             self.get(self._chunks[0].keys[0])
 
     def _plan(self, budget: int) -> list[_Chunk]:
-        widths = {key: self._width(key) for key in self.readers}
+        widths = self._widths
         chunks, keys, held = [], [], 0
         for key in self.readers:
             size = widths[key] ** 2 * 8 if self.full else widths[key] * 8
@@ -93,7 +96,7 @@ class WeightMoments:
 
     def _width(self, key: WeightKey) -> int:
         """K: the weight's rows, or its columns when read transposed (an initializer's or a Constant's shape)."""
-        for node in self.model.graph:
+        for node in self.model.graph.all_nodes():  # a body's weight too
             if node.op_type in ("MatMul", "Gemm") and len(node.inputs) > 1 and weight_key(node) == key:
                 tensor = ir.convenience.get_const_tensor(node.inputs[1])
                 if tensor is not None and len(tensor.shape) == 2:
@@ -105,10 +108,18 @@ class WeightMoments:
         self.passes += 1
         sums: dict[WeightKey, np.ndarray] = {}
         rows = dict.fromkeys(chunk.keys, 0)
+        batches = 0
         for arrays in values_per_batch(self.model, list(chunk.activations), self.batches()):
+            batches += 1
             for key in chunk.keys:
-                flat = np.concatenate([np.asarray(arrays[a], np.float32).reshape(-1, arrays[a].shape[-1])
-                                       for a in self.readers[key]])
+                # Rows of K (the weight's width): a body's value comes out flattened (calibration.bodies), and one
+                # a run did not make (a branch not taken) comes out empty: no rows.
+                width = self._widths[key]
+                parts = [p.reshape(-1, width) for p in (np.asarray(arrays[a], np.float32)
+                                                        for a in self.readers[key]) if p.size]
+                if not parts:
+                    continue
+                flat = np.concatenate(parts)
                 squares = (flat.T.astype(np.float64) @ flat if self.full
                            else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
                 if not np.all(np.isfinite(squares)):
@@ -119,6 +130,10 @@ class WeightMoments:
                 else:
                     sums[key] = squares
                 rows[key] += flat.shape[0]
-        if not sums:
+        if not batches:
             raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
+        unseen = set(chunk.keys) - set(sums)
+        self.unseen_nodes |= {n.name or "" for n in self.model.graph.all_nodes()
+                              if n.op_type in ("MatMul", "Gemm") and len(n.inputs) > 1 and n.inputs[1] is not None
+                              and weight_key(n) in unseen}
         return {key: sums[key] / rows[key] for key in sums}

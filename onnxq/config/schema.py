@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyCo
 PROVIDER_ALIASES = KNOWN_PROVIDER_ALIASES
 
 Mode = Literal["auto", "static", "dynamic", "weight-only"]
+TaskKind = Literal["auto", "numeric", "top1", "sequence", "frames", "iou", "labels"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +126,18 @@ class Tolerance:
     # a beam search): min_topk_agreement with topk = 1 is argmax agreement, ties counted in its favour.
     min_topk_agreement: float | None = None
     topk: int = 5
+    # The task metric gated for this output (verify.task_rules): "auto" lets the output say what it is (class scores
+    # → top-1 agreement, per-step class scores → decoded-sequence agreement, a probability map → IoU, binary
+    # decisions → frames kept); "numeric" keeps the numeric bars only; a kind forces it.
+    task: TaskKind = "auto"
+    # The share of the task's decisions (IoU for a mask) the quantized output must keep; None: the kind's default
+    # (verify.task_rules.TASK_BARS: 0.99, sequences 0.97).
+    min_task_agreement: float | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self)
+        if self.task not in typing.get_args(TaskKind):
+            raise ConfigError(f"tolerance task {self.task!r} is not one of {', '.join(typing.get_args(TaskKind))}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +163,10 @@ class VerifyConfig:
     # the per-node ranking: measured ~0.9 s per node on a 135M-parameter LLM for 2 samples.
     sensitivity_samples: int = 16
     sensitivity_max_nodes: int = 64
-    # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance.
-    fallback: bool = False
+    # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance. On by default since
+    # the gate judges the task (verify.task_rules): a user who did not ask would otherwise ship a model that changes
+    # its answers (issue 32). Off: only gate (the exit code fails the build).
+    fallback: bool = True
     # Time float against quantized on the CPU (one verification batch, interleaved rounds) and say when the
     # quantized model is not faster: users of other quantizers find that out after deploying. On by default: it
     # costs 14 runs of one batch. A model over 1 GB of weights (steps.check_speed.SPEED_MAX_BYTES) is timed only

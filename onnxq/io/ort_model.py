@@ -38,6 +38,7 @@ class OrtModel:
     def __init__(self, model: ir.Model) -> None:
         light = model.clone()
         prepare_for_save(light)
+        _drop_unused_initializers(light.graph)
         # Only the main graph's initializers can be handed over; a body's external tensors go in the graph.
         inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
         self.names: list[str] = []
@@ -75,6 +76,15 @@ class OrtModel:
         session = ort.InferenceSession(self.proto_bytes, options, providers=providers)
         session._onnxq_buffers = (self.arrays, values)  # the session reads these buffers: tie their lifetime to it
         return session
+
+
+def _drop_unused_initializers(graph: ir.Graph) -> None:
+    """Initializers no node reads (a body's reads included) and no output returns: ORT drops them when it resolves
+    the graph, then refuses the buffer handed over for one ("Failed to find existing initializer with name …", issue
+    32's unrolled VAD with 3 such tensors)."""
+    kept = {id(v) for v in (*graph.inputs, *graph.outputs)}
+    for name in [n for n, v in graph.initializers.items() if not v.uses() and id(v) not in kept]:
+        graph.initializers.pop(name)
 
 
 _PLACEHOLDER = "onnxq-shared-initializer"

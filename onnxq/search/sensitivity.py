@@ -36,7 +36,10 @@ from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
+from onnxq.verify.outcome import task_bar
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
+from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.task_rules import choose_tasks, measured, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
 
@@ -50,12 +53,16 @@ _KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a twin's output held as a g
 
 def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float], task: TaskMetrics | None) -> float:
     """The ranking key: the worst output's 1 - mean cosine, as a share of that output's budget (1 - its
-    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most; with a task
-    metric, its drop as a share of task_max_drop when that is worse. An output that is not finite (NaN, inf) is
-    infinitely harmful."""
+    min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most; an output's
+    task metric (verify.task_rules) as the share of its answer lost per unit of 1 - its bar, and the user's task
+    metric's drop per unit of task_max_drop, when worse. An output that is not finite (NaN, inf) is infinitely
+    harmful."""
     if not all(m.finite for m in outputs.values()) or (task is not None and not math.isfinite(task.drop)):
         return math.inf
     harm = max(((1.0 - m.cosine_mean) / budgets.get(name, 1.0) for name, m in outputs.items()), default=0.0)
+    lost = max(((1.0 - m.task_agreement) / budgets.get(f"task:{name}", 1.0) for name, m in outputs.items()
+                if m.task), default=0.0)
+    harm = max(harm, lost)
     return harm if task is None else max(harm, task.drop / max(task.max_drop, 1e-6))
 
 
@@ -110,10 +117,12 @@ class Sensitivity:
     def text(self) -> list[str]:
         lines = []
         if self.nodes:
-            lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples, {self._on}; harm = 1 "
-                         f"- cosine of the worst output, per unit of its tolerance{self._task_words}):")
+            lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples, {self._on}; harm = the "
+                         f"worst output's 1 - cosine or share of its task answer lost, per unit of its tolerance"
+                         f"{self._task_words}):")
         for node in self.nodes[:_TOP_NODES]:
-            cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" for k, m in node.outputs.items())
+            cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" + (f" {m.task} {m.task_agreement:.4f}" if m.task else "")
+                               for k, m in node.outputs.items())
             lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
         if self.groups:
             top = self.groups[0]
@@ -122,8 +131,8 @@ class Sensitivity:
 
     def html(self) -> str:
         parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples, "
-                 f"{escape(self._on)} ({escape(self.kernels_reason)}); harm = 1 − cosine of the worst output, per unit "
-                 f"of its tolerance{escape(self._task_words)}.</p>",
+                 f"{escape(self._on)} ({escape(self.kernels_reason)}); harm = the worst output's 1 − cosine or "
+                 f"share of its task answer lost, per unit of its tolerance{escape(self._task_words)}.</p>",
                  bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node")]
         rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
                        for g in self.groups)
@@ -161,10 +170,13 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
     kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
     which, and why; why_exact: the reason when deployed is None)."""
-    budgets = _budgets(builder)
     model, twins = _switch_model(builder, plans)
     runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
                          (deployed, why_exact), task_metric(builder.effective_config.verify))
+    runner.tasks = choose_tasks(builder.effective_config.verify,
+                                output_facts(builder.float_model, runner.names, runner.references[0],
+                                             samples_in(runner.batches[0])))
+    budgets = _budgets(builder, runner.tasks)
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
         outputs, task = runner.errors({i})
@@ -186,13 +198,17 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
                        kernels=runner.kernels, kernels_reason=runner.kernels_reason)
 
 
-def _budgets(builder: Builder) -> dict[str, float]:
-    """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in."""
+def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
+    """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in; per output with a task
+    metric ("task:" + its name), 1 - its bar."""
     config, budgets = builder.effective_config, {}
     for output in builder.float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
         if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
+        bar = task_bar(tolerance, None if measured(tasks.get(output.name)) is None else tasks[output.name].kind)
+        if bar is not None and bar < 1.0:
+            budgets[f"task:{output.name}"] = 1.0 - bar
     return budgets
 
 
@@ -205,6 +221,7 @@ class _SwitchRuns:
                  batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str],
                  metric: TaskMetric | None) -> None:
         self.names, self.batches, self.metric = names, list(batches), metric
+        self.tasks: dict[str, OutputTask] = {}  # each output's task metric (verify.task_rules): set by the caller
         self.sample_axes = SampleAxes()
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
@@ -228,7 +245,7 @@ class _SwitchRuns:
 
     def errors(self, on: set[int]) -> tuple[dict[str, OutputMetrics], TaskMetrics | None]:
         """Every model output's error with the switches `on` quantized, and the task metric's (None without one)."""
-        accumulators = {n: MetricsAccumulator() for n in self.names}
+        accumulators = {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
         task = None if self.metric is None else TaskAccumulator(self.metric)
         for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
             values = self.session.run(self.names, self._feed(batch, on))

@@ -21,7 +21,9 @@ from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
 
-__all__ = ["load_and_plan", "synthetic_inputs"]
+__all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
+
+SYNTHETIC = "synthetic inputs"  # the label of verification inputs made up for want of data
 
 
 def load_and_plan(state: RunState) -> bool:
@@ -134,4 +136,4 @@ def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
 def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
     state.notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
                        "with real inputs for meaningful figures")
-    return Batches.held(synthetic_batches(state.reference, state.specs)), "synthetic inputs"
+    return Batches.held(synthetic_batches(state.reference, state.specs)), SYNTHETIC

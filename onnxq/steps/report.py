@@ -82,4 +82,7 @@ def _weight_words(plan: NodePlan, axis: int | None, state: RunState) -> str:
     if node.op_type == "Gather":
         return f"table {dtype}, blocks of {blocks.size} along each row (GatherBlockQuantized)"
     kernel = "MatMulNBits" if blocks.format == "matmulnbits" else "DequantizeLinear block_size → MatMul"
-    return f"weight {dtype}, blocks of {blocks.size} along K ({kernel}, {blocks.method}); activation float"
+    method = blocks.method
+    if state.moments is not None and node.name in state.moments.unseen_nodes:
+        method = "rtn: no calibration sample reaches it"
+    return f"weight {dtype}, blocks of {blocks.size} along K ({kernel}, {method}); activation float"

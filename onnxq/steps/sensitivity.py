@@ -32,7 +32,7 @@ def sensitivity(state: RunState) -> bool:
     plans = state.plans  # a subgraph's too: the switch model doubles them in their body
     if not plans:
         return False
-    samples = first_samples(state.batches, config.verify.sensitivity_samples or 16, fixed_batch_size(state.specs))
+    samples = first_samples(state.batches, _ranked_samples(state), fixed_batch_size(state.specs))
     per_node = wants_fallback(state) or len(plans) <= config.verify.sensitivity_max_nodes
     if not per_node:
         state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
@@ -52,6 +52,14 @@ def sensitivity(state: RunState) -> bool:
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
                                    "output NaN or inf — keep it float (--exclude NAME) or check the data")
     return True
+
+
+def _ranked_samples(state: RunState) -> int:
+    """The samples the ranking runs on: verify.sensitivity_samples, or every verification sample when the fallback
+    must restore a task metric's decisions — a decision that changes on one sample is seen only on that sample."""
+    count = state.config.verify.sensitivity_samples or 16
+    decisions_lost = any(o.metrics.task and not o.passed for p in state.verification.providers for o in p.outputs)
+    return max(count, state.verification.samples) if wants_fallback(state) and decisions_lost else count
 
 
 def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, str]:

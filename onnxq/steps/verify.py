@@ -4,7 +4,7 @@ of the run), then the quantized model against them on every provider, with place
 from __future__ import annotations
 
 from onnxq.calibration import Batches
-from onnxq.steps.load import synthetic_inputs
+from onnxq.steps.load import SYNTHETIC, synthetic_inputs
 from onnxq.steps.state import RunState
 from onnxq.verify import Reference, verify_models, with_placement
 from onnxq.verify.check import absent_providers
@@ -18,7 +18,7 @@ def verify(state: RunState) -> bool:
         return False
     state.batches, state.label = state.upfront_inputs or _held_out_inputs(state)
     # Shares the float weights' memory map with every other session of the run.
-    state.float_outputs = Reference(state.as_given, state.batches)
+    state.float_outputs = Reference(state.as_given, state.batches, synthetic=state.label == SYNTHETIC)
     placement = state.quantized_nodes() if config.verify.check_kernels else None
     state.verification = verify_models(state.float_outputs, state.work, config.verify, state.label, placement,
                                        config.target)

@@ -53,7 +53,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     # A file whose nodes had to be named is run as loaded (named), so that placement finds every node.
     renamed = quant_ir.meta[LOAD_NOTES]["renamed_nodes"]
     quant_source = quant_model if isinstance(quant_model, (str, os.PathLike)) and not renamed else quant_ir
-    return verify_models(Reference(float_source, batches), quant_source, config, "the given data",
+    return verify_models(Reference(float_source, batches, graph=float_ir), quant_source, config, "the given data",
                          quantized_nodes(quant_ir), target)
 
 

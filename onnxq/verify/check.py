@@ -21,12 +21,13 @@ from onnxq.targets import target_providers
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
-from onnxq.verify.outcome import OutputCheck, failures_for
+from onnxq.verify.outcome import OutputCheck, failures_for, task_tolerances
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import Reference
 from onnxq.verify.sessions import ModelSource, make_session
 from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
+from onnxq.verify.task_measures import OutputTask
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
            "resolve_providers", "absent_providers", "failures_for"]
@@ -70,6 +71,11 @@ class Verification:
     agreement_bounds: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
     # Placements predicted from ORT's kernel registrations for providers asked for (or the target's) but absent.
     predicted: tuple[Placement, ...] = ()
+    # Each output's task metric and the rule that chose it (verify.task_rules; kind "numeric": none).
+    tasks: dict[str, OutputTask] = dataclasses.field(default_factory=dict)
+    # Per output with a task metric, the float model's own agreement under input rounding (verify.stability): the
+    # bar where it is below the kind's default.
+    stability: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -95,6 +101,7 @@ class Verification:
                 "agreement_bounds": {n: dataclasses.asdict(t) for n, t in self.agreement_bounds.items()},
                 "unavailable": list(self.unavailable),
                 "predicted": {p.provider: p.to_dict() for p in self.predicted},
+                "tasks": {n: {**t.to_dict(), "float_stability": self.stability.get(n)} for n, t in self.tasks.items()},
                 "coverage": None if self.coverage is None else self.coverage.to_dict()}
 
 
@@ -132,19 +139,23 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     floats = {p: make_session(reference.float_model, optimize=True, provider=p) for p in providers
               if p != _CPU and target is not None}
     task = _TaskRun(config, reference.names, providers)
+    tasks = reference.tasks(config)
+    stability = reference.stability(tasks)
+    tolerance_for = task_tolerances(config, tasks, stability)
     coverage = None if target is None else CoverageRun(
         quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
-        task.metric)
-    comparisons = Comparisons(reference.names, providers)
+        task.metric, tasks, tolerance_for)
+    comparisons = Comparisons(reference.names, providers, tasks)
     _run_batches(reference, sessions, floats, (comparisons, task, coverage))
     del sessions, floats
-    found = comparisons.result(config)
+    found = comparisons.result(config, tolerance_for)
     checks = tuple(ProviderCheck(p, found.outputs[p], None, task.result(p), found.float_drift.get(p))
                    for p in providers)
     others = {c.provider: (c.outputs, c.task) for c in checks[1:]}
     verification = Verification(data, reference.samples, checks, found.agreement, tuple(unavailable),
                                 None if coverage is None else coverage.result(checks[0].outputs, checks[0].task,
-                                                                              others), found.bounds)
+                                                                              others), found.bounds,
+                                tasks=tasks, stability=stability)
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification

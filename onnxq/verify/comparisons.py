@@ -8,26 +8,34 @@ It takes arrays, not sessions, so the rules are tested on outputs recorded from 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.verify.agreement import implied_agreement
 from onnxq.verify.metrics import MetricsAccumulator, Operand
-from onnxq.verify.outcome import OutputCheck, checks_of
+from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
+from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.task_rules import measured
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 
 _CPU = "CPUExecutionProvider"
 
 
-def agreement_bound(config: VerifyConfig, output: str) -> Tolerance:
+def agreement_bound(config: VerifyConfig, output: str, task: OutputTask | None = None,
+                    tolerance_for: Callable[[str], Tolerance] | None = None) -> Tolerance:
     """The bar for an output of the quantized model on another provider against the CPU's: the user's
     provider_agreement, or the one implied by the output's tolerance on both (one tolerance per output serves
-    every provider, so the bound is the same for each pair)."""
+    every provider, so the bound is the same for each pair); a task metric's share s on each implies 2s - 1.
+    tolerance_for: the tolerances with their task bars resolved (outcome.task_tolerances); else the config's."""
     if config.provider_agreement is not None:
         return config.provider_agreement
-    tolerance = config.tolerance_for(output)
-    return implied_agreement(tolerance, tolerance)
+    tolerance = (tolerance_for or config.tolerance_for)(output)
+    bound = implied_agreement(tolerance, tolerance)
+    bar = task_bar(tolerance, None if measured(task) is None else task.kind)
+    if bar is None:
+        return dataclasses.replace(bound, task="numeric")
+    return dataclasses.replace(bound, task=tolerance.task, min_task_agreement=max(0.0, round(2 * bar - 1, 9)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +47,10 @@ class ComparisonResult:
 
 
 class Comparisons:
-    def __init__(self, names: Sequence[str], providers: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], providers: Sequence[str],
+                 tasks: Mapping[str, OutputTask] | None = None) -> None:
         self.names = list(names)
+        self.tasks = dict(tasks or {})
         self.providers = list(providers)
         others = [p for p in providers if p != _CPU]
         self._quantized = {p: self._accumulators() for p in providers}
@@ -48,7 +58,7 @@ class Comparisons:
         self._agreement = {p: self._accumulators() for p in others}
 
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
-        return {n: MetricsAccumulator() for n in self.names}
+        return {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
 
     def add(self, expected: Sequence[Operand], quantized: Mapping[str, Sequence[Operand]],
             floats: Mapping[str, Sequence[Operand]]) -> None:
@@ -64,10 +74,14 @@ class Comparisons:
             for name, c, g in zip(self.names, quantized[_CPU], quantized[p]):
                 self._agreement[p][name].add(c, g)
 
-    def result(self, config: VerifyConfig) -> ComparisonResult:
-        bounds = {n: agreement_bound(config, n) for n in self.names}
+    def result(self, config: VerifyConfig,
+               tolerance_for: Callable[[str], Tolerance] | None = None) -> ComparisonResult:
+        """tolerance_for: each output's tolerance, its task bar resolved (outcome.task_tolerances); else the
+        config's."""
+        tolerance_for = tolerance_for or config.tolerance_for
+        bounds = {n: agreement_bound(config, n, self.tasks.get(n), tolerance_for) for n in self.names}
         return ComparisonResult(
-            outputs={p: checks_of(a, config.tolerance_for) for p, a in self._quantized.items()},
-            float_drift={p: checks_of(a, lambda _: Tolerance(min_cosine=None)) for p, a in self._float.items()},
+            outputs={p: checks_of(a, tolerance_for) for p, a in self._quantized.items()},
+            float_drift={p: checks_of(a, lambda _: REPORTED) for p, a in self._float.items()},
             agreement={p: checks_of(a, bounds.__getitem__) for p, a in self._agreement.items()},
             bounds=bounds)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -23,8 +23,10 @@ from onnxq.passes.float16_emulation import float16_emulation, holds_float16
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.metrics import MetricsAccumulator, Operand
-from onnxq.verify.outcome import OutputCheck, checks_of
+from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
+from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.task_rules import measured
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
@@ -148,8 +150,13 @@ class CoverageRun:
     when a covered target is AVX2 and this CPU is not, the emulation."""
 
     def __init__(self, quant_model: ir.Model, names: Sequence[str], config: VerifyConfig, target: str,
-                 task: TaskMetric | None = None) -> None:
+                 task: TaskMetric | None = None, tasks: Mapping[str, OutputTask] | None = None,
+                 tolerance_for: Callable[[str], Tolerance] | None = None) -> None:
+        """tasks: each output's task metric (verify.task_rules); tolerance_for: the tolerances with their task bars
+        resolved (verify.outcome.task_tolerances), else the config's."""
         self.names = list(names)
+        self.tasks = dict(tasks or {})
+        self.tolerance_for = tolerance_for or config.tolerance_for
         self.task = task
         self.config = config
         self.target = target
@@ -166,7 +173,7 @@ class CoverageRun:
         self._task = {kind: None if task is None else TaskAccumulator(task) for kind in ("exact", "emulated")}
 
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
-        return {n: MetricsAccumulator() for n in self.names}
+        return {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
 
     def add(self, batch, expected: Sequence[np.ndarray | Operand], deployed: Sequence[np.ndarray | Operand],
             expected_task: float | list | None = None) -> None:
@@ -191,11 +198,11 @@ class CoverageRun:
                providers: Mapping[str, tuple[tuple, TaskMetrics | None]] | None = None) -> Coverage:
         """deployed_*: this CPU's checks (ORT_ENABLE_ALL); providers: every other provider verified, its checks
         and task metrics, for the targets deployed there (targets.cuda)."""
-        exact = checks_of(self._exact, self.config.tolerance_for)
-        gap = checks_of(self._gap, lambda _: Tolerance(min_cosine=None))
+        exact = checks_of(self._exact, self.tolerance_for)
+        gap = checks_of(self._gap, lambda _: REPORTED)
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
         loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
-        by_check = {"exact": exact, "emulated": checks_of(self._emulated, self.config.tolerance_for)}
+        by_check = {"exact": exact, "emulated": checks_of(self._emulated, self.tolerance_for)}
         checks = [self._check(t, (deployed_checks, deployed_task), by_check, providers or {}) for t in self.targets]
         return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
                         self._emulator.nodes)

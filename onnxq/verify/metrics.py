@@ -9,6 +9,7 @@ import numpy as np
 
 from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import UnsupportedModelError
+from onnxq.verify.task_measures import OutputTask, measure_task
 
 __all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "SampleAxes", "finite_or_none", "operand", "sample_axis"]
 
@@ -36,6 +37,11 @@ class OutputMetrics:
     # Entry k - 1: the share of decisions whose float answer (argmax) is among the quantized output's k highest
     # classes (ties in its favour), k = 1 … TOPK_MAX: a top-5 classifier or a beam search needs no more.
     topk_agreement: tuple[float, ...] = (1.0,) * TOPK_MAX
+    # The output's task metric (verify.task_rules: chosen by what the output is), None for a numeric output: the
+    # share of the float model's task answer kept (IoU for a mask) over `task_units` decisions (pixels of the union).
+    task: str | None = None
+    task_agreement: float = 1.0
+    task_units: int = 0
 
     def top(self, k: int) -> float:
         """The top-k agreement (1 ≤ k ≤ TOPK_MAX)."""
@@ -127,7 +133,12 @@ class SampleAxes:
 
 
 class MetricsAccumulator:
-    def __init__(self) -> None:
+    """One output's figures over the batches; with a task (verify.task_rules), its task agreement too."""
+
+    def __init__(self, task: OutputTask | None = None) -> None:
+        self.task = task
+        self.task_kept = 0
+        self.task_total = 0
         self.samples = 0
         self.count = 0
         self.max_abs = 0.0
@@ -175,6 +186,10 @@ class MetricsAccumulator:
             changed = np.flatnonzero(~kept)
             ranks = _ranks(got.values.reshape(ref.argmax.size, -1)[changed], ref.argmax[changed])
             self.ranks += np.bincount(ranks[ranks < TOPK_MAX], minlength=TOPK_MAX)
+        if self.task is not None:
+            kept_now, total = measure_task(ref.values, got.values, self.task, ref.sample_axis)
+            self.task_kept += kept_now
+            self.task_total += total
 
     def result(self) -> OutputMetrics:
         sqnr = math.inf if self.noise == 0 else 10 * math.log10(max(self.signal, 1e-300) / self.noise)
@@ -191,6 +206,9 @@ class MetricsAccumulator:
             decisions=self.decisions,
             topk_agreement=tuple(float(v) for v in np.cumsum(self.ranks) / self.decisions) if self.decisions
             else (1.0,) * TOPK_MAX,
+            task=None if self.task is None else self.task.kind,
+            task_agreement=self.task_kept / self.task_total if self.task_total else 1.0,
+            task_units=self.task_total,
         )
 
 

@@ -8,8 +8,21 @@ from collections.abc import Callable, Mapping
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
+from onnxq.verify.task_measures import TASK_BARS, TASK_WORDS, OutputTask
 
-__all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances"]
+__all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances", "task_bar", "REPORTED",
+           "task_tolerances"]
+
+# The tolerance of a comparison that is reported, not gated (the float model on another provider, the kernels' gap).
+REPORTED = Tolerance(min_cosine=None, task="numeric")
+
+
+def task_bar(tolerance: Tolerance, kind: str | None) -> float | None:
+    """The share of an output's task answer it must keep: the tolerance's, else its kind's default; None when the
+    output has no task metric or the tolerance keeps to the numeric bars."""
+    if kind is None or tolerance.task == "numeric":
+        return None
+    return TASK_BARS[kind] if tolerance.min_task_agreement is None else tolerance.min_task_agreement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +37,21 @@ class OutputCheck:
 
     def to_dict(self) -> dict:
         return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures)}
+
+
+def task_tolerances(config: VerifyConfig, tasks: Mapping[str, OutputTask],
+                    stability: Mapping[str, float]) -> Callable[[str], Tolerance]:
+    """Each output's tolerance with its task bar resolved: the user's, else the kind's default — or the float
+    model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
+    a decision the float model does not keep itself."""
+    def tolerance_for(name: str) -> Tolerance:
+        tolerance, task = config.tolerance_for(name), tasks.get(name)
+        if task is None or task.kind not in TASK_BARS or tolerance.task == "numeric" \
+                or tolerance.min_task_agreement is not None:
+            return tolerance
+        return dataclasses.replace(tolerance, min_task_agreement=min(TASK_BARS[task.kind],
+                                                                     stability.get(name, 1.0)))
+    return tolerance_for
 
 
 def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
@@ -52,7 +80,15 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         outside = metrics.decisions - round(top_k * metrics.decisions)
         found.append(f"top-{k} agreement {top_k:.4f} < {tolerance.min_topk_agreement} ({outside} of "
                      f"{metrics.decisions} float answers outside the quantized top {k})")
+    bar = task_bar(tolerance, metrics.task)
+    if bar is not None and not metrics.task_agreement >= bar:
+        found.append(f"{TASK_WORDS[metrics.task]} {metrics.task_agreement:.4f} < {bar} (over {metrics.task_units} "
+                     f"{_UNITS[metrics.task]})")
     return tuple(found)
+
+
+_UNITS = {"top1": "decisions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
+          "labels": "labels"}
 
 
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,11 @@ import onnx_ir as ir
 
 from onnxq.calibration.batching import Batches, samples_in
 from onnxq.calibration.specs import Batch
+from onnxq.config import VerifyConfig
 from onnxq.io import page_out
+from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.stability import float_stability
+from onnxq.verify.task_rules import choose_tasks, output_facts
 from onnxq.verify.sessions import ModelSource, make_session
 
 __all__ = ["Reference", "OutputStore"]
@@ -90,14 +94,19 @@ class Reference:
     """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once."""
 
     def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch],
-                 memory_bytes: int = MEMORY_BYTES) -> None:
+                 memory_bytes: int = MEMORY_BYTES, graph: ir.Model | None = None, synthetic: bool = False) -> None:
+        """graph: the float model loaded, when float_model is a path (what its outputs are: verify.task_rules).
+        synthetic: the inputs are made up (no data given): no task metric is chosen on them."""
         self.float_model = float_model
+        self.synthetic = synthetic
+        self.graph = float_model if isinstance(float_model, ir.Model) else graph
         self.session = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
         self.batches = batches if isinstance(batches, Batches) else Batches.held(batches)
         self.store = OutputStore(memory_bytes)
         self.limit: int | None = None  # a head: only the first `limit` batches
         self._samples: int | None = None
+        self._stability: dict[tuple, dict[str, float]] = {}  # shared with heads (copy.copy): keyed by limit
 
     def __iter__(self) -> Iterator[tuple[Batch, list[np.ndarray]]]:
         samples = 0
@@ -137,6 +146,20 @@ class Reference:
         view = copy.copy(self)
         view.limit, view._samples = count, int(taken[count - 1])
         return view
+
+    def tasks(self, config: VerifyConfig) -> dict[str, OutputTask]:
+        """Each output's task metric (verify.task_rules), from the graph and the first batch's outputs."""
+        for batch, outputs in self:
+            return choose_tasks(config, output_facts(self.graph, self.names, outputs, samples_in(batch)),
+                                self.synthetic)
+        return {}
+
+    def stability(self, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
+        """The float model's own task agreement under input rounding (verify.stability), once per set of tasks."""
+        key = (self.limit, tuple(sorted((n, t) for n, t in tasks.items() if t.kind != "numeric")))
+        if key not in self._stability:
+            self._stability[key] = float_stability(self, tasks)
+        return self._stability[key]
 
     def prefetch(self) -> None:
         """Compute the outputs now; when they are all kept, page the float weights out, so that the quantized

@@ -32,11 +32,16 @@ def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert (work / "mlp.int8.onnx").is_file()
-    assert "3 Gemm" in out and "3 QGemm" in out and "result: within tolerance" in out
+    assert "result: within tolerance" in out
     report = json.loads((work / "r.json").read_text())
-    assert report["schema_version"] == 6 and report["passed"] is True
+    assert report["schema_version"] == 7 and report["passed"] is True
     cpu = report["verification"]["providers"]["CPUExecutionProvider"]
     assert cpu["outputs"]["logits"]["cosine_mean"] >= 0.999
+    # The sample MLP's random weights leave a held-out near tie that int8 flips (top-1 0.96 < 0.99, measured on
+    # AVX-512 VNNI and exact): the default gate judges the logits' top-1 and the fallback keeps the fewest Gemms float.
+    assert report["verification"]["tasks"]["logits"]["kind"] == "top1"
+    assert cpu["outputs"]["logits"]["task_agreement"] >= 0.99 and cpu["outputs"]["logits"]["task"] == "top1"
+    assert report["fallback"] is None or report["fallback"]["met"]
 
 
 def test_out_of_tolerance_exits_1(work, capsys):
@@ -232,7 +237,8 @@ def test_every_command_takes_v_and_v_never_changes_the_exit_code(work, capsys, m
     assert main(["calibrate", model, "--calib", data, "-o", str(work / "s.json"), "-v"]) == 0
     assert main(["merge", str(work / "s.json"), "-o", str(work / "m.json"), "-v"]) == 0
     assert main([model, "--calib", data, "-o", str(work / "q.onnx"), "-v"]) == 0
-    assert main(["verify", model, str(work / "q.onnx"), "--data", data, "--verbose"]) == 0
+    # Numeric bars: on all 256 samples, int8 changes a few of the random sample MLP's near-tied answers.
+    assert main(["verify", model, str(work / "q.onnx"), "--data", data, "--task-metric", "numeric", "--verbose"]) == 0
     capsys.readouterr()
 
     def broken(*args, **kwargs):

@@ -39,7 +39,11 @@ def test_tiny_transformer_static(samples_dir, tmp_path):
 
 
 def test_mlp_gemm_becomes_qgemm(samples_dir, tmp_path):
-    result = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", output=tmp_path / "q.onnx")
+    # Numeric bars only: the sample MLP's random weights leave a held-out near tie that int8 flips (top-1 0.96),
+    # which the default top-1 gate would restore by keeping two Gemms float (tests/e2e/test_task_gate.py).
+    numeric = onnxq.QuantConfig(verify=onnxq.VerifyConfig(tolerance=onnxq.Tolerance(task="numeric")))
+    result = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", output=tmp_path / "q.onnx",
+                            config=numeric)
     kernels = result.report.verification.kernels
     assert kernels.get("QGemm") == 3 and "Gemm" not in kernels
     check = result.report.verification.outputs[0]

@@ -47,11 +47,15 @@ def test_fallback_meets_a_tighter_tolerance_with_the_fewest_nodes(samples_dir, t
     model, data = str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")
     # Default (portable) target, measured on AVX2 and as exact quantization: 33.9 dB with every node int8,
     # 34.9 / 35.1 / 36.5 dB with one node float; 36 dB needs exactly one node float (fc2).
-    plain = onnxq.quantize(model, data).report.verification.outputs[0].metrics.sqnr_db
+    # Numeric bars only: the sample MLP's random weights leave a held-out near tie that int8 flips (top-1 0.96),
+    # which the default top-1 gate would restore first (tests/e2e/test_task_gate.py).
+    numeric = _config(tolerance=onnxq.Tolerance(task="numeric"))
+    plain = onnxq.quantize(model, data, config=numeric).report.verification.outputs[0].metrics.sqnr_db
     assert plain < 36
     runs = []
     for i in range(2):
-        code = main([model, "--calib", data, "--tolerance", "sqnr=36", "-o", str(tmp_path / f"q{i}.onnx"),
+        code = main([model, "--calib", data, "--tolerance", "sqnr=36", "--task-metric", "numeric",
+                     "-o", str(tmp_path / f"q{i}.onnx"),
                      "--report", str(tmp_path / f"r{i}.json")])
         assert code == 0
         runs.append(json.loads((tmp_path / f"r{i}.json").read_text()))
@@ -130,7 +134,7 @@ def test_minilm_sensitivity_and_fallback(shared_models):
 
 
 def test_large_models_rank_groups_only_by_default(samples_dir):
-    config = _config(sensitivity_max_nodes=2)
+    config = _config(sensitivity_max_nodes=2, tolerance=onnxq.Tolerance(task="numeric"))  # see above: near tie
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=config).report
     assert report.sensitivity.nodes == ()
     [group] = report.sensitivity.groups

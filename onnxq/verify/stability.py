@@ -1,0 +1,79 @@
+"""How far the float model keeps its own answers when its inputs move by one least-significant step of the data:
+where the float model does not hold its decisions that finely, no quantized model can be held to them.
+
+The step of an input is its data's own resolution: the smallest gap between its distinct values (1/255 for an image
+read from 8 bits, 1/32768 for 16-bit audio; for continuous data a gap of float32's rounding, which moves nothing).
+Each float input is moved by uniform noise of ± half its step — a rounding of the data as fine as it was recorded —
+and the float model's task answer is compared with its own (issue 32's acceptance: each output's task agreement at
+its bar, or, where the float model is less stable than that, at the agreement it keeps with itself). Integer inputs
+(ids, masks) and inputs fed whole with every batch are left alone. Seeded: the same data gives the same figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from onnxq.calibration.batching import samples_in
+from onnxq.calibration.specs import Batch, LaidOutBatch
+from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
+from onnxq.verify.task_measures import OutputTask
+
+__all__ = ["input_steps", "noisy_batch", "float_stability"]
+
+_SEED = 20261124
+_VALUES = 1 << 20  # distinct values read per input: enough to find its resolution
+
+
+def input_steps(batches: Iterable[Batch]) -> dict[str, float]:
+    """Each float input's resolution: the smallest gap between its distinct finite values over the batches (0 for
+    an input with one value)."""
+    values: dict[str, list[np.ndarray]] = {}
+    for batch in batches:
+        axes = getattr(batch, "axes", {})
+        for name, array in batch.items():
+            array = np.asarray(array)
+            if array.dtype.kind != "f" or not array.size or (name in axes and axes[name] is None):
+                continue
+            seen = values.setdefault(name, [])
+            if sum(v.size for v in seen) < _VALUES:
+                flat = array.reshape(-1)
+                seen.append(np.unique(flat[np.isfinite(flat)][:_VALUES]))
+    steps = {}
+    for name, parts in values.items():
+        distinct = np.unique(np.concatenate(parts)).astype(np.float64)
+        steps[name] = float(np.diff(distinct).min()) if distinct.size > 1 else 0.0
+    return steps
+
+
+def noisy_batch(batch: Batch, steps: Mapping[str, float], rng: np.random.Generator) -> Batch:
+    """The batch with each stepped input moved by uniform noise in ± half its step (its type and layout kept)."""
+    noisy = {}
+    for name, array in batch.items():
+        step = steps.get(name, 0.0)
+        if step > 0:
+            array = np.asarray(array)
+            array = (array + rng.uniform(-step / 2, step / 2, array.shape)).astype(array.dtype)
+        noisy[name] = array
+    return LaidOutBatch(noisy, batch.axes) if isinstance(batch, LaidOutBatch) else noisy
+
+
+def float_stability(reference, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
+    """Per output with a task metric, the share of the float model's task answer it keeps on its own inputs
+    rounded to their int8 step (reference: verify.reference.Reference, whose session and outputs are reused)."""
+    measured = {n: t for n, t in tasks.items() if t.kind != "numeric"}
+    if not measured:
+        return {}
+    steps = input_steps(b for b, _ in reference)
+    rng = np.random.default_rng(_SEED)
+    names = reference.names
+    accumulators = {n: MetricsAccumulator(measured[n]) for n in measured}
+    axes = SampleAxes()
+    for batch, outputs in reference:
+        noisy = reference.session.run(names, noisy_batch(batch, steps, rng))
+        samples = samples_in(batch)
+        for name, expected, got in zip(names, outputs, noisy):
+            if name in accumulators:
+                accumulators[name].add(Operand(expected, axes.of(name, expected, samples)), got)
+    return {n: a.result().task_agreement for n, a in accumulators.items()}

@@ -1,0 +1,267 @@
+"""Which task metric each output gets, from what the output says it is: its producer in the float graph, its name,
+and the float model's values on the first verification batch. Cosine and SQNR on raw outputs do not see an answer
+change (issue 32: a captcha reader kept cosine 0.998 while 15 % of its strings changed), so an output that holds
+decisions is gated on the share of them the quantized model keeps (verify.task_measures).
+
+The rules, tried in order (a registry: a new kind of output is one function and one entry); the first that
+matches decides, and the report names it:
+
+- integer outputs hold decisions already (labels, indices): kept as they are;
+- next-token logits of a language model (classes = the rows of a table the model gathers its input ids from) keep
+  the numeric bars: an int8 language model keeps ~90 % of its per-token top-1 while its perplexity holds, and one
+  changed token is not a wrong answer (gate it with --task-metric and a perplexity);
+- an output named as a representation (embedding, hidden state, features, pooled, a recurrent state) is numeric;
+- probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes], the decoded
+  sequence for per-step scores [samples, steps, classes] (CTC, tagging), per-position classes otherwise;
+- a sigmoid's probabilities (or values in [0, 1] named as a mask or map): mask IoU for a map with two spatial axes,
+  frames (on/off decisions) otherwise (voice activity, multi-label);
+- scores named as classes (logits, class, label): top-1 / sequence;
+- anything else keeps the numeric bars (a raw-logits classifier named "output": --task-metric top1).
+
+Override per output with the tolerance's `task` (numeric to gate numbers only, or a kind), everywhere with
+--task-metric KIND, or give your own evaluation (--task-metric MODULE:FUNCTION), which replaces the rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.config import VerifyConfig
+from onnxq.errors import ConfigError, one_line
+from onnxq.verify.metrics import sample_axis
+from onnxq.verify.task_measures import MEASURES, OutputTask
+
+__all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "FACT_SAMPLES"]
+
+# Ops that move or retype values without changing which value is which: the producer is looked for through them.
+_PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+_REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|state|present|past|cache", re.I)
+_CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
+_MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
+_BLANK_SHARE = 0.5  # a class the float model picks on at least half the frames is CTC's blank
+# Samples of the first batch the rules read: enough to see what an output is, without copying a language model's
+# 50 M logits.
+FACT_SAMPLES = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputFacts:
+    """What one output says it is; `values` is the float model's first batch, samples on axis 0."""
+
+    name: str
+    producer: str  # the op type that makes it, seen through _PASS_THROUGH ops ("" for a graph input, a constant)
+    softmax_axis: int | None  # the producer's axis when it is a Softmax / LogSoftmax reached through Identity / Cast
+    values: np.ndarray
+    gathered_rows: frozenset[int]  # row counts of the 2-D tables the model gathers from (token embeddings)
+
+    @property
+    def rank(self) -> int:
+        return self.values.ndim
+
+    @property
+    def integer(self) -> bool:
+        return self.values.dtype.kind in "iub"
+
+    @property
+    def unit_range(self) -> bool:
+        v = self.values
+        return v.dtype.kind == "f" and v.size > 0 and bool(np.all(v >= 0) and np.all(v <= 1))
+
+    @property
+    def sums_to_one(self) -> bool:
+        """Rows over the last axis are probabilities (or log-probabilities)."""
+        v = self.values.astype(np.float64)
+        if self.rank < 2 or v.shape[-1] < 2 or v.dtype.kind != "f" or not np.all(np.isfinite(v)):
+            return False
+        if self.unit_range:
+            return bool(np.allclose(v.sum(-1), 1.0, atol=1e-3))
+        return bool(np.all(v <= 0) and np.allclose(np.exp(v).sum(-1), 1.0, atol=1e-3))
+
+    @property
+    def spatial(self) -> bool:
+        """Two or more axes past the samples (and a channel) longer than one: an image-like map."""
+        return sum(n > 1 for n in self.values.shape[1:]) >= 2 and self.rank >= 3
+
+
+Rule = Callable[[OutputFacts], OutputTask | None]
+
+
+def _integer(f: OutputFacts) -> OutputTask | None:
+    if f.integer and f.values.size:
+        return OutputTask("labels", "an integer output: its values are decisions (labels, indices)", None)
+    return None
+
+
+def _language_model(f: OutputFacts) -> OutputTask | None:
+    if f.rank == 3 and f.values.shape[-1] in f.gathered_rows:
+        return OutputTask("numeric", f"next-token logits of a language model ({f.values.shape[-1]} classes, the rows "
+                          "of the table its input ids index): an int8 model keeps ~90 % of per-token top-1 while its "
+                          "perplexity holds; gate a perplexity with --task-metric")
+    return None
+
+
+def _representation(f: OutputFacts) -> OutputTask | None:
+    if _REPRESENTATION.search(f.name):
+        return OutputTask("numeric", f"named as a representation ({_REPRESENTATION.search(f.name).group(0)}), not "
+                          "an answer")
+    return None
+
+
+def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
+    """Top-1 for [samples, classes], the decoded sequence for [samples, steps, classes], per-position classes when
+    the classes lie on another axis (a segmentation map)."""
+    if f.rank < 2 or f.values.shape[axis] < 2:
+        return None
+    if axis not in (-1, f.rank - 1):
+        return OutputTask("frames", f"{why}, classes on axis {axis}: the class at every position", axis)
+    if f.rank == 2:
+        return OutputTask("top1", f"{why} over {f.values.shape[-1]} classes")
+    return OutputTask("sequence", f"{why}, per step ({f.values.shape[1]} steps of {f.values.shape[-1]} classes): the "
+                      "sequence as CTC's greedy decoding reads it", blank=_blank(f.values))
+
+
+def _softmax(f: OutputFacts) -> OutputTask | None:
+    if f.producer in ("Softmax", "LogSoftmax") or f.sums_to_one:
+        why = f"{f.producer or 'probabilities'} output" if f.producer in ("Softmax", "LogSoftmax") else \
+            "rows that sum to 1 (probabilities)"
+        return _classes(f, why, -1 if f.softmax_axis is None else f.softmax_axis)
+    return None
+
+
+def _sigmoid(f: OutputFacts) -> OutputTask | None:
+    named = f.unit_range and _MAP_NAMES.search(f.name)
+    if f.producer not in ("Sigmoid", "HardSigmoid") and not named:
+        return None
+    why = f"{f.producer} output" if f.producer in ("Sigmoid", "HardSigmoid") else f"values in [0, 1] named {f.name!r}"
+    if f.spatial:
+        return OutputTask("iou", f"{why}, a map: the mask at 0.5", None)
+    return OutputTask("frames", f"{why}: on/off decisions at 0.5", None)
+
+
+def _named_classes(f: OutputFacts) -> OutputTask | None:
+    """Raw scores named as classes. A dense layer's output alone is not taken for class scores: an embedding or a
+    regression head looks the same, and a gate that misjudges an output would keep nodes float for nothing."""
+    if f.values.dtype.kind == "f" and _CLASS_NAMES.search(f.name):
+        return _classes(f, f"scores named {f.name!r}")
+    return None
+
+
+RULES: list[tuple[str, Rule]] = [
+    ("integer", _integer),
+    ("language-model", _language_model),
+    ("representation", _representation),
+    ("softmax", _softmax),
+    ("sigmoid", _sigmoid),
+    ("class-scores", _named_classes),
+]
+
+
+def _blank(values: np.ndarray) -> int | None:
+    steps = np.argmax(values, axis=-1).reshape(-1)
+    if not steps.size:
+        return None
+    counts = np.bincount(steps)
+    return int(np.argmax(counts)) if counts.max() >= _BLANK_SHARE * steps.size else None
+
+
+def _rule_task(facts: OutputFacts) -> OutputTask:
+    for _, rule in RULES:
+        task = rule(facts)
+        if task is not None:
+            return task
+    return OutputTask("numeric", "no rule matched (not class scores, a sequence of them, or a probability map)")
+
+
+def _forced(facts: OutputFacts, kind: str) -> OutputTask:
+    """The kind a tolerance sets, with what it needs from the data; refused when the output cannot hold it."""
+    why = "set by the output's tolerance (task)"
+    if kind in ("top1", "sequence") and (facts.rank < 2 or facts.values.shape[-1] < 2):
+        raise ConfigError(f"output {one_line(facts.name)} has shape {facts.values.shape} (samples first): task "
+                          f"{kind} needs class scores on its last axis — set task to frames, iou or numeric")
+    if kind == "labels" or (kind == "top1" and facts.rank == 2):
+        return OutputTask(kind, why, None if kind == "labels" else -1)
+    threshold = 0.5 if facts.unit_range else 0.0
+    if kind == "sequence":
+        return OutputTask(kind, why, blank=_blank(facts.values))
+    return OutputTask(kind, why, None if kind in ("frames", "iou") else -1, threshold)
+
+
+def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: bool = False) -> dict[str, OutputTask]:
+    """Each output's task (kind "numeric": none), by its tolerance's `task`: auto → the rules, unless the inputs
+    are synthetic (random: their decisions are near ties that say nothing of the task) or the user's own task
+    metric judges the task."""
+    chosen = {}
+    for f in facts:
+        kind = config.tolerance_for(f.name).task
+        if kind == "auto" and config.task_metric is not None:
+            chosen[f.name] = OutputTask("numeric", "your task metric (verify.task_metric) judges the task")
+        elif kind == "auto" and synthetic:
+            chosen[f.name] = OutputTask("numeric", "verified on synthetic random inputs, whose decisions say nothing "
+                                        "of the task: pass --verify-data")
+        elif kind == "auto":
+            chosen[f.name] = _rule_task(f)
+        elif kind == "numeric":
+            chosen[f.name] = OutputTask("numeric", "set by the output's tolerance (task = numeric)")
+        else:
+            chosen[f.name] = _forced(f, kind)
+    return chosen
+
+
+def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence[np.ndarray],
+                 samples: int) -> list[OutputFacts]:
+    """Each output's facts from the float graph (None: from the values alone) and its first batch."""
+    values = {v.name: v for v in model.graph.outputs} if model is not None else {}
+    rows = _gathered_rows(model) if model is not None else frozenset()
+    opset = model.opset_imports.get("", 13) if model is not None else 13
+    facts = []
+    for name, array in zip(names, outputs):
+        array = np.asarray(array)
+        axis = sample_axis(array, samples)
+        moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
+        moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
+        producer, softmax_axis = _producer(values.get(name), moved.ndim, opset)
+        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows))
+    return facts
+
+
+def _producer(value: ir.Value | None, rank: int, opset: int) -> tuple[str, int | None]:
+    """(op type, a Softmax's axis when reached directly) for the value. Before opset 13 a Softmax normalizes over
+    every axis from its own on, flattened: one decision per row of that block, which no per-axis measure reads — such
+    an output is judged by its values."""
+    node, direct = None if value is None else value.producer(), True
+    while node is not None and node.op_type in _PASS_THROUGH and node.inputs and node.inputs[0] is not None:
+        direct = direct and node.op_type in ("Identity", "Cast")
+        node = node.inputs[0].producer()
+    if node is None:
+        return "", None
+    axis = None
+    if node.op_type in ("Softmax", "LogSoftmax") and direct:
+        attr = node.attributes.get("axis")
+        axis = -1 if attr is None else int(attr.value)
+        axis = None if axis in (-1, rank - 1) or not -rank <= axis < rank else axis % rank
+        if axis is not None and opset < 13:
+            return "", None
+    return node.op_type, axis
+
+
+def _gathered_rows(model: ir.Model) -> frozenset[int]:
+    """Row counts of the constant 2-D tables a Gather indexes with computed ids (token embeddings)."""
+    rows = set()
+    for node in model.graph.all_nodes():
+        if node.op_type != "Gather" or len(node.inputs) < 2 or node.inputs[0] is None:
+            continue
+        table = node.inputs[0]
+        shape = table.shape
+        if table.const_value is not None and shape is not None and len(shape) == 2 and isinstance(shape[0], int):
+            rows.add(shape[0])
+    return frozenset(rows)
+
+
+def measured(task: OutputTask | None) -> OutputTask | None:
+    """The task a metrics accumulator measures (none for a numeric output)."""
+    return task if task is not None and task.kind in MEASURES else None

@@ -1,0 +1,146 @@
+"""Which task metric each output gets (verify.task_rules), what each measures (verify.task_measures), and the float
+model's own stability under its data's rounding (verify.stability)."""
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from conftest import to_model
+
+import onnxq
+from onnxq.errors import ConfigError
+from onnxq.verify.comparisons import agreement_bound
+from onnxq.verify.reference import Reference
+from onnxq.verify.stability import input_steps
+from onnxq.verify.task_measures import OutputTask, measure_task
+from onnxq.verify.task_rules import choose_tasks, output_facts
+
+SAMPLES = 4
+
+
+def _tasks(model: ir.Model, outputs: dict, config=None) -> dict:
+    facts = output_facts(model, list(outputs), list(outputs.values()), SAMPLES)
+    return choose_tasks(config or onnxq.VerifyConfig(), facts)
+
+
+def _heads(rng) -> ir.Model:
+    """One input, a dense layer, and every kind of head: Softmax over classes, per-step Softmax (time-major, as a
+    CRNN exports it), a Sigmoid map and a Sigmoid score, an ArgMax, an embedding and a token table's logits."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
+    ids = ir.val("ids", ir.DataType.INT64, ["batch", 3])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 30)).astype(np.float32), name="w"))
+    dense = tape.op("MatMul", [x, w], name="dense")
+    probs = tape.op("Softmax", [dense], {"axis": -1}, name="softmax")
+    steps = tape.op("Softmax", [tape.op("Reshape", [dense, tape.initializer(
+        ir.tensor(np.array([-1, 6, 5], np.int64), name="s"))])], {"axis": -1}, name="per_step")
+    mask = tape.op("Sigmoid", [tape.op("Reshape", [dense, tape.initializer(
+        ir.tensor(np.array([-1, 1, 5, 6], np.int64), name="m"))])], name="mask")
+    vad = tape.op("Sigmoid", [tape.op("MatMul", [x, tape.initializer(
+        ir.tensor(rng.normal(0, 1, (8, 1)).astype(np.float32), name="v"))])], name="vad")
+    label = tape.op("ArgMax", [dense], {"axis": 1, "keepdims": 0}, name="argmax")
+    table = tape.initializer(ir.tensor(rng.normal(0, 1, (30, 8)).astype(np.float32), name="table"))
+    token_logits = tape.op("MatMul", [tape.op("Gather", [table, ids]), tape.op("Transpose", [table])], name="lm")
+    embedding = tape.op("Relu", [dense], name="embed")
+    for value, name in ((dense, "output"), (probs, "probs"), (steps, "steps"), (mask, "segmap"), (vad, "speech"),
+                        (label, "label"), (token_logits, "logits"), (embedding, "sentence_embedding")):
+        value.name = name
+    return to_model(tape, [x, ids], [dense, probs, steps, mask, vad, label, token_logits, embedding])
+
+
+def _outputs(model: ir.Model, rng) -> dict:
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32),
+                                 "ids": rng.integers(0, 30, (SAMPLES, 3))})
+    return dict(zip(names, values))
+
+
+def test_each_kind_of_output_gets_its_task_by_the_first_matching_rule(rng):
+    model = _heads(rng)
+    tasks = _tasks(model, _outputs(model, rng))
+    assert {n: t.kind for n, t in tasks.items()} == {
+        "output": "numeric", "probs": "top1", "steps": "sequence", "segmap": "iou", "speech": "frames",
+        "label": "labels", "logits": "numeric", "sentence_embedding": "numeric"}
+    assert "no rule matched" in tasks["output"].rule  # a dense layer's raw output: an embedding looks the same
+    assert "Softmax output over 30 classes" in tasks["probs"].rule
+    assert "6 steps of 5 classes" in tasks["steps"].rule and "Sigmoid output, a map" in tasks["segmap"].rule
+    assert "language model (30 classes" in tasks["logits"].rule
+    assert "named as a representation (embed)" in tasks["sentence_embedding"].rule
+
+
+def test_a_tolerance_overrides_the_rule_and_a_user_metric_replaces_them(rng):
+    model = _heads(rng)
+    outputs = _outputs(model, rng)
+    config = onnxq.VerifyConfig(output_tolerances={"output": onnxq.Tolerance(task="top1"),
+                                                   "probs": onnxq.Tolerance(task="numeric")})
+    tasks = _tasks(model, outputs, config)
+    assert tasks["output"].kind == "top1" and tasks["probs"].kind == "numeric"
+    assert tasks["steps"].kind == "sequence"  # the others keep their rules
+    hook = _tasks(model, outputs, onnxq.VerifyConfig(task_metric=lambda o: 1.0))
+    assert {t.kind for t in hook.values()} == {"numeric"}
+    with pytest.raises(ConfigError, match="task top1 needs class scores"):
+        _tasks(model, outputs, onnxq.VerifyConfig(output_tolerances={"speech": onnxq.Tolerance(task="top1")}))
+    with pytest.raises(ConfigError, match="not one of"):
+        onnxq.Tolerance(task="bleu")
+
+
+def test_sequences_decode_as_ctc_reads_them():
+    blank = 0
+    task = OutputTask("sequence", "test", blank=blank)
+    # Per-step classes of 3 samples × 6 steps; float's: "1 1 0 2 2 0", "3 0 3 0 0 0", "1 2 0 0 0 0".
+    steps = np.array([[1, 1, 0, 2, 2, 0], [3, 0, 3, 0, 0, 0], [1, 2, 0, 0, 0, 0]])
+    changed = np.array([[1, 0, 0, 2, 0, 0], [3, 3, 0, 0, 0, 0], [1, 2, 0, 0, 0, 0]])
+    one_hot = np.eye(4)
+    # Sample 0: "1 2" both (repeats collapsed, blanks dropped); sample 1: "3 3" vs "3"; sample 2 unchanged.
+    assert measure_task(one_hot[steps], one_hot[changed], task) == (2, 3)
+    # Time-major [steps, samples, classes]: the samples' axis says where they are.
+    assert measure_task(one_hot[steps].transpose(1, 0, 2), one_hot[changed].transpose(1, 0, 2), task, 1) == (2, 3)
+
+
+def test_mask_iou_and_frames_count_what_they_say():
+    ref = np.zeros((2, 1, 4, 4))
+    ref[0, 0, :2, :2] = 0.9  # 4 pixels on
+    got = ref.copy()
+    got[0, 0, 0, 0] = 0.1  # one off
+    got[1, 0, 3, 3] = 0.8  # one on where float has none
+    assert measure_task(ref, got, OutputTask("iou", "test", None)) == (3, 5)
+    frames = np.array([[0.2], [0.7], [0.51], [0.49]])
+    assert measure_task(frames, 1 - frames, OutputTask("frames", "test", None)) == (0, 4)
+    assert measure_task(frames, frames[[0, 1, 3, 2]], OutputTask("frames", "test", None)) == (2, 4)
+
+
+def test_the_agreement_between_providers_is_held_to_twice_the_bar_less_one():
+    config = onnxq.VerifyConfig()
+    assert agreement_bound(config, "y", OutputTask("top1", "t")).min_task_agreement == 0.98
+    assert agreement_bound(config, "y", OutputTask("sequence", "t")).min_task_agreement == 0.94
+    assert agreement_bound(config, "y", OutputTask("numeric", "t")).task == "numeric"
+
+
+def test_the_step_of_an_input_is_its_datas_own_resolution(rng):
+    image = rng.integers(0, 256, (4, 3, 8, 8)).astype(np.float32) / 255.0
+    audio = rng.integers(-32768, 32767, (4, 1000)).astype(np.float32) / 32768.0
+    steps = input_steps([{"image": image, "audio": audio, "ids": rng.integers(0, 9, (4, 3))}])
+    assert steps["image"] == pytest.approx(1 / 255, rel=1e-4) and steps["audio"] == pytest.approx(1 / 32768, rel=1e-3)
+    assert "ids" not in steps
+
+
+def test_a_float_model_unstable_at_its_datas_resolution_sets_the_bar(rng, tmp_path):
+    """Answers that hinge on one pixel level: the float model itself changes them when its input is rounded as
+    finely as it was recorded; the bar follows it (what it keeps), not 0.99."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 2])
+    w = tape.initializer(ir.tensor(np.array([[1.0, -1.0], [-1.0, 1.0]], np.float32), name="w"))
+    logits = tape.op("MatMul", [x, w], name="head")
+    logits.name = "logits"
+    model = to_model(tape, [x], [logits])
+    pixels = rng.integers(0, 256, (64, 2)).astype(np.float32)
+    pixels[:16, 1] = pixels[:16, 0]  # a quarter exactly tied: either answer under half a level of noise
+    x = pixels / 255.0
+    reference = Reference(model, [{"x": x}])
+    tasks = reference.tasks(onnxq.VerifyConfig())
+    stability = reference.stability(tasks)["logits"]
+    assert tasks["logits"].kind == "top1" and 0.75 <= stability < 0.99  # measured 0.875 (8 of the 16 ties move)
+    report = onnxq.quantize(model, {"x": x}, verify_data={"x": x}).report
+    bar = report.verification.stability["logits"]
+    assert bar == stability and report.verification.outputs[0].passed
