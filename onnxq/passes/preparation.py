@@ -1,6 +1,7 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
 None), in order: an old opset converted, Identity / Cast / layout ops of weights folded, BatchNormalization folded into Conv,
-MatMul + Add of a bias made a Gemm (2-D activations). The model as given is never changed; it stays the
+loop-invariant weights carried through a Loop read as constants, MatMul + Add of a bias made a Gemm (2-D
+activations). The model as given is never changed; it stays the
 verification's reference."""
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from onnxq.io import LOAD_NOTES
 from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.fold_matmul_add import folded_matmul_adds
 from onnxq.passes.fold_constant_weights import folded_constant_weights
+from onnxq.passes.loop_invariants import captured_loop_invariants
 from onnxq.passes.upgrade import upgraded
 
 __all__ = ["PREPARATIONS", "prepared"]
 
-PREPARATIONS = (upgraded, folded_constant_weights, folded_batchnorms, folded_matmul_adds)
+PREPARATIONS = (upgraded, folded_constant_weights, captured_loop_invariants, folded_batchnorms, folded_matmul_adds)
 
 
 def prepared(model: ir.Model) -> tuple[ir.Model, list[str]]:
