@@ -27,7 +27,7 @@ from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
-from onnxq.irquery import bodies
+from onnxq.irquery import bodies, model_names, unique_name
 from onnxq.io.sessions import session_options
 from onnxq.verify.placement import profiled_session
 from onnxq.passes.bodies import body_as_model
@@ -301,6 +301,7 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
     _drop_kept_twins(model)
     # By name: a rewrite form may replace a node and its output value (the name stays).
     values = {v.name: v for node in model.graph.all_nodes() for v in node.outputs}
+    taken = model_names(model)
     result = []
     for i, (plan, outputs) in enumerate(zip(own_plans, pairs)):
         switch = ir.val(_SWITCH.format(i), ir.DataType.BOOL, [])
@@ -308,7 +309,7 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
         for quantized_name, float_name in outputs:
             graph = values[float_name].producer().graph
             _switch(values[quantized_name], values[float_name], switch,
-                    model_outputs if graph is model.graph else len(graph.outputs))
+                    model_outputs if graph is model.graph else len(graph.outputs), taken)
         # The first pair's names now (a model output's quantized twin was renamed); none for a dead node's outputs.
         first = (values[outputs[0][0]].name, outputs[0][1]) if not plan.scope and outputs else ("", "")
         result.append((plan.node.name, plan.node.op_type, *first))
@@ -364,14 +365,17 @@ def _quantize_twins(model: ir.Model, plans: list[NodePlan], builder: Builder) ->
             QuantizePass(graph_plans, inputs)(body)
 
 
-def _switch(quantized: ir.Value, floating: ir.Value, switch: ir.Value, outputs: int) -> None:
+def _switch(quantized: ir.Value, floating: ir.Value, switch: ir.Value, outputs: int, taken: set[str]) -> None:
     """Where(switch, quantized, float) takes the quantized output's place: its readers, and (keeping its name) its
     place among the first `outputs` outputs of its graph — the model's own, past which the main graph lists the
-    twins whose local error is read."""
+    twins whose local error is read. Its output is named apart from every name in the model (taken): left to
+    onnx_ir, it would be val_N, which an exporter's own val_N in an outer graph shadows — a body's reader of that
+    outer value would then read the Where, after it: a cycle (issue 32's unrolled VAD)."""
     graph, name = floating.producer().graph, quantized.name
-    where = ir.node("Where", [switch, quantized, floating], name=f"{name}_onnxq_switch")
+    where = ir.node("Where", [switch, quantized, floating], name=unique_name(f"{name}_onnxq_switch", taken))
     graph.insert_after(quantized.producer(), where)
     selected = where.outputs[0]
+    selected.name = unique_name(f"{name}_onnxq_selected", taken)
     selected.type, selected.shape = floating.type, floating.shape
     for usage in list(quantized.uses()):
         if usage.node is not where:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
+from onnxq.calibration.axes import data_shapes, inferred_sample_axes
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
@@ -51,6 +52,7 @@ def load_and_plan(state: RunState) -> bool:
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
     state.specs = input_specs(state.work, config.calibration.sample_axes, config.calibration.constant_inputs)
+    state.config = config = _with_inferred_axes(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
     state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back)
@@ -64,6 +66,24 @@ def load_and_plan(state: RunState) -> bool:
                            f"(e.g. {repeated[0]!r}): calibration keys values by name")
     state.upfront_inputs = _upfront_verification_inputs(state)
     return True
+
+
+def _with_inferred_axes(state: RunState) -> QuantConfig:
+    """The config with the sample axes the data's lengths imply for inputs the model and the user leave open
+    (calibration.axes), said in a note; the specs follow."""
+    config, given = state.config, state.given
+    shapes = data_shapes(given.calibration) or data_shapes(given.verify_data)
+    inferred = {} if shapes is None else {
+        name: axis for name, axis in inferred_sample_axes(state.specs, shapes).items()
+        if name not in config.calibration.sample_axes and name not in config.calibration.constant_inputs}
+    if not inferred:
+        return config
+    axes = {**config.calibration.sample_axes, **inferred}
+    state.specs = input_specs(state.work, axes, config.calibration.constant_inputs)
+    said = ", ".join(f"{name}={axis}" for name, axis in inferred.items())
+    state.notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
+                       "inputs' sample count; --sample-axis to set another)")
+    return config.replace(calibration=dataclasses.replace(config.calibration, sample_axes=axes))
 
 
 def _declare_files(state: RunState) -> None:

@@ -38,8 +38,10 @@ from onnxq.verify.task_measures import MEASURES, OutputTask
 
 __all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "FACT_SAMPLES"]
 
-# Ops that move or retype values without changing which value is which: the producer is looked for through them.
-_PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+# Ops that move or retype values without changing which value is which, and reductions that keep probabilities
+# probabilities (a voice-activity detector's mean over its frames' Sigmoid): the producer is looked for through them.
+_PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                           "ReduceMean", "ReduceMax", "ReduceMin"})
 _REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|state|present|past|cache", re.I)
 _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
@@ -232,13 +234,20 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
 def _producer(value: ir.Value | None, rank: int, opset: int) -> tuple[str, int | None]:
     """(op type, a Softmax's axis when reached directly) for the value. Before opset 13 a Softmax normalizes over
     every axis from its own on, flattened: one decision per row of that block, which no per-axis measure reads — such
-    an output is judged by its values."""
+    an output is judged by its values. An If's output is what both its branches make, when they agree (a
+    voice-activity detector's Sigmoid inside an If on the sample rate)."""
     node, direct = None if value is None else value.producer(), True
     while node is not None and node.op_type in _PASS_THROUGH and node.inputs and node.inputs[0] is not None:
         direct = direct and node.op_type in ("Identity", "Cast")
-        node = node.inputs[0].producer()
+        value = node.inputs[0]
+        node = value.producer()
     if node is None:
         return "", None
+    if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+        index = list(node.outputs).index(value)
+        made = {_producer(a.value.outputs[index], rank, opset) for a in node.attributes.values()
+                if a.type == ir.AttributeType.GRAPH}
+        return made.pop() if len(made) == 1 else ("", None)
     axis = None
     if node.op_type in ("Softmax", "LogSoftmax") and direct:
         attr = node.attributes.get("axis")

@@ -2,12 +2,15 @@
 constant, a fixed batch on the state's axis — inferred from the model's dimension names, or said in the config, on
 the command line and to the API."""
 
+import dataclasses
+
 import numpy as np
 import onnx_ir as ir
 import pytest
 from conftest import to_model
 
 import onnxq
+from onnxq.calibration.axes import inferred_sample_axes
 from onnxq.calibration.batching import Holdout, concatenate, fixed_batch_size, samples_in, take
 from onnxq.calibration.specs import input_specs, laid_out
 from onnxq.cli import main
@@ -61,19 +64,36 @@ def test_a_state_on_axis_1_and_a_constant_scalar_quantize_and_verify(rng):
     assert report.passed
 
 
-def test_unnamed_dims_need_the_config_and_then_quantize(rng, tmp_path, capsys):
+def test_unnamed_dims_are_inferred_from_the_datas_lengths(rng, tmp_path, capsys):
+    """Issue 32's VAD: nothing in the model says where the state's samples are, but its data does — 80 samples of x
+    beside a state [2, 80, 8]: axis 1 is the only one of the state's axes holding 80 (and the model leaves it open)."""
     model = _stateful(rng, batch="batch", state_batch="n")
-    hint = r"different numbers of samples \(x: 80, state: 2\).*'state' has 80 on axis 1.*--sample-axis state=1"
-    with pytest.raises(CalibrationDataError, match=hint):
-        onnxq.quantize(model, _data(rng))
+    report = onnxq.quantize(model, _data(rng)).report
+    assert report.calibration_samples == 72 and report.verification.samples == 8
+    assert any("sample axes inferred from the data's lengths: state=1" in n for n in report.notes)
     config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes={"state": 1}))
     assert onnxq.quantize(model, _data(rng), config=config).report.calibration_samples == 72
     path, data, out = tmp_path / "cell.onnx", tmp_path / "data.npz", tmp_path / "q.onnx"
     save_model(model, path)
     np.savez(data, **_data(rng))
-    assert main([str(path), "--calib", str(data), "--sample-axis", "state=1", "-o", str(out), "-q"]) == 0
-    assert main(["verify", str(path), str(out), "--data", str(data), "--sample-axis", "state=1"]) == 0
+    assert main([str(path), "--calib", str(data), "-o", str(out), "-q"]) == 0
+    assert main(["verify", str(path), str(out), "--data", str(data)]) == 0
     assert "verification on CPU, 80 samples" in capsys.readouterr().out
+
+
+def test_an_ambiguous_layout_is_still_refused_with_the_flag_that_settles_it(rng):
+    """A state [2, 80, 80] under a model's [2, n, m] has x's 80 on two open axes, and a state [2, 2, 8] has it on
+    none: nothing is guessed, and data that does not fit is refused as before."""
+    specs = input_specs(_stateful(rng, batch="batch", state_batch="n"))
+    assert inferred_sample_axes(specs, {"x": (80, 16), "state": (2, 80, 8), "sr": ()}) == {"state": 1}
+    open_state = [dataclasses.replace(s, shape=(2, "n", "m")) if s.name == "state" else s for s in specs]
+    assert inferred_sample_axes(open_state, {"x": (80, 16), "state": (2, 80, 80), "sr": ()}) == {}
+    model = _stateful(rng, batch="batch", state_batch="n")
+    data = _data(rng)
+    data["state"] = data["state"][:, :2]  # 2 on axis 1 too: no axis of the state holds x's 80
+    hint = r"different numbers of samples \(x: 80, state: 2\)"
+    with pytest.raises(CalibrationDataError, match=hint):
+        onnxq.quantize(model, data)
 
 
 def test_a_fixed_batch_is_read_on_the_samples_axis(rng):

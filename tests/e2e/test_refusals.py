@@ -105,3 +105,35 @@ def test_a_loop_invariant_weight_is_quantized_as_the_constant_it_is(rng, tmp_pat
     # Measured 0.9998 (3 int8 steps through tanh); the default 0.98 holds.
     assert report.passed and report.verification.outputs[0].metrics.cosine_mean >= 0.999
     assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["Loop"]  # the file as given is untouched
+
+
+def _body_reads_outer_val_names(rng) -> onnx.ModelProto:
+    """An If whose branches read 64 main-graph initializers named val_0 … val_63 (as torch.onnx's exporter names
+    them) and multiply by a weight: onnx_ir names a new value val_N too."""
+    names = [f"val_{i}" for i in range(64)]
+
+    def branch(tag: str) -> onnx.GraphProto:
+        nodes = [helper.make_node("Sum", ["x", *names], [f"{tag}_s"], name=f"{tag}_sum"),
+                 helper.make_node("MatMul", [f"{tag}_s", "w"], [f"{tag}_y"], name=f"{tag}_mm"),
+                 helper.make_node("Relu", [f"{tag}_y"], [f"{tag}_out"], name=f"{tag}_relu")]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}_out", TensorProto.FLOAT,
+                                                                                ["n", 32])])
+    initializers = [numpy_helper.from_array(rng.normal(0, 0.01, 32).astype(np.float32), n) for n in names]
+    initializers += [numpy_helper.from_array((rng.normal(0, 1, (32, 32)) / 6).astype(np.float32), "w"),
+                     numpy_helper.from_array(np.array(0.0, np.float32), "limit")]
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["total", "limit"], ["cond"], name="gt"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch("a"), else_branch=branch("b"), name="if")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_sensitivity_switch_model_stays_acyclic_when_outer_names_look_like_its_own(rng, tmp_path):
+    """The switch model's Where outputs were left to onnx_ir to name (val_N): a branch's reader of the outer val_N
+    then read the Where, after it — ORT: "the graph is not acyclic" (issue 32's unrolled VAD, whose exporter names
+    its values val_N). Now every added name is apart from the model's."""
+    path = tmp_path / "outer_names.onnx"
+    onnx.save(_body_reads_outer_val_names(rng), path)
+    report = onnxq.quantize(path, {"x": rng.normal(0, 1, (64, 32)).astype(np.float32)}).report
+    assert report.passed and sorted(n.name for n in report.sensitivity.nodes) == ["a_mm", "b_mm"]

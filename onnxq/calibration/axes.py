@@ -1,0 +1,73 @@
+"""Where each input holds its samples, read off the data's lengths when the model's shapes do not say it (unnamed
+dimensions): issue 32's voice-activity detector takes `input` [batch, 512] and `state` [2, batch, 128] with no
+names, and its data holds 64 samples of `input` beside a `state` of [2, 64, 128] — the only axis of `state` whose
+length is the others' count is axis 1. Inferred only when one count fits every input, each on exactly one axis
+that the model leaves free; otherwise the data is refused with the --sample-axis hint, as before."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from onnxq.calibration.data import data_files
+from onnxq.calibration.npz import open_npz
+from onnxq.calibration.specs import DataSource, InputSpec
+
+__all__ = ["data_shapes", "inferred_sample_axes"]
+
+
+def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
+    """Each array's shape, without reading the data: from an .npz's (or a folder's first shard's) headers, a folder's
+    .npy headers, or a mapping's arrays; None for batches given one by one (their own layout) or a callable."""
+    if isinstance(source, Mapping):
+        return {k: tuple(np.shape(v)) for k, v in source.items()}
+    if not isinstance(source, (str, Path)):
+        return None
+    path = Path(source)
+    try:
+        if path.is_dir():
+            shards, arrays = data_files(path, "data")
+            if arrays:
+                return {f.stem: tuple(np.load(f, mmap_mode="r", allow_pickle=False).shape) for f in arrays}
+            path = shards[0]
+        members = open_npz(path, "data")
+    except Exception:  # unreadable data is refused where it is read, with its own message
+        return None
+    shapes = {k: tuple(m.shape) for k, m in members.items()}
+    for member in members.values():
+        member.close()
+    return shapes
+
+
+def inferred_sample_axes(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """{input: axis} for the inputs whose samples lie off the axis their spec gives, when exactly one sample count
+    fits every input; {} when the counts agree already or no single count fits."""
+    placed = [s for s in specs if s.sample_axis is not None and s.name in shapes]
+    counts = {len(shapes[s.name]) > s.sample_axis and shapes[s.name][s.sample_axis] for s in placed}
+    if len(counts) <= 1:
+        return {}
+    fitting = [fit for n in sorted({d for s in placed for d in shapes[s.name]}) if (fit := _fit(placed, shapes, n))
+               is not None]
+    return fitting[0] if len(fitting) == 1 else {}
+
+
+def _fit(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]], count: int) -> dict[str, int] | None:
+    """The axes that give every input `count` samples (only the moved ones), or None when one input has no such
+    axis free, or more than one."""
+    moved = {}
+    for spec in specs:
+        shape = shapes[spec.name]
+        if len(shape) > spec.sample_axis and shape[spec.sample_axis] == count:
+            continue
+        free = [i for i, n in enumerate(shape) if n == count and _free(spec, i)]
+        if len(free) != 1:
+            return None
+        moved[spec.name] = free[0]
+    return moved
+
+
+def _free(spec: InputSpec, axis: int) -> bool:
+    """The model leaves this dimension open (unnamed or named, not a fixed length)."""
+    return spec.shape is None or axis >= len(spec.shape) or not isinstance(spec.shape[axis], int)
