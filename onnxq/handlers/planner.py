@@ -11,6 +11,7 @@ from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
+from onnxq.handlers.unplanned import unplanned_weights
 from onnxq.irquery import bodies
 from onnxq.targets import needs_pair_limit
 
@@ -20,10 +21,14 @@ __all__ = ["plan_model", "replan_dynamic"]
 def plan_model(graph: ir.Graph, config: QuantConfig, mode: str) -> tuple[list[NodePlan], list[Skip]]:
     """Plans in graph order for the nodes of config.op_types (nodes of other op types are not candidates), then
     each subgraph's (If branches, Loop and Scan bodies, at any depth), their plans' scope saying where they are.
-    Calibration observes a body's values through its outputs (calibration.bodies), so bodies take the run's mode."""
+    Calibration observes a body's values through its outputs (calibration.bodies), so bodies take the run's mode.
+    A node holding weights that no planner decided on is a skip too, with why (handlers.unplanned)."""
     plans, skips = _plan_nodes(graph, config, mode, "")
+    skips += unplanned_weights(graph, {*(p.node for p in plans), *(s.node for s in skips)}, config.op_types)
     for body in bodies(graph):
         body_plans, body_skips = _plan_nodes(body.graph, config, mode, body.where)
+        body_skips += unplanned_weights(body.graph, {*(p.node for p in body_plans), *(s.node for s in body_skips)},
+                                        config.op_types)
         plans += body_plans
         skips += [Skip(s.node, f"{s.reason} (inside {body.where})") for s in body_skips]
     return plans, skips
