@@ -3,8 +3,9 @@ where the float model does not hold its decisions that finely, no quantized mode
 
 The step of an input is its data's own resolution: the smallest gap between its distinct values (1/255 for an image
 read from 8 bits, 1/32768 for 16-bit audio; for continuous data a gap of float32's rounding, which moves nothing).
-Each float input is moved by uniform noise of ± half its step — a rounding of the data as fine as it was recorded —
-and the float model's task answer is compared with its own (issue 32's acceptance: each output's task agreement at
+Each float input is moved by uniform noise of up to one step either way (one least-significant step of input noise,
+as issue 32 words it: the data could as well have been recorded one level up or down) and the float model's task
+answer is compared with its own (issue 32's acceptance: each output's task agreement at
 its bar, or, where the float model is less stable than that, at the agreement it keeps with itself). Integer inputs
 (ids, masks) and inputs fed whole with every batch are left alone. Seeded: the same data gives the same figure.
 """
@@ -48,13 +49,14 @@ def input_steps(batches: Iterable[Batch]) -> dict[str, float]:
 
 
 def noisy_batch(batch: Batch, steps: Mapping[str, float], rng: np.random.Generator) -> Batch:
-    """The batch with each stepped input moved by uniform noise in ± half its step (its type and layout kept)."""
+    """The batch with each stepped input moved by uniform noise of up to one step either way (its type and layout
+    kept)."""
     noisy = {}
     for name, array in batch.items():
         step = steps.get(name, 0.0)
         if step > 0:
             array = np.asarray(array)
-            array = (array + rng.uniform(-step / 2, step / 2, array.shape)).astype(array.dtype)
+            array = (array + rng.uniform(-step, step, array.shape)).astype(array.dtype)
         noisy[name] = array
     return LaidOutBatch(noisy, batch.axes) if isinstance(batch, LaidOutBatch) else noisy
 

@@ -126,8 +126,8 @@ def test_the_step_of_an_input_is_its_datas_own_resolution(rng):
 
 
 def test_a_float_model_unstable_at_its_datas_resolution_sets_the_bar(rng, tmp_path):
-    """Answers that hinge on one pixel level: the float model itself changes them when its input is rounded as
-    finely as it was recorded; the bar follows it (what it keeps), not 0.99."""
+    """Answers that hinge on one pixel level: the float model itself changes them when its input moves by one level
+    (the data's own step); the bar follows what it keeps, not 0.99."""
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["batch", 2])
     w = tape.initializer(ir.tensor(np.array([[1.0, -1.0], [-1.0, 1.0]], np.float32), name="w"))
@@ -135,12 +135,13 @@ def test_a_float_model_unstable_at_its_datas_resolution_sets_the_bar(rng, tmp_pa
     logits.name = "logits"
     model = to_model(tape, [x], [logits])
     pixels = rng.integers(0, 256, (64, 2)).astype(np.float32)
-    pixels[:16, 1] = pixels[:16, 0]  # a quarter exactly tied: either answer under half a level of noise
+    pixels[:16, 1] = pixels[:16, 0]  # a quarter exactly tied: either answer under one level of noise
     x = pixels / 255.0
     reference = Reference(model, [{"x": x}])
     tasks = reference.tasks(onnxq.VerifyConfig())
     stability = reference.stability(tasks)["logits"]
-    assert tasks["logits"].kind == "top1" and 0.75 <= stability < 0.99  # measured 0.875 (8 of the 16 ties move)
+    # Measured 0.906 (seeded): the ties and a few answers one level apart move.
+    assert tasks["logits"].kind == "top1" and 0.75 <= stability < 0.99
     report = onnxq.quantize(model, {"x": x}, verify_data={"x": x}).report
     bar = report.verification.stability["logits"]
     assert bar == stability and report.verification.outputs[0].passed
