@@ -132,6 +132,9 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
                         "quantized on this CPU, measured; then time float vs quantized on each provider")
     p.add_argument("--no-speed", action="store_true",
                    help="do not time float against quantized on the CPU (done by default, a few rounds)")
+    p.add_argument("--allow-slower", action="store_true",
+                   help="when the default timing finds the quantized model slower than float here, only say so "
+                        "(by default the kinds of node that run slower are then kept float, as --check-speed does)")
     p.add_argument("--no-verify", action="store_true", help="skip verification")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
 

@@ -172,7 +172,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     verify = verify_config_from_args(config.verify, args)
     verify = _changed(verify, enabled=False if args.no_verify else None,
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,
-                      measure_speed=False if args.no_speed else None)
+                      measure_speed=False if args.no_speed else None,
+                      never_slower=False if getattr(args, "allow_slower", False) else None)
     return config.replace(**top, calibration=calibration, verify=verify)
 
 

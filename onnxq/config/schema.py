@@ -175,6 +175,10 @@ class VerifyConfig:
     # Keep float each kind of node that runs slower quantized on this CPU (measured, search.speed), then time float
     # vs quantized on every provider. Off by default: the model would depend on a noisy measurement.
     check_speed: bool = False
+    # When the default timing finds the quantized model not faster than float on the target's provider here (and
+    # this CPU is one the target covers), run that search anyway: the defaults never ship a model measured slower
+    # (issue 32: depthwise QLinearConv ran 0.55x float on an AVX-512 VNNI EPYC, 0.27-0.6x on AVX2). False: only say.
+    never_slower: bool = True
     # The user's own evaluation, "module:function", "file.py:function" or (from Python) the function: called on each
     # verification batch's outputs ({name: array}, read-only), it returns the batch's score (a float, higher is
     # better; averaged over batches by their samples) or one decision per sample (strings, labels: compared with the

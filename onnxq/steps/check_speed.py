@@ -13,7 +13,7 @@ from onnxq.search.speed import choose_compute, choose_kinds
 from onnxq.steps.sensitivity import DEPLOYED_MAX_WEIGHT_BYTES
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
-from onnxq.targets import target_providers
+from onnxq.targets import covered_targets, target_providers
 from onnxq.verify import resolve_providers
 from onnxq.verify.placement import short
 from onnxq.verify.speed import check_speed as time_both
@@ -30,6 +30,10 @@ SPEED_MAX_BYTES = DEPLOYED_MAX_WEIGHT_BYTES
 # verify.speed.MIN_ROUNDS) once DEFAULT_BUDGET_S has passed, for a model whose batch takes seconds.
 DEFAULT_ROUNDS = 5
 DEFAULT_BUDGET_S = 10.0
+# verify.never_slower searches only models whose float batch takes at least this long: below it the sessions' fixed
+# costs (every QuantizeLinear's call) dominate and the timing says nothing of the kernels — a 32-128-10 MLP times
+# 0.01 ms float, 0.013 ms quantized, and would go float on noise.
+NEVER_SLOWER_MIN_MS = 1.0
 
 
 def check_speed(state: RunState) -> bool:
@@ -53,8 +57,32 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
         return False
     state.speed = time_both(state.as_given, state.work, state.batches.first(), providers, DEFAULT_ROUNDS,
                             DEFAULT_BUDGET_S)
-    _note_slower(state, searched=False)
+    slower = _slower_here(state)
+    if slower is None:
+        _note_slower(state, searched=False)
+        return True
+    state.notes.append(f"speed: the quantized model ran {slower.speedup:.2f}x float on this CPU, so the kinds of node "
+                       "that run slower quantized were searched (verify.never_slower; --allow-slower only says so)")
+    _speed_by_kind(state, providers)
+    state.speed = time_both(state.as_given, state.work, state.batches.first(), providers, DEFAULT_ROUNDS,
+                            DEFAULT_BUDGET_S)
+    _note_slower(state, searched=True)
     return True
+
+
+def _slower_here(state: RunState):
+    """The CPU's timing when the defaults must not ship it: not faster than float, on a CPU the target covers
+    (another CPU's kernels say nothing of the target's), in a mode the speed search serves (not weight-only
+    blocks, whose size is the point); else None."""
+    config = state.config
+    if not config.verify.never_slower or not state.plans or state.mode == "weight-only" \
+            or target_providers(config.target)[0] != _CPU:
+        return None
+    coverage = state.verification.coverage if state.verification is not None else None
+    if coverage is None or coverage.platform["cpu_target"] not in covered_targets(config.target):
+        return None
+    return next((c for c in state.speed if c.provider == _CPU and not c.faster
+                 and c.float_ms >= NEVER_SLOWER_MIN_MS), None)
 
 
 def _note_slower(state: RunState, searched: bool) -> None:

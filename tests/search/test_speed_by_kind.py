@@ -125,7 +125,8 @@ def test_a_float_conv_between_quantized_ones_is_not_a_quantized_node(tmp_path, r
     DequantizeLinear: the placement does not count it as a quantized node "not found in the executed graph" (the
     classifier's --check-speed run said so), and every quantized node runs on an integer kernel."""
     path, data = _model(tmp_path, rng)
-    config = onnxq.QuantConfig(exclude_nodes=("depthwise",), verify=onnxq.VerifyConfig(sensitivity_samples=0))
+    config = onnxq.QuantConfig(exclude_nodes=("depthwise",), verify=onnxq.VerifyConfig(sensitivity_samples=0,
+                                                                                       never_slower=False))
     report = onnxq.quantize(path, data, config=config).report.to_dict()
     placement = report["verification"]["providers"]["CPUExecutionProvider"]["placement"]
     assert set(placement["quantized"]) == {"conv1", "conv2", "fc"} == set(placement["integer"])
@@ -151,3 +152,36 @@ def test_real_timings_decide_by_the_rule(tmp_path, rng, mode):
                 or sorted(whole["kept_float"]) == sorted(stayed))  # kept in order of least gain
         assert set(whole["kept_float"]) <= set(stayed)
     assert report["verification"]["passed"] and report["speed"]
+
+
+def test_the_defaults_search_the_kinds_when_the_default_timing_finds_the_model_slower(tmp_path, rng, monkeypatch):
+    """Issue 32: never slower with the defaults. Given timings: the default timing finds the quantized model slower
+    than float on this CPU (2.0 vs 1.0 ms), so the kinds are searched as --check-speed does (depthwise slower in both
+    measurements: kept float), and the model as chosen is timed again; with --allow-slower it is only said."""
+    from onnxq.steps import check_speed as step
+    from onnxq.verify.speed import SpeedCheck
+
+    path, data = _model(tmp_path, rng)
+    timings = iter([2.0, 0.8])  # the default timing's quantized ms: before the search, then after it
+
+    def time_both(float_model, quant_model, batch, providers, rounds=10, budget_s=0.0):
+        return (SpeedCheck("CPUExecutionProvider", 1.0, next(timings), rounds),)
+
+    def timed(quantized, floating, batch, provider, rounds):
+        if not _int8_weights(floating):
+            return 1.0, 1.5
+        (kind,) = _int8_weights(quantized) - _int8_weights(floating)
+        return (2.0, 1.0) if kind == "depthwise" else (1.0, 1.5)
+
+    monkeypatch.setattr(step, "time_both", time_both)
+    monkeypatch.setattr(speed, "_timed", timed)
+    report = onnxq.quantize(path, data, config=onnxq.QuantConfig(verify=onnxq.VerifyConfig(sensitivity_samples=0)))
+    notes = report.report.notes
+    assert any(n.startswith("speed: the quantized model ran 0.50x float on this CPU") for n in notes)
+    assert report.report.to_dict()["speed_by_kind"]["float_nodes"] == ["depthwise"]
+    assert [s.speedup for s in report.report.speed] == [1.25] and not any(n.startswith("SPEED:") for n in notes)
+    timings = iter([2.0])
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(sensitivity_samples=0, never_slower=False))
+    allowed = onnxq.quantize(path, data, config=config).report
+    assert "depthwise" in {e.name for e in allowed.quantized} and "speed_by_kind" not in allowed.to_dict()
+    assert any(n.startswith("SPEED: the quantized model is not faster") for n in allowed.notes)
