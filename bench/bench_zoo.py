@@ -54,9 +54,15 @@ def quantize_variants(entry: ZooModel, model: Path, task: Task, out: Path) -> tu
                                    verify=onnxq.VerifyConfig(sensitivity_samples=0, check_speed=check_speed))
         try:
             report = onnxq.quantize(model, task.calibration, output=out / f"{entry.name}.{name}.onnx",
-                                    config=config).report
+                                    verify_data=task.verification, config=config).report
             paths[name] = out / f"{entry.name}.{name}.onnx"
             info[f"{name}_quantized"] = [e.name for e in report.quantized]
+            # The gate's own view: each output's task metric (verify.task_rules) and what the fallback kept float.
+            info[f"{name}_gate"] = {"passed": report.passed, "tasks": {
+                o.name: [o.metrics.task, o.metrics.task_agreement] for o in report.verification.outputs},
+                "float_stability": report.verification.stability,
+                "fallback_float": 0 if report.fallback is None else len(report.fallback.kept_float),
+                "notes": [n for n in report.notes if n.startswith("speed:")]}
         except Exception as e:  # noqa: BLE001 — a refusal is a result
             info[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
 
