@@ -162,20 +162,22 @@ def group_pattern(name: str) -> str:
 
 
 def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch], per_node: bool = True,
-                      deployed: Mapping[str, str] | None = None, why_exact: str = "") -> Sensitivity:
+                      deployed: Mapping[str, str] | None = None, why_exact: str = "",
+                      tasks: Mapping[str, OutputTask] | None = None) -> Sensitivity:
     """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic): each
     planned node of `plans` quantized alone, as `builder` quantizes it, against builder's float graph.
 
     per_node False ranks only the groups: one run per group instead of one per node. deployed: the kernel each
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
     kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
-    which, and why; why_exact: the reason when deployed is None)."""
+    which, and why; why_exact: the reason when deployed is None). tasks: each output's task metric as the
+    verification chose it (verify.task_rules); None: chosen here on the first batch."""
     model, twins = _switch_model(builder, plans)
     runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
                          (deployed, why_exact), task_metric(builder.effective_config.verify))
-    runner.tasks = choose_tasks(builder.effective_config.verify,
-                                output_facts(builder.float_model, runner.names, runner.references[0],
-                                             samples_in(runner.batches[0])))
+    runner.tasks = dict(tasks) if tasks is not None else choose_tasks(
+        builder.effective_config.verify,
+        output_facts(builder.float_model, runner.names, runner.references[0], samples_in(runner.batches[0])))
     budgets = _budgets(builder, runner.tasks)
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):

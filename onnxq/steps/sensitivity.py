@@ -39,14 +39,16 @@ def sensitivity(state: RunState) -> bool:
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
     deployed, why_not = _deployed_kernels(state, samples[0])
     try:
-        result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not)
+        result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not,
+                                   state.verification.tasks)
     except ORT_ERRORS as e:  # a body the switch model cannot double in: rank the main graph's nodes, as before
         main = [p for p in plans if not p.scope]
         if len(main) == len(plans) or not main:
             raise
         state.notes.append(f"sensitivity: subgraph nodes left out (ONNX Runtime could not run them doubled: "
                            f"{one_line(whole_message(e))[:160]})")
-        result = layer_sensitivity(state.builder, main, samples, per_node, deployed, why_not)
+        result = layer_sensitivity(state.builder, main, samples, per_node, deployed, why_not,
+                                   state.verification.tasks)
     state.sensitivity = result
     if result.nonfinite():
         state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
