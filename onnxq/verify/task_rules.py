@@ -8,8 +8,8 @@ matches decides, and the report names it:
 
 - integer outputs hold decisions already (labels, indices): kept as they are;
 - next-token logits of a language model (classes = the rows of a table the model gathers its input ids from) keep
-  the numeric bars: an int8 language model keeps ~90 % of its per-token top-1 while its perplexity holds, and one
-  changed token is not a wrong answer (gate it with --task-metric and a perplexity);
+  the numeric bars: a changed next token among near-equal candidates is no wrong answer, perplexity judges a
+  language model (gate one with --task-metric);
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state) is numeric;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes], the decoded
   sequence for per-step scores [samples, steps, classes] (CTC, tagging), per-position classes otherwise;
@@ -102,8 +102,8 @@ def _integer(f: OutputFacts) -> OutputTask | None:
 def _language_model(f: OutputFacts) -> OutputTask | None:
     if f.rank == 3 and f.values.shape[-1] in f.gathered_rows:
         return OutputTask("numeric", f"next-token logits of a language model ({f.values.shape[-1]} classes, the rows "
-                          "of the table its input ids index): an int8 model keeps ~90 % of per-token top-1 while its "
-                          "perplexity holds; gate a perplexity with --task-metric")
+                          "of the table its input ids index): a changed next token among near equals is no wrong "
+                          "answer, perplexity judges it (gate one with --task-metric)")
     return None
 
 
@@ -129,8 +129,7 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
 
 def _softmax(f: OutputFacts) -> OutputTask | None:
     if f.producer in ("Softmax", "LogSoftmax") or f.sums_to_one:
-        why = f"{f.producer or 'probabilities'} output" if f.producer in ("Softmax", "LogSoftmax") else \
-            "rows that sum to 1 (probabilities)"
+        why = f"{f.producer} output" if f.producer in ("Softmax", "LogSoftmax") else "rows that sum to 1 (probabilities)"
         return _classes(f, why, -1 if f.softmax_axis is None else f.softmax_axis)
     return None
 
