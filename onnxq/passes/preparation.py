@@ -1,8 +1,7 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
-None), in order: an old opset converted, Identity / Cast / layout ops of weights folded, BatchNormalization folded into Conv,
-loop-invariant weights carried through a Loop read as constants, MatMul + Add of a bias made a Gemm (2-D
-activations). The model as given is never changed; it stays the
-verification's reference."""
+None), in order: an old opset converted, Identity / Cast / layout ops of weights folded, loop-invariant weights
+carried through a Loop read as constants, BatchNormalization folded into Conv, MatMul + Add of a bias made a Gemm
+(2-D activations). The model as given is never changed; it stays the verification's reference."""
 
 from __future__ import annotations
 

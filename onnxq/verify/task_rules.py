@@ -129,7 +129,9 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
 
 def _softmax(f: OutputFacts) -> OutputTask | None:
     if f.producer in ("Softmax", "LogSoftmax") or f.sums_to_one:
-        why = f"{f.producer} output" if f.producer in ("Softmax", "LogSoftmax") else "rows that sum to 1 (probabilities)"
+        why = "rows that sum to 1 (probabilities)"
+        if f.producer in ("Softmax", "LogSoftmax"):
+            why = f"{f.producer} output"
         return _classes(f, why, -1 if f.softmax_axis is None else f.softmax_axis)
     return None
 

@@ -43,7 +43,8 @@ def _branch_never_taken(rng) -> onnx.ModelProto:
         w = numpy_helper.from_array(rng.normal(0, 1, (64, 64)).astype(np.float32), f"{name}.w")
         nodes = [helper.make_node("Relu", ["x"], [f"{name}_r"], name=f"{name}_relu"),
                  helper.make_node("MatMul", [f"{name}_r", f"{name}.w"], [f"{name}_y"], name=f"{name}_mm")]
-        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["n", 64])],
+        outputs = [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["n", 64])]
+        return helper.make_graph(nodes, name, [], outputs,
                                  [w])
     nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
              helper.make_node("Greater", ["total", "limit"], ["cond"], name="gt"),

@@ -43,7 +43,8 @@ def test_every_node_holding_weights_is_planned_or_said_why_not(rng):
     assert "fused embedding of onnxruntime's transformer optimizer" in reasons["embed"]
     assert "word_embeddings [300, 64]" in reasons["embed"]
     assert "fused attention" in reasons["attention"] and "qkv_weight [64, 192]" in reasons["attention"]
-    assert reasons["add_positions"] == "no planner quantizes Add: its constant input(s) (positions [1, 16, 64]) stay float"
+    assert reasons["add_positions"] == ("no planner quantizes Add: its constant input(s) (positions [1, 16, 64]) "
+                                        "stay float")
     _, without_matmul = plan_model(model.graph, onnxq.QuantConfig(op_types=("Gemm",)), "static")
     said = {s.node.name: s.reason for s in without_matmul}
     assert said["dense"].startswith("its op type is not in op_types (config)")
