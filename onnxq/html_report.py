@@ -16,14 +16,20 @@ svg text{font-size:11px;font-family:monospace}"""
 _e = escape
 
 
+def _task_cell(o: OutputCheck) -> str:
+    """The output's task metric (verify.task_rules) and its agreement, or a dash for a numeric output."""
+    return f"{_e(o.metrics.task)} {o.metrics.task_agreement:.4f}" if o.metrics.task else "–"
+
+
 def _checks_table(checks: tuple[OutputCheck, ...]) -> str:
     rows = "".join(
         f"<tr><td>{_e(o.name)}</td><td>{o.metrics.max_abs_error:.4g}</td><td>{o.metrics.mean_abs_error:.4g}</td>"
         f"<td>{o.metrics.cosine_mean:.5f}</td><td>{o.metrics.cosine_min:.5f}</td><td>{o.metrics.sqnr_db:.1f}</td>"
+        f"<td>{_task_cell(o)}</td>"
         f"<td class='{'ok' if o.passed else 'fail'}'>{'ok' if o.passed else _e('; '.join(o.failures))}</td></tr>"
         for o in checks)
     return ("<table><tr><th>output</th><th>max abs</th><th>mean abs</th><th>cosine</th><th>min cosine</th>"
-            f"<th>SQNR dB</th><th>result</th></tr>{rows}</table>")
+            f"<th>SQNR dB</th><th>task</th><th>result</th></tr>{rows}</table>")
 
 
 def render_html(report: QuantReport) -> str:
