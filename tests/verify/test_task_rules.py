@@ -145,3 +145,41 @@ def test_a_float_model_unstable_at_its_datas_resolution_sets_the_bar(rng, tmp_pa
     report = onnxq.quantize(model, {"x": x}, verify_data={"x": x}).report
     bar = report.verification.stability["logits"]
     assert bar == stability and report.verification.outputs[0].passed
+
+
+def test_an_if_output_is_what_both_branches_make(rng):
+    """silero-vad's output: a mean over frames of a Sigmoid, made in both branches of an If on the sample rate —
+    frames, seen through the If and the ReduceMean; with branches that disagree, nothing is claimed."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def branch(name: str, op: str) -> object:
+        nodes = [helper.make_node(op, ["x"], [f"{name}_p"], name=f"{name}_act"),
+                 helper.make_node("ReduceMean", [f"{name}_p"], [f"{name}_y"], axes=[1], keepdims=1,
+                                  name=f"{name}_mean")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT,
+                                                                                 ["n", 1])])
+
+    def model(else_op: str) -> ir.Model:
+        nodes = [helper.make_node("Equal", ["rate", "r16k"], ["is16k"], name="eq"),
+                 helper.make_node("If", ["is16k"], ["speech"], then_branch=branch("a", "Sigmoid"),
+                                  else_branch=branch("b", else_op), name="if")]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8]),
+                                               helper.make_tensor_value_info("rate", TensorProto.INT64, [])],
+                                  [helper.make_tensor_value_info("speech", TensorProto.FLOAT, ["n", 1])],
+                                  [numpy_helper.from_array(np.array(16000, np.int64), "r16k")])
+        return ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+    values = {"speech": 1 / (1 + np.exp(-rng.normal(0, 1, (SAMPLES, 1)))).astype(np.float32)}
+    assert _tasks(model("Sigmoid"), values)["speech"].kind == "frames"
+    assert "Sigmoid output" in _tasks(model("Sigmoid"), values)["speech"].rule
+    assert _tasks(model("Relu"), values)["speech"].kind == "numeric"  # the branches disagree
+
+
+def test_synthetic_inputs_choose_no_task(rng):
+    """Random inputs' decisions are near ties that say nothing of the task: a classifier verified on them keeps the
+    numeric bars."""
+    model = _heads(rng)
+    facts = output_facts(model, ["probs"], [_outputs(model, rng)["probs"]], SAMPLES)
+    assert choose_tasks(onnxq.VerifyConfig(), facts)["probs"].kind == "top1"
+    synthetic = choose_tasks(onnxq.VerifyConfig(), facts, synthetic=True)["probs"]
+    assert synthetic.kind == "numeric" and "synthetic random inputs" in synthetic.rule
