@@ -85,3 +85,27 @@ def test_the_command_line_fails_without_the_fallback_and_cosine_alone_misses_it(
     # The numeric bars alone (the old default) pass the model that changes a fifth of its answers.
     assert main([*common, "--no-fallback", "--task-metric", "numeric", "-o", str(tmp_path / "q2.onnx")]) == 0
     assert "result: within tolerance" in capsys.readouterr().out
+
+
+def test_the_command_line_sets_the_task_per_output_and_for_every_output():
+    """--task-metric KIND for every output (the per-output tolerances included), --tolerance OUT:task=KIND or
+    OUT:task=SHARE for one; a kind that is no kind is refused in one line."""
+    from onnxq.cli import build_parser
+    from onnxq.cli_args import config_from_args
+    from onnxq.errors import ConfigError
+
+    def verify(*flags):
+        return config_from_args(build_parser().parse_args(["m.onnx", *flags])).verify
+
+    default = verify()
+    assert default.tolerance.task == "auto" and default.fallback and default.never_slower
+    config = verify("--tolerance", "logits:task=sequence", "--tolerance", "probs:task=0.995", "--no-fallback",
+                    "--allow-slower")
+    assert config.output_tolerances["logits"].task == "sequence"
+    assert config.output_tolerances["probs"].min_task_agreement == 0.995 and config.tolerance.task == "auto"
+    assert not config.fallback and not config.never_slower
+    numeric = verify("--tolerance", "logits:cosine=0.99", "--task-metric", "numeric")
+    assert numeric.tolerance.task == "numeric" and numeric.output_tolerances["logits"].task == "numeric"
+    assert numeric.task_metric is None
+    with pytest.raises(ConfigError, match="task="):
+        verify("--tolerance", "logits:task=bleu")
