@@ -14,8 +14,9 @@ import numpy as np
 from onnxq.calibration.data import data_files
 from onnxq.calibration.npz import open_npz
 from onnxq.calibration.specs import DataSource, InputSpec
+from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes"]
+__all__ = ["data_shapes", "inferred_sample_axes", "new_sample_axes"]
 
 
 def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
@@ -33,12 +34,22 @@ def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
                 return {f.stem: tuple(np.load(f, mmap_mode="r", allow_pickle=False).shape) for f in arrays}
             path = shards[0]
         members = open_npz(path, "data")
-    except Exception:  # unreadable data is refused where it is read, with its own message
+    except (CalibrationDataError, OSError, ValueError):  # refused where it is read, with its own message
         return None
     shapes = {k: tuple(m.shape) for k, m in members.items()}
     for member in members.values():
         member.close()
     return shapes
+
+
+def new_sample_axes(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
+                    constant_inputs: tuple[str, ...]) -> dict[str, int]:
+    """The axes the first readable source's lengths imply for inputs the user's layout leaves open ({} if none)."""
+    shapes = next((s for s in map(data_shapes, sources) if s is not None), None)
+    if shapes is None:
+        return {}
+    return {name: axis for name, axis in inferred_sample_axes(specs, shapes).items()
+            if name not in sample_axes and name not in constant_inputs}
 
 
 def inferred_sample_axes(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:

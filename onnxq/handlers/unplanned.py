@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-import numpy as np
 import onnx_ir as ir
 
 from onnxq.handlers.plan import Skip
@@ -33,7 +32,7 @@ def _weights(node: ir.Node) -> list[str]:
     found = []
     for value in node.inputs:
         tensor = None if value is None or value.is_graph_input() else ir.convenience.get_const_tensor(value)
-        if tensor is None or not tensor.dtype.is_floating_point() or int(np.prod(tensor.shape.numpy())) < WEIGHT_VALUES:
+        if tensor is None or not tensor.dtype.is_floating_point() or tensor.size < WEIGHT_VALUES:
             continue
         found.append(f"{value.name} {list(tensor.shape.numpy())}")
     return found

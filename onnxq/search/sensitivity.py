@@ -39,7 +39,7 @@ from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, Sam
 from onnxq.verify.outcome import task_bar
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import choose_tasks, measured, output_facts
+from onnxq.verify.task_rules import choose_tasks, measured, measured_kind, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
 
@@ -208,7 +208,7 @@ def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, flo
         tolerance = config.verify.tolerance_for(output.name)
         if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
-        bar = task_bar(tolerance, None if measured(tasks.get(output.name)) is None else tasks[output.name].kind)
+        bar = task_bar(tolerance, measured_kind(tasks.get(output.name)))
         if bar is not None and bar < 1.0:
             budgets[f"task:{output.name}"] = 1.0 - bar
     return budgets

@@ -13,11 +13,11 @@ from onnxq.search.speed import choose_compute, choose_kinds
 from onnxq.steps.sensitivity import DEPLOYED_MAX_WEIGHT_BYTES
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
-from onnxq.targets import covered_targets, target_providers
+from onnxq.targets import target_providers
 from onnxq.verify import resolve_providers
 from onnxq.verify.placement import short
 from onnxq.verify.speed import check_speed as time_both
-from onnxq.verify.speed import slower_notes
+from onnxq.verify.speed import SpeedCheck, slower_notes
 
 __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S"]
 
@@ -70,7 +70,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
     return True
 
 
-def _slower_here(state: RunState):
+def _slower_here(state: RunState) -> SpeedCheck | None:
     """The CPU's timing when the defaults must not ship it: not faster than float, on a CPU the target covers
     (another CPU's kernels say nothing of the target's), in a mode the speed search serves (not weight-only
     blocks, whose size is the point); else None."""
@@ -78,8 +78,7 @@ def _slower_here(state: RunState):
     if not config.verify.never_slower or not state.plans or state.mode == "weight-only" \
             or target_providers(config.target)[0] != _CPU:
         return None
-    coverage = state.verification.coverage if state.verification is not None else None
-    if coverage is None or coverage.platform["cpu_target"] not in covered_targets(config.target):
+    if not state.this_cpu_is_target():
         return None
     return next((c for c in state.speed if c.provider == _CPU and not c.faster
                  and c.float_ms >= NEVER_SLOWER_MIN_MS), None)

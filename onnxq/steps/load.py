@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import data_shapes, inferred_sample_axes
+from onnxq.calibration.axes import new_sample_axes
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
@@ -71,11 +71,9 @@ def load_and_plan(state: RunState) -> bool:
 def _with_inferred_axes(state: RunState) -> QuantConfig:
     """The config with the sample axes the data's lengths imply for inputs the model and the user leave open
     (calibration.axes), said in a note; the specs follow."""
-    config, given = state.config, state.given
-    shapes = data_shapes(given.calibration) or data_shapes(given.verify_data)
-    inferred = {} if shapes is None else {
-        name: axis for name, axis in inferred_sample_axes(state.specs, shapes).items()
-        if name not in config.calibration.sample_axes and name not in config.calibration.constant_inputs}
+    config, given, layout = state.config, state.given, state.config.calibration
+    inferred = new_sample_axes(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
+                               layout.constant_inputs)
     if not inferred:
         return config
     axes = {**config.calibration.sample_axes, **inferred}

@@ -10,7 +10,6 @@ from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.io import model_size_bytes
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.steps.state import RunState
-from onnxq.targets import covered_targets
 from onnxq.verify import profile_placement
 
 __all__ = ["sensitivity", "wants_fallback", "DEPLOYED_MAX_WEIGHT_BYTES"]
@@ -74,9 +73,9 @@ def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, st
         return None, (f"the model's {weights / 1e9:.1f} GB of weights are over {DEPLOYED_MAX_WEIGHT_BYTES / 1e9:g} GB: "
                       "ORT's deployed kernels would hold their own copy of the switch model's weights (float and "
                       "quantized); the exact quantization shares them")
-    coverage = state.verification.coverage
-    if coverage is not None and coverage.platform["cpu_target"] not in covered_targets(state.config.target):
-        return None, (f"this CPU's kernels ({coverage.platform['cpu_target']}) are not target "
+    if state.this_cpu_is_target() is False:
+        cpu = state.verification.coverage.platform["cpu_target"]
+        return None, (f"this CPU's kernels ({cpu}) are not target "
                       f"{state.config.target}'s; the exact quantization is what they compute")
     placement = state.verification.cpu.placement
     if placement is None:

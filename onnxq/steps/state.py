@@ -18,6 +18,7 @@ from onnxq.handlers import NodePlan, Skip
 from onnxq.report import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.search.probing import CandidateCheck
+from onnxq.targets import covered_targets
 from onnxq.verify import Reference, Verification, quantized_nodes, verify_models
 
 __all__ = ["RunInputs", "RunState", "ModelInput"]
@@ -86,6 +87,12 @@ class RunState:
         """The float model as the user gave it (loaded, its names made unique): what the quantized one is compared
         with, in accuracy and in speed."""
         return self.reference if self.unconverted is None else self.unconverted
+
+    def this_cpu_is_target(self) -> bool | None:
+        """Whether this CPU is one the target covers, by the verification's coverage (None: not verified): only
+        then do its kernels' timings and arithmetic say anything of the target's."""
+        coverage = None if self.verification is None else self.verification.coverage
+        return None if coverage is None else coverage.platform["cpu_target"] in covered_targets(self.config.target)
 
     def quantized_nodes(self) -> dict[str, str]:
         """The run's model's quantized nodes (name → op type) for the placement: verify.quantized_nodes' structural

@@ -8,7 +8,7 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.axes import data_shapes, inferred_sample_axes
+from onnxq.calibration.axes import new_sample_axes
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
@@ -40,8 +40,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
         quant_ir = _load(files, quant_model, "the quantized model")
         declare_data_files(files, data, "the verification data")
     specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs)
-    inferred = {n: a for n, a in inferred_sample_axes(specs, data_shapes(data) or {}).items()
-                if n not in layout.sample_axes and n not in layout.constant_inputs}
+    inferred = new_sample_axes(specs, (data,), layout.sample_axes, layout.constant_inputs)
     if inferred:  # the data's lengths say where an unnamed samples axis is (calibration.axes)
         specs = input_specs(float_ir, {**layout.sample_axes, **inferred}, layout.constant_inputs)
     quant_inputs = {s.name for s in input_specs(quant_ir)}

@@ -15,7 +15,7 @@ from onnxq.verify.agreement import implied_agreement
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import measured
+from onnxq.verify.task_rules import measured, measured_kind
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 
@@ -32,7 +32,7 @@ def agreement_bound(config: VerifyConfig, output: str, task: OutputTask | None =
         return config.provider_agreement
     tolerance = (tolerance_for or config.tolerance_for)(output)
     bound = implied_agreement(tolerance, tolerance)
-    bar = task_bar(tolerance, None if measured(task) is None else task.kind)
+    bar = task_bar(tolerance, measured_kind(task))
     if bar is None:
         return dataclasses.replace(bound, task="numeric")
     return dataclasses.replace(bound, task=tolerance.task, min_task_agreement=max(0.0, round(2 * bar - 1, 9)))

@@ -36,7 +36,7 @@ from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import sample_axis
 from onnxq.verify.task_measures import MEASURES, OutputTask
 
-__all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "FACT_SAMPLES"]
+__all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "measured_kind", "FACT_SAMPLES"]
 
 # Ops that move or retype values without changing which value is which, and reductions that keep probabilities
 # probabilities (a voice-activity detector's mean over its frames' Sigmoid): the producer is looked for through them.
@@ -108,9 +108,8 @@ def _language_model(f: OutputFacts) -> OutputTask | None:
 
 
 def _representation(f: OutputFacts) -> OutputTask | None:
-    if _REPRESENTATION.search(f.name):
-        return OutputTask("numeric", f"named as a representation ({_REPRESENTATION.search(f.name).group(0)}), not "
-                          "an answer")
+    if found := _REPRESENTATION.search(f.name):
+        return OutputTask("numeric", f"named as a representation ({found.group(0)}), not an answer")
     return None
 
 
@@ -275,3 +274,8 @@ def _gathered_rows(model: ir.Model) -> frozenset[int]:
 def measured(task: OutputTask | None) -> OutputTask | None:
     """The task a metrics accumulator measures (none for a numeric output)."""
     return task if task is not None and task.kind in MEASURES else None
+
+
+def measured_kind(task: OutputTask | None) -> str | None:
+    """The kind of a measured task; None for a numeric output or none."""
+    return None if measured(task) is None else task.kind
