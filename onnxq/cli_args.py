@@ -168,7 +168,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
     calibration = _changed(layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
                            max_samples=args.calib_samples,
-                           method=getattr(args, "method", None), percentile=getattr(args, "percentile", None))
+                           method=getattr(args, "method", None), percentile=getattr(args, "percentile", None),
+                           range_choice=getattr(args, "range_choice", None))
     verify = verify_config_from_args(config.verify, args)
     verify = _changed(verify, enabled=False if args.no_verify else None,
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,

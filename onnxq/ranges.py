@@ -24,21 +24,22 @@ Ranges = dict[str, tuple[float, float]]
 
 
 def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig,
-                      stream: DataStream, cache, progress) -> tuple[Ranges, int, str | None]:
-    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); and a
-    note when they came from the cache."""
+                      stream: DataStream, cache, progress) -> tuple[Ranges, CalibrationSummary, str | None]:
+    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); the
+    summary they came from (its histograms serve the range choice by output error); and a note when they came from
+    the cache."""
     summary = _load_cache(cache, reference)
     if summary is not None:
         if stream.source is not None:  # the data only supplies the held-back samples
             for _ in stream.batches():
                 pass
         note = f"ranges from calibration cache {cache} ({summary.samples} samples)"
-        return _ranges(summary, plans, config), summary.samples, note
+        return _ranges(summary, plans, config), summary, note
     batches = stream.batches() if stream.source is not None else None
     summary = _calibrate(reference, work, plans, config, batches, cache is not None, progress)
     if cache is not None:
         summary.save(cache)
-    return _ranges(summary, plans, config), summary.samples, None
+    return _ranges(summary, plans, config), summary, None
 
 
 def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:

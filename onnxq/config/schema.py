@@ -84,6 +84,11 @@ class CalibrationConfig:
     # (MiniLM cosine, digits logits SQNR); average MinMax loses 3.4 dB on digits, entropy clips MiniLM's
     # attention-sink outliers. Use minmax for a model whose rarest activations matter most.
     method: str = "percentile"  # a name of numerics.methods.RANGE_METHODS
+    # saturation: a tensor that a per-element chain reads before the next product (a scalar affine and a hardswish,
+    # a ReLU6, a HardSigmoid) has its range clipped where that chain maps every value beyond to one output
+    # (calibration.range_choice): exact, and the step shrinks. method: the method's window as it is. Measured on
+    # PP-OCRv4's detector and PP-OCR's direction classifier (README, Calibration methods).
+    range_choice: Literal["saturation", "method"] = "saturation"
     percentile: float = 99.999
     # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
     histogram_bins: int = 8192

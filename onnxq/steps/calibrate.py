@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.stream import check_reusable
+from onnxq.calibration.range_choice import saturated_ranges
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
 from onnxq.search.build import unobserved_bodies_dynamic
 from onnxq.steps.state import RunState
@@ -23,11 +24,24 @@ def calibrate(state: RunState) -> bool:
         state.ranges, state.calibration_samples = smoothed_ranges(state.work, state.plans, config, state.stream,
                                                                   given.progress)
     else:
-        state.ranges, state.calibration_samples, note = calibrated_ranges(
+        state.ranges, state.calibration, note = calibrated_ranges(
             state.reference, state.work, state.plans, config, state.stream, given.cache, given.progress)
+        state.calibration_samples = state.calibration.samples
+        if config.calibration.range_choice == "saturation":
+            _clip_saturated(state)
         state.notes += [note] if note else []
     state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
     return True
+
+
+def _clip_saturated(state: RunState) -> None:
+    """Main-graph ranges narrowed where what reads them saturates (calibration.range_choice)."""
+    state.range_choices = tuple(saturated_ranges(state.work, state.calibration.observers, state.ranges))
+    state.ranges.update({c.name: c.after for c in state.range_choices})
+    if state.range_choices:
+        readers = sorted({"+".join(c.reader) for c in state.range_choices}, key=len)
+        state.notes.append(f"ranges: {len(state.range_choices)} activation(s) clipped where what reads them "
+                           f"saturates (exact: the reader's outputs do not change), e.g. read by {readers[0]}")
 
 
 def _second_moments(state: RunState) -> WeightMoments:
