@@ -20,8 +20,6 @@ WEIGHT_VALUES = 1024
 
 # Fused ops of onnxruntime's transformer optimizer, and what to do about them.
 _FUSED = {
-    ("com.microsoft", "Attention"): "a fused attention of onnxruntime's transformer optimizer (QKV weights in one "
-                                    "tensor): quantize the model before that optimizer fuses it",
     ("com.microsoft", "EmbedLayerNormalization"): "a fused embedding of onnxruntime's transformer optimizer: "
                                                   "quantize the model before that optimizer fuses it",
 }
