@@ -244,7 +244,7 @@ class QuantConfig:
     blocks: BlockConfig = BlockConfig()
     per_channel: bool = True
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather", "Conv", "LSTM", "ConvTranspose", "GRU", "RNN",
-                                 "Attention")
+                                 "Attention", "EmbedLayerNormalization")
     # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
     quantize_activation_matmul: bool = False
     # Conv in dynamic mode as ConvInteger. Off by default: ORT's ConvInteger ran 5.6x slower than float Conv on a

@@ -1,7 +1,8 @@
 """Nothing skipped in silence: a node that holds weights (a constant float input of weight size) and that no planner
 took or refused is listed under "left float" with why. Issue 32 fed MiniLM after onnxruntime's transformer optimizer
 to onnxq: the fused com.microsoft Attention (its 384 × 1152 QKV weights) and EmbedLayerNormalization (the 30522 × 384
-table) stayed float without a word, and the file came out 0.74× instead of 0.25×."""
+table) stayed float without a word, and the file came out 0.74× instead of 0.25× (both have planners now:
+handlers/attention.py, handlers/embed_layer_norm.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,6 @@ __all__ = ["unplanned_weights", "WEIGHT_VALUES"]
 # matrix is).
 WEIGHT_VALUES = 1024
 
-# Fused ops of onnxruntime's transformer optimizer, and what to do about them.
-_FUSED = {
-    ("com.microsoft", "EmbedLayerNormalization"): "a fused embedding of onnxruntime's transformer optimizer: "
-                                                  "quantize the model before that optimizer fuses it",
-}
 
 
 def _weights(node: ir.Node) -> list[str]:
@@ -51,8 +47,6 @@ def unplanned_weights(nodes: Iterable[ir.Node], decided: Collection[ir.Node], op
             why = f"its op type is not in op_types (config), so its weights ({held}) stay float"
         elif handler_for(node) is not None:
             why = f"its planner does not take this form of {node.op_type}: its weights ({held}) stay float"
-        elif (domain, node.op_type) in _FUSED:
-            why = f"{_FUSED[domain, node.op_type]}; its weights ({held}) stay float"
         else:
             kind = f"{domain}:{node.op_type}" if domain else node.op_type
             why = f"no planner quantizes {kind}: its constant input(s) ({held}) stay float"

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from onnxq.handlers.plan import NodePlan
 # Each module registers its form.
 from onnxq.passes import (insert_blockwise, insert_conv_integer, insert_dynamic, insert_dynamic_lstm,  # noqa: F401
-                          insert_qattention, insert_qdq)
+                          insert_qattention, insert_qdq, insert_qembed_layer_norm)
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.config import QuantConfig
 from onnxq.passes.forms import REWRITE_FORMS, RewriteInputs, RewriteResult, plan_tensors

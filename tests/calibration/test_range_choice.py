@@ -3,7 +3,8 @@ per-element chain after a Conv (a scalar affine, then a hardswish written as Add
 exports write it) is found and evaluated as the model defines it; the reader's outputs are bit-identical with the
 clipped tensor; its step at least halves and the quantized model comes closer to float than with the method's
 window (SQNR ≥ 1 dB higher, seeded: the hardswish's output is quantized again on its own unchanged range, so the
-Conv output's halved step — 6 dB less noise there — shows only in part); a tensor also read as it is (a residual) keeps its window; range_choice "method" turns it off."""
+Conv output's halved step — 6 dB less noise there — shows only in part); a tensor also read as it is (a residual)
+keeps its window; range_choice "method" turns it off."""
 
 import numpy as np
 import onnx_ir as ir

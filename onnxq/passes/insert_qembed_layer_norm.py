@@ -1,0 +1,44 @@
+"""com.microsoft EmbedLayerNormalization → com.microsoft QEmbedLayerNormalization (handlers/embed_layer_norm.py):
+each table, gamma and beta as uint8 with one scale and zero point (the kernel's only form, whatever the config's
+weight type), the ids and the mask as they were; the outputs keep their names and uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from onnxq.config import QScheme
+from onnxq.handlers.embed_layer_norm import EMBED_WEIGHTS
+from onnxq.handlers.plan import NodePlan
+from onnxq.passes.builder import GraphBuilder, replace_node
+from onnxq.passes.forms import RewriteInputs, rewrite_form
+
+__all__: list[str] = []
+
+_MS = "com.microsoft"
+
+
+@rewrite_form("qembed_layer_norm", stage=0)
+def _qembed_layer_norm(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
+    builder = GraphBuilder(model.graph, QScheme("uint8", symmetric=False))
+    model.opset_imports.setdefault(_MS, 1)
+    for plan in plans:
+        node = plan.node
+        weights = [builder.quantized_weight(node.inputs[i], None) if len(node.inputs) > i and node.inputs[i] is not None
+                   else None for i in EMBED_WEIGHTS]
+        parts = [[None if w is None else getattr(w, part) for w in weights]
+                 for part in ("quantized", "scale", "zero_point")]
+        mask = node.inputs[7] if len(node.inputs) > 7 else None
+        attributes = {name: attr for name, attr in node.attributes.items() if name == "epsilon"}
+        fused = builder.node("QEmbedLayerNormalization", [node.inputs[0], node.inputs[1], *parts[0], mask,
+                                                          *parts[1], *parts[2]],
+                             f"{node.name or 'EmbedLayerNormalization'}_quantized", node, attributes=attributes,
+                             num_outputs=2, domain=_MS)
+        for old, new in zip(node.outputs, fused.outputs):
+            if not old.name:
+                new.name = ""
+        replace_node(model.graph, node, *(new if new.name else None for new in fused.outputs))
+    RemoveUnusedNodesPass()(model)
+    return {}
