@@ -41,7 +41,7 @@ from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_met
 from onnxq.verify.task_measures import OutputTask
 from onnxq.verify.task_rules import choose_tasks, measured, measured_kind, output_facts
 
-__all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern"]
+__all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern", "ranked"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,22 @@ class NodeSensitivity:
     harm: float
     task: TaskMetrics | None = None  # verify.task_metric when only this node is quantized
 
+    @property
+    def displacement(self) -> float:
+        """How far the node alone moves the outputs (the worst 1 − mean cosine): what orders nodes whose harm ties —
+        a task metric counts whole answers (one string of 64 is 1/64), and many nodes change the same number."""
+        return max((1.0 - m.cosine_mean for m in self.outputs.values()), default=0.0)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "op_type": self.op_type, "harm": finite_or_none(self.harm),
                 "local_sqnr_db": finite_or_none(self.local_sqnr_db),
                 "outputs": {k: m.to_dict() for k, m in self.outputs.items()},
                 "task": None if self.task is None else self.task.to_dict()}
+
+
+def ranked(nodes: Sequence[NodeSensitivity]) -> tuple[NodeSensitivity, ...]:
+    """Most harmful first; among equal harms (whole answers changed), the one that moves the outputs most."""
+    return tuple(sorted(nodes, key=lambda s: (-s.harm, -s.displacement, s.name)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +206,7 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
             groups.append(GroupSensitivity(pattern, tuple(twins[i][0] for i in index), outputs,
                                            _harm(outputs, budgets, task), task))
     return Sensitivity(samples=sum(samples_in(b) for b in batches),
-                       nodes=tuple(sorted(nodes, key=lambda s: (-s.harm, s.name))),
+                       nodes=ranked(nodes),
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))),
                        kernels=runner.kernels, kernels_reason=runner.kernels_reason)
 

@@ -39,3 +39,18 @@ def test_when_not_even_the_bound_passes_on_all_inputs_there_is_no_answer():
     whole, whole_calls = _counted(100)  # nothing passes on all inputs
     assert smallest_confirmed(0, 16, lambda k: k >= 4, whole) is None
     assert whole_calls == [4, 16]  # the answer failed, so the bound was checked
+
+
+def test_nodes_of_equal_task_harm_rank_by_how_far_they_move_the_outputs():
+    """A task metric counts whole answers: on 64 strings, many nodes each change one (harm 0.52 apiece on the PP-OCR
+    recognizer). Among equal harms the node that moves the outputs most (1 − cosine) ranks first, not the first
+    name."""
+    from onnxq.search.sensitivity import NodeSensitivity, ranked
+    from onnxq.verify.metrics import OutputMetrics
+
+    def node(name, harm, cosine):
+        metrics = OutputMetrics(samples=64, max_abs_error=0.0, mean_abs_error=0.0, cosine_mean=cosine,
+                                cosine_min=cosine, sqnr_db=20.0)
+        return NodeSensitivity(name, "Conv", {"y": metrics}, 20.0, harm)
+    order = ranked([node("a", 0.52, 0.999), node("b", 0.52, 0.990), node("c", 1.04, 0.9995), node("d", 0.52, 0.995)])
+    assert [n.name for n in order] == ["c", "b", "d", "a"]
