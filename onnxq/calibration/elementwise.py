@@ -1,8 +1,8 @@
 """What reads an activation before the next product, as a function of that activation alone: the chain of
 per-element ops (a scalar affine, a hardswish written as Add/Clip/Mul/Div, a ReLU6) between a quantized tensor and
 the values read by something else. Evaluated by ONNX Runtime on a 1-D array, so any per-element op it runs is
-taken as the model defines it. Used to choose a tensor's range by the error in what reads it
-(numerics.output_windows)."""
+taken as the model defines it. Used to clip a tensor's range where what reads it saturates
+(calibration.range_choice, numerics.saturation)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ PER_ELEMENT_OPS = frozenset({
     "HardSwish", "Identity", "LeakyRelu", "Log", "Max", "Min", "Mish", "Mul", "Neg", "Pow", "PRelu", "Reciprocal",
     "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin", "Softplus", "Softsign", "Sqrt", "Sub", "Tanh",
     "ThresholdedRelu"})
-# A reader larger than this is cut there (its last values count as read): the search evaluates it per window.
+# A reader larger than this is cut there (its last values count as read by something else, so nothing is clipped
+# that they would tell apart).
 _MAX_NODES = 32
 
 
@@ -36,7 +37,7 @@ class ElementwiseReader:
 
     @property
     def nonlinear(self) -> bool:
-        """Whether the reader changes the error's shape (anything but a scalar affine)."""
+        """Whether the reader may saturate: anything but a scalar affine (which tells every value apart)."""
         return any(n.op_type not in ("Add", "Sub", "Mul", "Div", "Identity", "Neg") for n in self.nodes)
 
     def function(self, opsets: dict[str, int]) -> Callable[[np.ndarray], list[np.ndarray]]:

@@ -12,12 +12,12 @@ import onnx_ir as ir
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, unusable_weight
 from onnxq.handlers.registry import register
 
-__all__ = ["plan_embed_layer_norm", "EMBED_WEIGHTS", "SEGMENT"]
+__all__ = ["plan_embed_layer_norm", "EMBED_WEIGHTS", "SEGMENT", "MASK"]
 
 # Inputs that are constants: word, position and segment tables, gamma, beta.
 EMBED_WEIGHTS = (2, 3, 4, 5, 6)
 SEGMENT = 4  # the segment table is optional
-_MASK, _POSITION_IDS = 7, 8
+MASK, _POSITION_IDS = 7, 8
 
 
 @register("EmbedLayerNormalization", "com.microsoft", product=False)
@@ -35,7 +35,8 @@ def plan_embed_layer_norm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, "ORT's QEmbedLayerNormalization has no position_ids input: kept float")
     if "mask_index_type" in node.attributes:
         return Skip(node, "ORT's QEmbedLayerNormalization has no mask_index_type: kept float")
-    if len(node.outputs) > 2 and node.outputs[2].name and (node.outputs[2].uses() or node.outputs[2].is_graph_output()):
+    embedding_sum = node.outputs[2] if len(node.outputs) > 2 else None
+    if embedding_sum is not None and (embedding_sum.uses() or embedding_sum.is_graph_output()):
         return Skip(node, "ORT's QEmbedLayerNormalization has no embedding-sum output, which is read: kept float")
     if ctx.standard_ops_only:
         return Skip(node, "ONNX has no quantized EmbedLayerNormalization (ORT's QEmbedLayerNormalization is "

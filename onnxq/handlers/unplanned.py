@@ -20,7 +20,6 @@ __all__ = ["unplanned_weights", "WEIGHT_VALUES"]
 WEIGHT_VALUES = 1024
 
 
-
 def _weights(node: ir.Node) -> list[str]:
     """The node's constant float inputs of weight size, as 'name [shape]'."""
     found = []

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config import QScheme
-from onnxq.handlers.embed_layer_norm import EMBED_WEIGHTS
+from onnxq.handlers.embed_layer_norm import EMBED_WEIGHTS, MASK
 from onnxq.handlers.plan import NodePlan
 from onnxq.passes.builder import GraphBuilder, replace_node
 from onnxq.passes.forms import RewriteInputs, rewrite_form
@@ -26,11 +26,11 @@ def _qembed_layer_norm(model: ir.Model, plans: Sequence[NodePlan], inputs: Rewri
     model.opset_imports.setdefault(_MS, 1)
     for plan in plans:
         node = plan.node
-        weights = [builder.quantized_weight(node.inputs[i], None) if len(node.inputs) > i and node.inputs[i] is not None
-                   else None for i in EMBED_WEIGHTS]
+        given = [node.inputs[i] if len(node.inputs) > i else None for i in EMBED_WEIGHTS]
+        weights = [None if value is None else builder.quantized_weight(value, None) for value in given]
         parts = [[None if w is None else getattr(w, part) for w in weights]
                  for part in ("quantized", "scale", "zero_point")]
-        mask = node.inputs[7] if len(node.inputs) > 7 else None
+        mask = node.inputs[MASK] if len(node.inputs) > MASK else None
         attributes = {name: attr for name, attr in node.attributes.items() if name == "epsilon"}
         fused = builder.node("QEmbedLayerNormalization", [node.inputs[0], node.inputs[1], *parts[0], mask,
                                                           *parts[1], *parts[2]],
