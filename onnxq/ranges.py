@@ -26,8 +26,7 @@ Ranges = dict[str, tuple[float, float]]
 def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig,
                       stream: DataStream, cache, progress) -> tuple[Ranges, CalibrationSummary, str | None]:
     """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); the
-    summary they came from (its histograms tell where a tensor's reader saturates: calibration.range_choice); and
-    a note when they came from the cache."""
+    summary they came from; and a note when they came from the cache."""
     summary = _load_cache(cache, reference)
     if summary is not None:
         if stream.source is not None:  # the data only supplies the held-back samples

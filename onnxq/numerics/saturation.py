@@ -13,12 +13,12 @@ __all__ = ["saturation_bounds"]
 
 
 def saturation_bounds(edges: np.ndarray, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
-    """From the reader's outputs at the centres of a histogram's bins (the bins given by their n + 1 edges): every
+    """From the reader's outputs at the centres of a grid's bins (the bins given by their n + 1 edges): every
     value below the lower bound reads as the first bin does, every value above the upper bound as the last. The
     lower bound is the left edge of the last bin from the bottom whose centre reads exactly as the first bin's centre
     (all values below that edge lie below that centre: they read alike where the reader is constant between
     centres that read alike, as a saturation is); the upper bound likewise from the top. A reader that tells the
-    end bins apart gives the histogram's own edges."""
+    end bins apart gives the grid's own ends."""
     def reads_as(o: np.ndarray, end: int) -> np.ndarray:
         o = np.asarray(o, np.float64)
         return o == o[end]

@@ -27,16 +27,16 @@ def calibrate(state: RunState) -> bool:
         state.ranges, state.calibration, note = calibrated_ranges(
             state.reference, state.work, state.plans, config, state.stream, given.cache, given.progress)
         state.calibration_samples = state.calibration.samples
-        if config.calibration.range_choice == "saturation":
-            _clip_saturated(state)
         state.notes += [note] if note else []
+    if config.calibration.range_choice == "saturation":
+        _clip_saturated(state)
     state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
     return True
 
 
 def _clip_saturated(state: RunState) -> None:
     """Main-graph ranges narrowed where what reads them saturates (calibration.range_choice)."""
-    state.range_choices = tuple(saturated_ranges(state.work, state.calibration.observers, state.ranges))
+    state.range_choices = tuple(saturated_ranges(state.work, state.ranges))
     state.ranges.update({c.name: c.after for c in state.range_choices})
     if state.range_choices:
         readers = sorted({"+".join(c.reader) for c in state.range_choices}, key=len)

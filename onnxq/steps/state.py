@@ -66,7 +66,7 @@ class RunState:
     smoothing: tuple[SmoothedActivation, ...] = ()
     ranges: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     calibration_samples: int = 0
-    calibration: CalibrationSummary | None = None  # the observers the ranges came from (not after smoothing)
+    calibration: CalibrationSummary | None = None  # what the ranges came from (not after smoothing)
     range_choices: tuple = ()  # calibration.range_choice.RangeChoice: ranges narrowed where their reader saturates
     moments: WeightMoments | None = None
     magnitudes: dict[str, float] | None = None  # float16 compute: max |x| per float value on the data

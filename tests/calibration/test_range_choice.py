@@ -39,8 +39,8 @@ def _model(rng, residual: bool = False) -> ir.Model:
     return to_model(tape, [x], [y])
 
 
-def _quantize(model, data, tmp_path, choice):
-    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(range_choice=choice),
+def _quantize(model, data, tmp_path, choice, method="percentile"):
+    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(range_choice=choice, method=method),
                                verify=onnxq.VerifyConfig(sensitivity_samples=0, fallback=False, measure_speed=False,
                                                          check_kernels=False))
     return onnxq.quantize(model, data, output=tmp_path / f"{choice}.onnx", config=config)
@@ -61,11 +61,12 @@ def test_the_reader_is_the_affine_and_hardswish_and_saturates_exactly(rng):
     assert np.array_equal(f(values)[0], f(clipped)[0])
 
 
-def test_saturation_clips_and_the_model_gets_closer_to_float(rng, tmp_path):
+@pytest.mark.parametrize("method", ["percentile", "minmax"])  # with histograms and without
+def test_saturation_clips_and_the_model_gets_closer_to_float(rng, tmp_path, method):
     model = _model(rng)
     data = {"x": rng.normal(0, 1, (32, 3, 10, 10)).astype(np.float32)}
     held = {"x": np.random.default_rng(1).normal(0, 1, (16, 3, 10, 10)).astype(np.float32)}
-    results = {c: _quantize(model, data, tmp_path, c) for c in ("saturation", "method")}
+    results = {c: _quantize(model, data, tmp_path, c, method) for c in ("saturation", "method")}
     assert any("clipped where what reads them saturates" in n for n in results["saturation"].report.notes)
     assert not any("saturates" in n for n in results["method"].report.notes)
     expected = make_session(model, optimize=False).run(None, held)[0]
