@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, contrib_kernel_refusal,
+                                 not_float32, unusable_weight)
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_attention", "QATTENTION_ATTRIBUTES"]
@@ -41,12 +42,8 @@ def plan_attention(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
         return Skip(node, f"ORT's QAttention has no {what}: kept float")
     if (reason := unusable_weight(node, node.inputs[1], weight)) is not None:
         return Skip(node, reason)
-    if ctx.weight_only:
-        return Skip(node, "weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no "
-                          "block-wise Attention (use dynamic or static mode: QAttention)")
-    if ctx.standard_ops_only:
-        return Skip(node, "ONNX has no integer Attention (ORT's QAttention is com.microsoft); use format qdq or "
-                          "qoperator to quantize it")
+    if (refusal := contrib_kernel_refusal(node, ctx, "QAttention")) is not None:
+        return refusal
     axis = 1 if ctx.per_channel else None
     pair_axis = 0 if ctx.limit_runtime_pairs else None
     return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, pair_axis),), form="qattention")

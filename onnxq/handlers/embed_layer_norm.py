@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, contrib_kernel_refusal,
+                                 unusable_weight)
 from onnxq.handlers.registry import register
 
 __all__ = ["plan_embed_layer_norm", "EMBED_WEIGHTS", "SEGMENT", "MASK"]
@@ -38,7 +39,6 @@ def plan_embed_layer_norm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     embedding_sum = node.outputs[2] if len(node.outputs) > 2 else None
     if embedding_sum is not None and (embedding_sum.uses() or embedding_sum.is_graph_output()):
         return Skip(node, "ORT's QEmbedLayerNormalization has no embedding-sum output, which is read: kept float")
-    if ctx.standard_ops_only:
-        return Skip(node, "ONNX has no quantized EmbedLayerNormalization (ORT's QEmbedLayerNormalization is "
-                          "com.microsoft); use format qdq or qoperator to quantize it")
+    if (refusal := contrib_kernel_refusal(node, ctx, "QEmbedLayerNormalization", blockwise=False)) is not None:
+        return refusal
     return NodePlan(node, weights=tuple(WeightSpec(i, None) for i in present), form="qembed_layer_norm")

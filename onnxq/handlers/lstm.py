@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxq.handlers.plan import NodePlan, PlanContext, Skip, WeightSpec, constant_float, not_float32, unusable_weight
+from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, contrib_kernel_refusal,
+                                 not_float32, unusable_weight)
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute
 
@@ -35,12 +36,8 @@ def plan_lstm(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
             return Skip(node, reason)
     if attribute(node, "layout", 0) != 0:
         return Skip(node, "layout = 1 (batch first): ORT's DynamicQuantizeLSTM reads [seq, batch, features] only")
-    if ctx.weight_only:
-        return Skip(node, "weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no "
-                          "block-wise LSTM kernel (use dynamic or static mode: DynamicQuantizeLSTM)")
-    if ctx.standard_ops_only:
-        return Skip(node, "ONNX has no integer LSTM (ORT's DynamicQuantizeLSTM is com.microsoft); use format qdq or "
-                          "qoperator to quantize it")
+    if (refusal := contrib_kernel_refusal(node, ctx, "DynamicQuantizeLSTM")) is not None:
+        return refusal
     axis = LSTM_CHANNEL_AXIS if ctx.per_channel else None
     pair_axis = LSTM_K_AXIS if ctx.limit_runtime_pairs else None
     return NodePlan(node, activations=(0,), weights=(WeightSpec(1, axis, pair_axis), WeightSpec(2, axis, pair_axis)),

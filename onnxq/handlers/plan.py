@@ -10,7 +10,8 @@ import onnx_ir as ir
 from onnxq.errors import UnsupportedModelError
 
 __all__ = ["WeightSpec", "NodePlan", "Skip", "constant_float", "constant_weight", "PlanContext", "default_form",
-           "not_float32", "unusable_weight", "quantized_output", "is_relu_like", "TINY_WEIGHT"]
+           "not_float32", "unusable_weight", "quantized_output", "is_relu_like", "TINY_WEIGHT",
+           "contrib_kernel_refusal"]
 
 # Below this largest |w|, an int8 weight scale (|w| / 127) times an activation scale underflows float32's normal
 # range (1.2e-38): the product would come out 0 (or denormal) instead of the float result.
@@ -170,3 +171,16 @@ def is_relu_like(node: ir.Node) -> bool:
         return False
     low = ir.convenience.get_const_tensor(node.inputs[1])
     return low is not None and low.size == 1 and float(low.numpy().reshape(-1)[0]) >= 0.0
+
+
+def contrib_kernel_refusal(node: ir.Node, ctx: PlanContext, kernel: str, *, blockwise: bool = True) -> Skip | None:
+    """Why a node whose only integer kernel is ORT's com.microsoft `kernel` stays float under this context: format
+    qlinear allows standard ops only; weight-only mode has block-wise kernels for MatMul/Gemm/Gather alone (blockwise
+    False: the kernel serves weight-only mode too)."""
+    if blockwise and ctx.weight_only:
+        return Skip(node, f"weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no "
+                          f"block-wise {node.op_type} kernel (use dynamic or static mode: {kernel})")
+    if ctx.standard_ops_only:
+        return Skip(node, f"ONNX has no integer {node.op_type} (ORT's {kernel} is com.microsoft); use format qdq or "
+                          "qoperator to quantize it")
+    return None

@@ -16,7 +16,7 @@ from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.pairs import from_gemm_view, gemm_view, quantize_pair_limited
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node",
-           "quantize_weight_array"]
+           "replace_node_with", "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
 _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
@@ -167,6 +167,16 @@ def replace_node(graph: ir.Graph, node: ir.Node, *results: ir.Value | None) -> N
         old.replace_all_uses_with(result, replace_graph_outputs=True)
         result.name, old.name = old.name, None
     graph.remove(node, safe=True)
+
+
+def replace_node_with(graph: ir.Graph, node: ir.Node, replacement: ir.Node) -> None:
+    """replace_node with another node's outputs, position by position: an output the float node omits (no name)
+    stays omitted (a contrib op's optional outputs)."""
+    results = [new if old.name else None for old, new in zip(node.outputs, replacement.outputs)]
+    for new, result in zip(replacement.outputs, results):
+        if result is None:
+            new.name = ""
+    replace_node(graph, node, *results)
 
 
 def _weight_qparams(array: np.ndarray, axis: int | None, scheme: QScheme) -> QParams:

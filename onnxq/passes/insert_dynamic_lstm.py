@@ -13,7 +13,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config import QScheme
 from onnxq.handlers.plan import NodePlan, WeightSpec
-from onnxq.passes.builder import GraphBuilder, quantize_weight_array, replace_node
+from onnxq.passes.builder import GraphBuilder, quantize_weight_array, replace_node_with
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 
 __all__ = ["lstm_weight_arrays"]
@@ -44,10 +44,7 @@ def _dynamic_lstm(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInp
                                                     r_zero],
                             f"{node.name or 'LSTM'}_DynamicQuantizeLSTM", node, attributes=attributes,
                             num_outputs=len(node.outputs), domain=_MS)
-        for old, new in zip(node.outputs, lstm.outputs):
-            if not old.name:  # an output the float node omits stays omitted
-                new.name = ""
-        replace_node(model.graph, node, *(new if new.name else None for new in lstm.outputs))
+        replace_node_with(model.graph, node, lstm)
     RemoveUnusedNodesPass()(model)
     return {}
 

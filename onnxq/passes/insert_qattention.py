@@ -11,7 +11,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.handlers.attention import QATTENTION_ATTRIBUTES
 from onnxq.handlers.plan import NodePlan
-from onnxq.passes.builder import GraphBuilder, replace_node
+from onnxq.passes.builder import GraphBuilder, replace_node_with
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 
 __all__: list[str] = []
@@ -37,9 +37,6 @@ def _qattention(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInput
                                             x_zero, weight.zero_point, past],
                              f"{node.name or 'Attention'}_QAttention", node, attributes=attributes,
                              num_outputs=len(node.outputs), domain=_MS)
-        for old, new in zip(node.outputs, fused.outputs):
-            if not old.name:  # an output the float node omits stays omitted
-                new.name = ""
-        replace_node(model.graph, node, *(new if new.name else None for new in fused.outputs))
+        replace_node_with(model.graph, node, fused)
     RemoveUnusedNodesPass()(model)
     return {}

@@ -12,7 +12,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.config import QScheme
 from onnxq.handlers.embed_layer_norm import EMBED_WEIGHTS, MASK
 from onnxq.handlers.plan import NodePlan
-from onnxq.passes.builder import GraphBuilder, replace_node
+from onnxq.passes.builder import GraphBuilder, replace_node_with
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 
 __all__: list[str] = []
@@ -36,9 +36,6 @@ def _qembed_layer_norm(model: ir.Model, plans: Sequence[NodePlan], inputs: Rewri
                                                           *parts[1], *parts[2]],
                              f"{node.name or 'EmbedLayerNormalization'}_quantized", node, attributes=attributes,
                              num_outputs=2, domain=_MS)
-        for old, new in zip(node.outputs, fused.outputs):
-            if not old.name:
-                new.name = ""
-        replace_node(model.graph, node, *(new if new.name else None for new in fused.outputs))
+        replace_node_with(model.graph, node, fused)
     RemoveUnusedNodesPass()(model)
     return {}

@@ -175,8 +175,9 @@ def group_pattern(name: str) -> str:
 def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequence[Batch], per_node: bool = True,
                       deployed: Mapping[str, str] | None = None, why_exact: str = "",
                       tasks: Mapping[str, OutputTask] | None = None) -> Sensitivity:
-    """Nodes and groups ranked most harmful first (ties broken by name, so the order is deterministic): each
-    planned node of `plans` quantized alone, as `builder` quantizes it, against builder's float graph.
+    """Nodes and groups ranked most harmful first (nodes' ties by how far they move the outputs, then by name; groups'
+    by name: the order is deterministic): each planned node of `plans` quantized alone, as `builder` quantizes it,
+    against builder's float graph.
 
     per_node False ranks only the groups: one run per group instead of one per node. deployed: the kernel each
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
