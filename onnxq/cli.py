@@ -101,6 +101,9 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")
     p.add_argument("--gemm-bias", choices=["int32", "float"], help="Gemm bias storage (default int32)")
+    p.add_argument("--weight-rounding", choices=["gptq", "nearest"],
+                   help="static Conv weights on their per-channel grid: gptq (default) rounds each so the layer's "
+                        "output error on the calibration data is least (one more pass over it); nearest")
     p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
     p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
     p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")

@@ -151,6 +151,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "per_channel": False if args.per_tensor else None,
         "quantize_activation_matmul": args.quantize_attention,
         "gemm_bias": args.gemm_bias,
+        "weight_rounding": getattr(args, "weight_rounding", None),
         "exclude_nodes": tuple(args.exclude) if args.exclude else None,
         "exclude_op_types": tuple(args.exclude_op) if args.exclude_op else None,
         "exclude_regex": args.exclude_regex,

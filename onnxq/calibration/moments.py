@@ -1,5 +1,7 @@
-"""Second moments of the activations that 4-bit weights read: per weight, XᵀX / n (GPTQ's Hessian) or its diagonal
-(activation-aware clipping), summed over every node that reads the weight — a weight shared by many nodes (an
+"""Second moments of the activations that weights read: per weight, XᵀX / n (GPTQ's Hessian) or its diagonal
+(activation-aware clipping), summed over every node that reads the weight. A Conv's rows are its im2col rows
+(numerics.im2col: one per output position, K over kernel taps and the group's input channels), one matrix per
+group ([G, K, K]; a depthwise Conv's are 9 × 9) — a weight shared by many nodes (an
 unrolled RNN's cell, read once per time step) is fitted to all of its inputs and quantized once.
 
 Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose K×K float64
@@ -19,8 +21,10 @@ import onnx_ir as ir
 from onnxq.calibration.channels import values_per_batch
 from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError
+from onnxq.irquery import attribute
+from onnxq.numerics.im2col import ConvGeometry, im2col_groups
 
-__all__ = ["WeightKey", "WeightMoments", "weight_key", "BUDGET_BYTES"]
+__all__ = ["WeightKey", "WeightMoments", "weight_key", "conv_geometry", "BUDGET_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +41,20 @@ def weight_key(node: ir.Node) -> WeightKey:
     return node.inputs[1].name or "", node.op_type == "Gemm" and trans_b is not None and trans_b.value == 1
 
 
+def conv_geometry(node: ir.Node, weight_shape: tuple[int, ...]) -> ConvGeometry:
+    n = len(weight_shape) - 2
+    return ConvGeometry(tuple(weight_shape[2:]), tuple(attribute(node, "strides", (1,) * n)),
+                        tuple(attribute(node, "dilations", (1,) * n)), tuple(attribute(node, "pads", ())),
+                        int(attribute(node, "group", 1)), str(attribute(node, "auto_pad", "NOTSET")))
+
+
+_PRODUCTS = ("MatMul", "Gemm", "Conv")
+
+
+def _weighted(node: ir.Node) -> bool:
+    return node.op_type in _PRODUCTS and len(node.inputs) > 1 and node.inputs[1] is not None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Chunk:
     keys: tuple[WeightKey, ...]
@@ -51,7 +69,8 @@ class WeightMoments:
                  full: bool, budget: int | None = None) -> None:
         self.model, self.readers, self.batches, self.full = model, readers, batches, full
         self.budget = BUDGET_BYTES if budget is None else budget
-        self._widths = {key: self._width(key) for key in readers}  # K of each weight
+        self._convs: dict[WeightKey, ConvGeometry] = {}  # Conv weights: their im2col geometry
+        self._widths = self._find_widths()  # K of each weight
         self._chunks = self._plan(self.budget)
         self._held: dict[WeightKey, np.ndarray] = {}
         self.passes = 0  # over the data
@@ -81,7 +100,8 @@ class WeightMoments:
         widths = self._widths
         chunks, keys, held = [], [], 0
         for key in self.readers:
-            size = widths[key] ** 2 * 8 if self.full else widths[key] * 8
+            groups = self._convs[key].group if key in self._convs else 1
+            size = groups * (widths[key] ** 2 * 8 if self.full else widths[key] * 8)
             if keys and held + size > budget:
                 chunks.append(keys)
                 keys, held = [], 0
@@ -94,14 +114,22 @@ class WeightMoments:
                         len(chunks), budget >> 20)
         return [_Chunk(tuple(c), tuple(dict.fromkeys(a for k in c for a in self.readers[k]))) for c in chunks]
 
-    def _width(self, key: WeightKey) -> int:
-        """K: the weight's rows, or its columns when read transposed (an initializer's or a Constant's shape)."""
+    def _find_widths(self) -> dict[WeightKey, int]:
+        """K of each weight: a matrix's rows, or its columns when read transposed; a Conv's kernel taps times its
+        group's input channels (an initializer's or a Constant's shape). 1 where no node reads it."""
+        widths = dict.fromkeys(self.readers, 1)
         for node in self.model.graph.all_nodes():  # a body's weight too
-            if node.op_type in ("MatMul", "Gemm") and len(node.inputs) > 1 and weight_key(node) == key:
-                tensor = ir.convenience.get_const_tensor(node.inputs[1])
-                if tensor is not None and len(tensor.shape) == 2:
-                    return int(tensor.shape[0 if not key[1] else 1])
-        return 1
+            key = weight_key(node) if _weighted(node) else None
+            tensor = ir.convenience.get_const_tensor(node.inputs[1]) if key in widths else None
+            if tensor is None:
+                continue
+            shape = tuple(int(d) for d in tensor.shape)
+            if node.op_type == "Conv" and len(shape) > 2:
+                self._convs[key] = conv_geometry(node, shape)
+                widths[key] = int(np.prod(shape[1:]))
+            elif len(shape) == 2:
+                widths[key] = shape[1 if key[1] else 0]
+        return widths
 
     def _collect(self, chunk: _Chunk) -> dict[WeightKey, np.ndarray]:
         self._held = {}  # the previous chunk's matrices go before this one's are made
@@ -114,14 +142,10 @@ class WeightMoments:
             for key in chunk.keys:
                 # Rows of K (the weight's width): a body's value comes out flattened (calibration.bodies), and one
                 # a run did not make (a branch not taken) comes out empty: no rows.
-                width = self._widths[key]
-                parts = [p.reshape(-1, width) for p in (np.asarray(arrays[a], np.float32)
-                                                        for a in self.readers[key]) if p.size]
+                parts = [p for p in (np.asarray(arrays[a], np.float32) for a in self.readers[key]) if p.size]
                 if not parts:
                     continue
-                flat = np.concatenate(parts)
-                squares = (flat.T.astype(np.float64) @ flat if self.full
-                           else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
+                squares, count = self._squares(key, parts)
                 if not np.all(np.isfinite(squares)):
                     raise CalibrationDataError(f"the model computes NaN or inf for an input of weight {key[0]!r} on a "
                                                "calibration batch — check those inputs")
@@ -129,11 +153,32 @@ class WeightMoments:
                     sums[key] += squares
                 else:
                     sums[key] = squares
-                rows[key] += flat.shape[0]
+                rows[key] += count
         if not batches:
             raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
         unseen = set(chunk.keys) - set(sums)
         self.unseen_nodes |= {n.name or "" for n in self.model.graph.all_nodes()
-                              if n.op_type in ("MatMul", "Gemm") and len(n.inputs) > 1 and n.inputs[1] is not None
-                              and weight_key(n) in unseen}
+                              if _weighted(n) and weight_key(n) in unseen}
         return {key: sums[key] / rows[key] for key in sums}
+
+    def _squares(self, key: WeightKey, parts: list[np.ndarray]) -> tuple[np.ndarray, int]:
+        """XᵀX (or its diagonal) of one batch's rows, and how many rows. A Conv's im2col rows are made one sample
+        at a time (a page's rows × K would not fit); [G, K, K] for a grouped Conv, [K, K] otherwise."""
+        geometry = self._convs.get(key)
+        if geometry is None:
+            # Rows of K (the weight's width): a body's value comes out flattened (calibration.bodies).
+            flat = np.concatenate([p.reshape(-1, self._widths[key]) for p in parts])
+            squares = (flat.T.astype(np.float64) @ flat if self.full
+                       else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
+            return squares, flat.shape[0]
+        total, count = 0.0, 0
+        for part in parts:
+            for sample in part.reshape(-1, *part.shape[-(len(geometry.kernel) + 1):]):
+                rows = im2col_groups(sample[None], geometry)  # [rows, G, K]
+                if self.full:  # one BLAS product per group (einsum would not use BLAS here: 7x slower)
+                    by_group = rows.transpose(1, 0, 2).astype(np.float64)
+                    total = total + np.matmul(by_group.transpose(0, 2, 1), by_group)
+                else:
+                    total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)
+                count += rows.shape[0]
+        return (total[0] if geometry.group == 1 else total), count

@@ -67,6 +67,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("VerifyConfig", "max_samples"): Range(1, 1_000_000, integer=True),
     ("VerifyConfig", "sensitivity_samples"): Range(0, 1_000_000, integer=True),
     ("VerifyConfig", "sensitivity_max_nodes"): Range(0, None, integer=True),
+    ("VerifyConfig", "fallback_reclaim"): Range(0, None, integer=True),
     ("VerifyConfig", "task_max_drop"): Range(0, None, flag="--task-max-drop"),
     # ORT's MatMulNBits needs a power of two >= 16; past 4096 values a block is a per-column scale in all but name,
     # and its padding (up to a block per row) would cost memory for nothing.

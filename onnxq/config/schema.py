@@ -172,6 +172,11 @@ class VerifyConfig:
     # the gate judges the task (verify.task_rules): a user who did not ask would otherwise ship a model that changes
     # its answers (issue 32). Off: only gate (the exit code fails the build).
     fallback: bool = True
+    # After the fallback's bisection, try at most this many of its float nodes quantized again, costliest first,
+    # each kept quantized where the tolerance still holds on all inputs (search.reclaim): the one-node-at-a-time
+    # ranking puts nodes in the float prefix that the rest do not need float. 0: off. Each try is one build and one
+    # check on all verification inputs.
+    fallback_reclaim: int = 64
     # Time float against quantized on the CPU (one verification batch, interleaved rounds) and say when the
     # quantized model is not faster: users of other quantizers find that out after deploying. On by default: it
     # costs 14 runs of one batch. A model over 1 GB of weights (steps.check_speed.SPEED_MAX_BYTES) is timed only
@@ -241,6 +246,11 @@ class QuantConfig:
     # per-token with smoothing (α searched), else float (onnxq.search.recipe); needs calibration data.
     recipe: Literal["manual", "auto"] = "manual"
     weights: QScheme = QScheme("int8", symmetric=True)
+    # How static Conv weights round on their per-channel int8 grid (the scales are the same either way): "gptq",
+    # each column's rounding error spread over the rest through the inverse of its activations' XᵀX on the
+    # calibration data (numerics.gptq.gptq_channelwise; issue 32's learned rounding); "nearest". Measured, PP-OCRv4
+    # recognizer, static, fallback off: 0.594 → 0.766 of the float model's strings (README, "Learned rounding").
+    weight_rounding: Literal["gptq", "nearest"] = "gptq"
     blocks: BlockConfig = BlockConfig()
     per_channel: bool = True
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather", "Conv", "LSTM", "ConvTranspose", "GRU", "RNN",

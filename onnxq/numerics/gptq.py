@@ -11,7 +11,7 @@ import numpy as np
 
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, block_scales, symmetric_zero_point
 
-__all__ = ["gptq_blockwise", "DAMPING"]
+__all__ = ["gptq_blockwise", "gptq_channelwise", "DAMPING"]
 
 # Added to H's diagonal, as a fraction of its mean: keeps the inverse well conditioned (the paper's 1 %).
 DAMPING = 0.01
@@ -94,3 +94,53 @@ def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
     inverse_lower = np.linalg.solve(lower, np.eye(h.shape[0]))
     h_inv = inverse_lower.T @ inverse_lower
     return np.linalg.cholesky(h_inv).T
+
+
+def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
+                     pair_limit: int | None = None) -> np.ndarray:
+    """GPTQ's rounding on a fixed per-channel int8 grid: the scales stay those of rounding to nearest (the same
+    kernels, the same ranges), only the way each weight rounds changes — K columns in order, each one's rounding
+    error spread over those not yet rounded through H⁻¹. Learned rounding on calibration data in closed form.
+
+    weight: float [N, K], a row per output channel, K as the kernel reads it (numerics.pairs.gemm_view for Conv).
+    hessian: [K, K], or [G, K, K] for a grouped Conv (group g: rows g·N/G … , its own inputs' XᵀX / n).
+    scale: [N], symmetric (zero point 0). pair_limit: each K pair (2i, 2i+1) kept within it (numerics.pairs) — the
+    second rounded within what the first, already rounded, leaves; its error spread like any other.
+    Returns int8 [N, K]."""
+    n, k = weight.shape
+    h = np.asarray(hessian, np.float64).reshape(-1, k, k)
+    groups = h.shape[0]
+    w = np.array(weight, np.float64).reshape(groups, n // groups, k)
+    s = np.asarray(scale, np.float64).reshape(groups, n // groups)
+    u = np.stack([_upper_cholesky_of_inverse(_damped(h_g)) for h_g in h])
+    codes = np.zeros(w.shape, np.float64)
+    for start in range(0, k, _LAZY):
+        end = min(start + _LAZY, k)
+        w1, u1 = w[:, :, start:end].copy(), u[:, start:end, start:end]
+        errors = np.zeros_like(w1)
+        for i in range(end - start):
+            code = np.clip(np.rint(w1[:, :, i] / s), -128, 127)
+            if pair_limit is not None and (start + i) % 2:
+                code = _within_pair_limit(codes[:, :, start + i - 1], code, pair_limit)
+            codes[:, :, start + i] = code
+            errors[:, :, i] = (w1[:, :, i] - code * s) / u1[:, i, i][:, None]
+            w1[:, :, i:] -= errors[:, :, i, None] * u1[:, None, i, i:]
+        w[:, :, end:] -= errors @ u[:, start:end, end:]
+    return codes.reshape(n, k).astype(np.int8)
+
+
+def _damped(h: np.ndarray) -> np.ndarray:
+    """H with inputs never active given a unit diagonal (their weights keep rounding to nearest: nothing spreads
+    to or from them) and damped by DAMPING of its mean diagonal."""
+    h = h.copy()
+    dead = np.diag(h) <= 0
+    h[dead, :], h[:, dead] = 0.0, 0.0
+    h[dead, dead] = 1.0
+    h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
+    return h
+
+
+def _within_pair_limit(first: np.ndarray, second: np.ndarray, limit: int) -> np.ndarray:
+    """The second code of each pair, moved toward 0 where the pair's same-sign sum would pass the limit."""
+    over = (np.sign(first) == np.sign(second)) & (np.abs(first + second) > limit)
+    return np.where(over, np.sign(second) * (limit - np.abs(first)), second)

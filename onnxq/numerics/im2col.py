@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-__all__ = ["ConvGeometry", "im2col"]
+__all__ = ["ConvGeometry", "im2col", "im2col_groups"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,3 +58,20 @@ def im2col(a: np.ndarray, geometry: ConvGeometry, zero_point: int, group: int) -
     columns = np.stack(taps, axis=1)  # [N, taps, C/group, *out]
     columns = np.moveaxis(columns.reshape(columns.shape[0], -1, *out), 1, -1)  # [N, *out, taps · C/group]
     return columns.reshape(-1, columns.shape[-1])
+
+
+def im2col_groups(a: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
+    """A float [N, C, *spatial] input as every group's GEMM rows at once: [N · prod(output), group, taps · C/group],
+    K ordered as im2col's (kernel taps, input channels of the group, channels fastest); padding holds 0."""
+    spatial = a.shape[2:]
+    padded = np.pad(a, ((0, 0), (0, 0), *geometry.padding(spatial)))
+    out = geometry.output_shape(spatial)
+    taps = []
+    for tap in itertools.product(*(range(k) for k in geometry.kernel)):
+        index = tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
+                      for t, d, s, o in zip(tap, geometry.dilations, geometry.strides, out))
+        taps.append(padded[(slice(None), slice(None), *index)])
+    columns = np.stack(taps, axis=-1)  # [N, C, *out, taps]
+    columns = np.moveaxis(columns, 1, -1)  # [N, *out, taps, C]
+    rows = columns.reshape(-1, len(taps), geometry.group, a.shape[1] // geometry.group)  # [rows, taps, g, C/g]
+    return np.ascontiguousarray(rows.transpose(0, 2, 1, 3)).reshape(rows.shape[0], geometry.group, -1)

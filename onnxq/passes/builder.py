@@ -12,8 +12,14 @@ import onnx_ir as ir
 from onnxq.config import QScheme
 from onnxq.io import page_out
 from onnxq.irquery import OUTER_NAMES, unique_name
+from collections.abc import Callable
+
 from onnxq.numerics import QParams, choose_qparams, quantize
-from onnxq.numerics.pairs import from_gemm_view, gemm_view, quantize_pair_limited
+from onnxq.numerics.gptq import gptq_channelwise
+from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize_pair_limited
+
+# A Conv weight's XᵀX / n by weight name (calibration.moments), for GPTQ rounding; None: round to nearest.
+Hessians = Callable[[str], "np.ndarray | None"]
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node",
            "replace_node_with", "quantize_weight_array"]
@@ -54,10 +60,12 @@ class QuantizedWeight:
 class GraphBuilder:
     """Makes uniquely named initializers and nodes, and quantizes each (weight, axis, layout) once."""
 
-    def __init__(self, graph: ir.Graph, weight_scheme: QScheme | None = None) -> None:
-        """weight_scheme: how quantized_weight quantizes (None: a builder that only names and adds values)."""
+    def __init__(self, graph: ir.Graph, weight_scheme: QScheme | None = None, hessians: Hessians | None = None) -> None:
+        """weight_scheme: how quantized_weight quantizes (None: a builder that only names and adds values).
+        hessians: Conv weights rounded by GPTQ where it gives their matrix (weights.rounding)."""
         self.graph = graph
         self.weight_scheme = weight_scheme
+        self.hessians = hessians
         self._taken: set[str] = set(graph.initializers)
         for node in graph.all_nodes():
             self._taken.add(node.name or "")
@@ -94,8 +102,9 @@ class GraphBuilder:
         pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs)."""
         key = (id(value), axis, transpose, pair_limit_axis)
         if key not in self._weights:
+            hessian = self.hessians(value.name or "") if self.hessians is not None and not transpose else None
             quantized, qparams = self._quantize(ir.convenience.get_const_tensor(value), axis, transpose,
-                                                pair_limit_axis)
+                                                pair_limit_axis, hessian)
             base = value.name or "weight"
             self._weights[key] = QuantizedWeight(
                 quantized=self.initializer(f"{base}_quantized", quantized),
@@ -106,15 +115,15 @@ class GraphBuilder:
         return self._weights[key]
 
     def _quantize(self, tensor: ir.TensorProtocol, axis: int | None, transpose: bool,
-                  pair_limit_axis: int | None) -> tuple[np.ndarray, QParams]:
+                  pair_limit_axis: int | None, hessian: np.ndarray | None = None) -> tuple[np.ndarray, QParams]:
         memo = _MEMO.get()
-        key = (id(tensor), axis, transpose, pair_limit_axis, self.weight_scheme)
+        key = (id(tensor), axis, transpose, pair_limit_axis, self.weight_scheme, hessian is not None)
         if memo is not None and key in memo:
             return memo[key][1:]
         array = tensor.numpy().astype(np.float32, copy=False)
         if transpose:
             array = np.ascontiguousarray(array.T)
-        quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis)
+        quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis, hessian)
         page_out(tensor)  # a memory-mapped float weight is not read again here
         if memo is not None:
             quantized.flags.writeable = False  # shared by graphs: a write would change them all
@@ -143,17 +152,26 @@ class GraphBuilder:
         return out
 
 
-def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme,
-                          pair_limit_axis: int | None = None) -> tuple[np.ndarray, QParams]:
+def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme, pair_limit_axis: int | None = None,
+                          hessian: np.ndarray | None = None) -> tuple[np.ndarray, QParams]:
     """A float weight's integer array and qparams under the scheme; pair_limit_axis: its K axis, whose pairs are
-    kept within the U8S8 limit (numerics.pairs). A weight of rank > 2 is a Conv's, limited as im2col reads it."""
+    kept within the U8S8 limit (numerics.pairs). A weight of rank > 2 is a Conv's, limited as im2col reads it.
+    hessian: a Conv weight's XᵀX / n (per group), its codes rounded by GPTQ on the same scales (int8 per output
+    channel, symmetric; otherwise it is not used)."""
     qparams = _weight_qparams(array, axis, scheme)
     if pair_limit_axis is None:
-        return quantize(array, qparams), qparams
-    if array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
+        quantized = quantize(array, qparams)
+    elif array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
         quantized, qparams = quantize_pair_limited(gemm_view(array), qparams, 1)
-        return from_gemm_view(quantized, array.shape), qparams
-    return quantize_pair_limited(array, qparams, pair_limit_axis)
+        quantized = from_gemm_view(quantized, array.shape)
+    else:
+        quantized, qparams = quantize_pair_limited(array, qparams, pair_limit_axis)
+    if hessian is not None and array.ndim > 2 and axis == 0 and quantized.dtype == np.int8 \
+            and not np.any(qparams.zero_point):
+        codes = gptq_channelwise(gemm_view(array), hessian, np.broadcast_to(qparams.scale, array.shape[:1]),
+                                 None if pair_limit_axis is None else PAIR_LIMIT)
+        quantized = from_gemm_view(codes, array.shape)
+    return quantized, qparams
 
 
 def replace_node(graph: ir.Graph, node: ir.Node, *results: ir.Value | None) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
@@ -46,14 +47,18 @@ class InsertQdqPass(PlannedRewritePass):
     """
 
     def __init__(self, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
-                 config: QuantConfig) -> None:
+                 config: QuantConfig, moments: WeightMoments | None = None) -> None:
+        """moments: Conv weights' second moments, their codes then rounded by GPTQ (weights.rounding)."""
         super().__init__(plans)
         self.ranges = ranges
         self.config = config
+        self.moments = moments
 
     def call(self, model: ir.Model) -> RewriteResult:
         bias_fallbacks: dict[str, str] = {}
-        builder = GraphBuilder(model.graph, self.config.weights)
+        moments = self.moments
+        builder = GraphBuilder(model.graph, self.config.weights,
+                               None if moments is None else lambda name: moments.get((name, False)))
         # Each quantized activation once for all its readers: value (and its DequantizeLinear) → (DQ output, qparams).
         activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
         for plan in self.plans:
@@ -156,4 +161,4 @@ class InsertQdqPass(PlannedRewritePass):
 
 @rewrite_form("qdq", stage=1, calibrated=True)
 def _qdq(model: ir.Model, plans: Sequence[NodePlan], inputs: RewriteInputs) -> dict[str, str]:
-    return InsertQdqPass(plans, inputs.ranges, inputs.config)(model).notes
+    return InsertQdqPass(plans, inputs.ranges, inputs.config, inputs.moments)(model).notes

@@ -10,18 +10,23 @@ Deterministic: same data, same ranking, same k and nodes.
 it, int8 next, float last. First the fewest top-ranked nodes at 8 bits that meet the tolerance (the rest 4-bit);
 when even all at 8 bits fail, the fewest float with the rest at 8 bits, then, those float, the fewest of the next
 at 8 bits with the rest back at 4 — each a bisection, about 2 log2 N probes in all.
+
+Then each node kept float is tried quantized again, costliest first, and stays quantized where the tolerance still
+holds (search.reclaim): the ranking measures nodes one at a time, and the bisection's prefix holds nodes the rest
+no longer needs float.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-
+from collections.abc import Mapping
 
 from onnxq.handlers import Skip
 from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
+from onnxq.search.reclaim import reclaim
 from onnxq.search.sensitivity import Sensitivity
 from onnxq.verify.check import Verification
 from onnxq.verify.metrics import finite_or_none
@@ -38,6 +43,10 @@ class Attempt:
     built: Built  # its skips say which nodes the fallback kept float, and why
     verification: Verification
 
+    @property
+    def passed(self) -> bool:
+        return self.verification.passed
+
 
 @dataclasses.dataclass(frozen=True)
 class FallbackResult:
@@ -47,6 +56,7 @@ class FallbackResult:
     after: Verification | None  # the chosen attempt's verification (None when not met)
     log: ProbeLog  # the candidates verified, on how many samples, in how long
     kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
+    reclaimed: tuple[str, ...] = ()  # in the bisection's float prefix, quantized again (search.reclaim)
     key = "fallback"  # report.Section
 
     @property
@@ -64,6 +74,9 @@ class FallbackResult:
         if self.kept_float or not self.kept_int8:
             lines.append(f"fallback: kept {len(self.kept_float)} node(s) float: "
                          + ", ".join(n for n, _ in self.kept_float))
+        if self.reclaimed:
+            lines.append(f"fallback: {len(self.reclaimed)} node(s) of the ranking's float prefix quantized again, "
+                         "the tolerance still met: " + ", ".join(self.reclaimed))
         return lines + [f"fallback: verified {self.log.text()}"]
 
     def html(self) -> str:
@@ -81,34 +94,50 @@ class FallbackResult:
 
         return {"met": self.met, "kept_float": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_float],
                 "kept_int8": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_int8],
+                "reclaimed": list(self.reclaimed),
                 "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes,
                 "verification": self.log.to_dict()}
 
 
-def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification,
-              check: CandidateCheck) -> tuple[FallbackResult, Attempt | None]:
-    ranking = [(n.name, n.harm) for n in sensitivity.nodes]
-    rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
+class _Attempts:
+    """Builds and checks candidates: named nodes float (and, with 4-bit weights, named nodes at 8 bits)."""
 
-    def make(key: tuple[int, int], whole: bool) -> Attempt:
-        """The top `floats` nodes float, the next `eight_bit` at 8 bits, the rest as configured."""
-        floats, eight_bit = key
-        excluded = tuple(name for name, _ in ranking[:floats])
-        moved = tuple(name for name, _ in ranking[floats:floats + eight_bit])
-        built = builder.build(Overrides(float_nodes=excluded, eight_bit=moved))
+    def __init__(self, builder: Builder, ranking: list[tuple[str, float]], check: CandidateCheck) -> None:
+        self.builder, self.ranking, self.check = builder, ranking, check
+        self.rank = {name: (i + 1, harm) for i, (name, harm) in enumerate(ranking)}
+
+    def named(self, excluded: tuple[str, ...], moved: tuple[str, ...], whole: bool) -> Attempt:
+        built = self.builder.build(Overrides(float_nodes=excluded, eight_bit=moved))
+        rank = self.rank
         built.skips = [Skip(s.node, f"kept float by fallback (sensitivity rank {rank[s.node.name][0]}, harm "
                                     f"{rank[s.node.name][1]:.4f})") if s.node.name in excluded else s
                        for s in built.skips]
-        made = Attempt(excluded, moved, built, check(built.model, whole))
-        logger.info("fallback: %d node(s) float, %d at 8 bits -> %s (%s)", floats, eight_bit,
-                    "pass" if made.verification.passed else "fail", "all inputs" if whole else "probe")
+        made = Attempt(excluded, moved, built, self.check(built.model, whole))
+        logger.info("fallback: %d node(s) float, %d at 8 bits -> %s (%s)", len(excluded), len(moved),
+                    "pass" if made.passed else "fail", "all inputs" if whole else "probe")
         return made
 
-    trials = Trials(make, check)
+    def ranked(self, key: tuple[int, int], whole: bool) -> Attempt:
+        """The top `floats` nodes float, the next `eight_bit` at 8 bits, the rest as configured."""
+        floats, eight_bit = key
+        names = [name for name, _ in self.ranking]
+        return self.named(tuple(names[:floats]), tuple(names[floats:floats + eight_bit]), whole)
 
-    def result(chosen: Attempt) -> tuple[FallbackResult, Attempt]:
+
+def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification, check: CandidateCheck,
+              costs: Mapping[str, float] | None = None) -> tuple[FallbackResult, Attempt | None]:
+    """costs: each node's multiply-adds (search.compute), the order in which float nodes are tried quantized again
+    (builder.config.verify.fallback_reclaim tries at most; none without costs)."""
+    ranking = [(n.name, n.harm) for n in sensitivity.nodes]
+    attempts = _Attempts(builder, ranking, check)
+    trials = Trials(attempts.ranked, check)
+
+    def result(found: Attempt) -> tuple[FallbackResult, Attempt]:
+        tries = builder.config.verify.fallback_reclaim if costs is not None else 0
+        again = reclaim(found, costs or {}, lambda excluded: attempts.named(excluded, found.eight_bit, True), tries)
+        chosen, rank = again.chosen, attempts.rank
         return FallbackResult(True, tuple((n, rank[n][1]) for n in chosen.excluded), before, chosen.verification,
-                              check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit)), chosen
+                              check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit), again.nodes), chosen
 
     n = len(ranking)
     tiered = builder.mode == "weight-only" and builder.config.weights.bits == 4

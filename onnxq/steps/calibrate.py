@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.stream import check_reusable
+from onnxq.errors import ConfigError
 from onnxq.calibration.range_choice import saturated_ranges
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
 from onnxq.search.build import unobserved_bodies_dynamic
@@ -30,6 +31,8 @@ def calibrate(state: RunState) -> bool:
         state.notes += [note] if note else []
     if config.calibration.range_choice == "saturation":
         _clip_saturated(state)
+    if config.weight_rounding == "gptq":
+        state.moments = _conv_moments(state)
     state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
     return True
 
@@ -42,6 +45,30 @@ def _clip_saturated(state: RunState) -> None:
         readers = sorted({"+".join(c.reader) for c in state.range_choices}, key=len)
         state.notes.append(f"ranges: {len(state.range_choices)} activation(s) clipped where what reads them "
                            f"saturates (exact: the reader's outputs do not change), e.g. read by {readers[0]}")
+
+
+def _conv_moments(state: RunState) -> WeightMoments | None:
+    """The XᵀX of every main-graph static Conv's input, for its weights' GPTQ rounding (weight_rounding): one more
+    pass over the calibration data, whose first chunk runs now. None where no Conv is planned, and, with a note,
+    where the data can be read only once (the ranges took it)."""
+    readers: dict[WeightKey, dict[str, None]] = {}
+    for plan in state.plans:
+        if plan.node.op_type == "Conv" and not plan.scope and plan.activations and plan.weights:
+            readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    if not readers or state.stream is None or not state.config.per_channel:
+        return None
+    try:
+        check_reusable(state.stream.source, "GPTQ rounding of Conv weights")
+    except ConfigError:
+        state.notes.append("weights: Conv weights rounded to nearest — the calibration data is a one-shot iterator "
+                           "and GPTQ rounding reads it again (pass a list or a callable)")
+        return None
+    moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
+                            full=True)
+    moments.prefetch()
+    state.notes.append(f"weights: {len(readers)} Conv weight(s) rounded by GPTQ on the calibration data, on the "
+                       "scales of rounding to nearest (--weight-rounding nearest: to nearest)")
+    return moments
 
 
 def _second_moments(state: RunState) -> WeightMoments:

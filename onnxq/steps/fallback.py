@@ -3,7 +3,10 @@ until the tolerance is met (onnxq.search.fallback)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnxq.search.build import Overrides
+from onnxq.search.compute import product_costs
 from onnxq.search.fallback import fall_back as search
 from onnxq.steps.sensitivity import wants_fallback
 from onnxq.steps.state import RunState
@@ -15,8 +18,9 @@ __all__ = ["fall_back"]
 def fall_back(state: RunState) -> bool:
     if not wants_fallback(state):
         return False
-    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification,
-                                     state.candidate_check())
+    check = state.candidate_check()
+    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification, check,
+                                    _costs(state, check.reference.batches))
     if chosen is None:
         state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
         return True
@@ -30,6 +34,16 @@ def fall_back(state: RunState) -> bool:
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
     state.eight_bit |= set(chosen.eight_bit)
     return True
+
+
+def _costs(state: RunState, batches) -> dict[str, float] | None:
+    """Each ranked node's multiply-adds on the first verification batch (the reclaim's order); None without one."""
+    if not state.config.verify.fallback_reclaim:
+        return None
+    for batch in batches:
+        shapes = {name: np.shape(array) for name, array in batch.items()}
+        return product_costs(state.builder.float_model, shapes, (n.name for n in state.sensitivity.nodes))
+    return None
 
 
 def _summary(floats: tuple[str, ...], eight_bit: tuple[str, ...]) -> str:
