@@ -1,8 +1,8 @@
 """Second moments of the activations that weights read: per weight, XᵀX / n (GPTQ's Hessian) or its diagonal
-(activation-aware clipping), summed over every node that reads the weight. A Conv's rows are its im2col rows
-(numerics.im2col: one per output position, K over kernel taps and the group's input channels), one matrix per
-group ([G, K, K]; a depthwise Conv's are 9 × 9) — a weight shared by many nodes (an
-unrolled RNN's cell, read once per time step) is fitted to all of its inputs and quantized once.
+(activation-aware clipping), summed over every node that reads the weight — a weight shared by many nodes (an
+unrolled RNN's cell, read once per time step) is fitted to all of its inputs and quantized once. A Conv's rows are
+its im2col rows (numerics.im2col: one per output position, K over kernel taps and the group's input channels), one
+matrix per group ([G, K, K]; a depthwise Conv's are 9 × 9).
 
 Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose K×K float64
 accumulators fit it, one pass over the calibration data per chunk, and only the chunk in use is held. Within the

@@ -62,7 +62,7 @@ class GraphBuilder:
 
     def __init__(self, graph: ir.Graph, weight_scheme: QScheme | None = None, hessians: Hessians | None = None) -> None:
         """weight_scheme: how quantized_weight quantizes (None: a builder that only names and adds values).
-        hessians: Conv weights rounded by GPTQ where it gives their matrix (weights.rounding)."""
+        hessians: Conv weights rounded by GPTQ where it gives their matrix (weight_rounding)."""
         self.graph = graph
         self.weight_scheme = weight_scheme
         self.hessians = hessians

@@ -78,3 +78,21 @@ def test_gptq_rounding_keeps_the_scales_and_lowers_the_error_on_held_out_inputs(
     assert errors["gptq"] < 0.3 * errors["nearest"], errors
     for name in changed:  # the default target is portable: AVX2's pairs limited as im2col reads them
         assert not pair_sum_violations(gemm_view(gptq[name]), 1).any()
+
+
+def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_path):
+    import json
+
+    from onnxq.cli import main
+
+    model = tmp_path / "cnn.onnx"
+    ir.save(_cnn(1), model)
+    np.savez(tmp_path / "calib.npz", x=_inputs(np.random.default_rng(0), 32))
+    for rounding in ("nearest", "gptq"):
+        report = tmp_path / f"{rounding}.json"
+        args = [str(model), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / f"{rounding}.onnx"),
+                "--report", str(report), "--no-verify"]
+        assert main(args + (["--weight-rounding", "nearest"] if rounding == "nearest" else [])) == 0
+        written = json.loads(report.read_text())
+        assert written["config"]["weight_rounding"] == rounding
+        assert any("rounded by GPTQ" in note for note in written["notes"]) == (rounding == "gptq")
