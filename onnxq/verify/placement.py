@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import html
 import json
+import math
 import re
 import tempfile
 from collections.abc import Mapping
@@ -33,6 +34,12 @@ __all__ = ["INTEGER_KERNELS", "float_product_kernels",
            "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes", "short"]
 
 _CPU = "CPUExecutionProvider"
+# A node whose every output is a few integers computes shapes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape).
+# ORT's GPU providers place such nodes on the CPU on purpose (GetCpuPreferredNodes: their values are read on the
+# host), although they have GPU kernels: seen on the H100 (MiniLM, onnxruntime-gpu 1.31.1: 13 Gather, 13
+# Unsqueeze, 12 Concat). Rank is at most 8 in practice, so 8 values bound a shape.
+_SHAPE_TYPES = frozenset({"int64", "int32"})
+_SHAPE_VALUES = 8
 _LAYOUT_TOKEN = re.compile(r"_token_\d+$")
 # ORT's float forms of a planned product after its own fusions (MatMul + Add -> FusedMatMul, Conv + Relu ->
 # FusedConv).
@@ -54,6 +61,13 @@ class NodeRun:
     name: str
     op_type: str  # the kernel ORT ran (after fusion)
     provider: str
+    # Each output's element type and number of values, where the profile records them (ORT's output_type_shape).
+    outputs: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def shape_arithmetic(self) -> bool:
+        """Whether every output is a few integers: a shape computation."""
+        return bool(self.outputs) and all(t in _SHAPE_TYPES and n <= _SHAPE_VALUES for t, n in self.outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +110,21 @@ class Placement:
         """Quantized nodes that ran on another provider than this one (no kernel here for their types)."""
         return [r for r in self.quantized.values() if r is not None and r.provider != self.provider]
 
-    @property
-    def cpu_fallbacks(self) -> list[NodeRun]:
-        """Nodes (any, copies excluded) that ran on the CPU although another provider was asked for."""
+    def _on_cpu(self) -> list[NodeRun]:
         if self.provider == _CPU:
             return []
         return [r for r in self.runs if r.provider == _CPU and r.op_type not in MEMCPY_OPS]
+
+    @property
+    def cpu_fallbacks(self) -> list[NodeRun]:
+        """Nodes (copies and shape arithmetic excluded) that ran on the CPU although another provider was asked
+        for."""
+        return [r for r in self._on_cpu() if not r.shape_arithmetic]
+
+    @property
+    def cpu_shape_nodes(self) -> list[NodeRun]:
+        """Shape arithmetic the provider left to the CPU on purpose (not a fallback: ORT reads shapes on the host)."""
+        return [r for r in self._on_cpu() if r.shape_arithmetic]
 
     @property
     def copies(self) -> int:
@@ -118,6 +141,10 @@ class Placement:
         how = "" if self.source == "profiled" else " (predicted: no such provider here; ORT's kernel registrations)"
         lines = [f"ORT {where} kernels{how}: integer {listed}; float MatMul/Gemm/Conv {floats} "
                  f"({len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where})"]
+        if self.cpu_shape_nodes:
+            ops = collections.Counter(r.op_type for r in self.cpu_shape_nodes)
+            lines.append(f"  {len(self.cpu_shape_nodes)} shape computation(s) on the CPU, where ORT places them "
+                         "(outputs of a few integers): " + ", ".join(f"{n} {op}" for op, n in ops.most_common(4)))
         return lines + [f"  ! {finding}" for finding in self.findings()]
 
     def findings(self) -> list[str]:
@@ -159,10 +186,15 @@ class Placement:
     def to_dict(self) -> dict:
         return {"provider": self.provider, "source": self.source, "kernels": self.kernels,
                 "by_provider": self.by_provider, "integer": self.integer, "float_fallbacks": self.float_fallbacks,
-                "elsewhere": [dataclasses.asdict(r) for r in self.elsewhere], "copies": self.copies,
-                "cpu_fallbacks": [dataclasses.asdict(r) for r in self.cpu_fallbacks],
-                "quantized": {n: (None if r is None else dataclasses.asdict(r)) for n, r in self.quantized.items()},
+                "elsewhere": [_run_dict(r) for r in self.elsewhere], "copies": self.copies,
+                "cpu_fallbacks": [_run_dict(r) for r in self.cpu_fallbacks],
+                "cpu_shape_nodes": [_run_dict(r) for r in self.cpu_shape_nodes],
+                "quantized": {n: (None if r is None else _run_dict(r)) for n, r in self.quantized.items()},
                 "mismatches": list(self.mismatches), "findings": self.findings()}
+
+
+def _run_dict(run: NodeRun) -> dict:
+    return {"name": run.name, "op_type": run.op_type, "provider": run.provider}
 
 
 def quantized_nodes(model: ModelSource) -> dict[str, str]:
@@ -210,7 +242,18 @@ def placement_from_profile(provider: str, events: list[dict], quantized: Mapping
         name = event.get("name", "")
         if event.get("cat") == "Node" and name.endswith("_kernel_time"):
             node = name[: -len("_kernel_time")]
-            runs[node] = NodeRun(node, event["args"].get("op_name", "?"), event["args"].get("provider", "?"))
+            args = event["args"]
+            runs[node] = NodeRun(node, args.get("op_name", "?"), args.get("provider", "?"),
+                                 _outputs(args.get("output_type_shape", ())))
     # ORT's layout transformer (NCHW → NHWC for QLinearConv, MaxPool) renames the nodes it rebuilds "<name>_token_<n>".
     relaid = {_LAYOUT_TOKEN.sub("", name): run for name, run in runs.items()}
     return Placement(provider, tuple(runs.values()), {n: runs.get(n) or relaid.get(n) for n in quantized})
+
+
+def _outputs(type_shapes: list) -> tuple[tuple[str, int], ...]:
+    """ORT's output_type_shape ([{"int64": [3]}, ...]) as (element type, number of values) per output."""
+    found = []
+    for entry in type_shapes:
+        for element_type, shape in entry.items():
+            found.append((element_type, int(math.prod(shape))))
+    return tuple(found)

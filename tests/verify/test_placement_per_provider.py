@@ -109,3 +109,28 @@ def test_cuda_placement_matches_the_table(forms, samples_dir, form):
     nodes = quantized_nodes(forms[form])
     placement = profile_placement(forms[form], CUDA, batch, nodes)
     assert with_mismatches(placement, predict_placement(forms[form], CUDA, nodes)).mismatches == ()
+
+
+def test_shape_arithmetic_left_on_the_cpu_is_not_a_fallback(forms):
+    """The H100 run of 2026-11-26 (MiniLM, onnxruntime-gpu 1.31.1): every form's CUDA session ran 13 Gather, 13
+    Unsqueeze and 12 Concat on the CPU — the shape computations ORT places there on purpose, with CUDA kernels of
+    their own — and the report warned '38 node(s) fell back to CPU'. A float node on the CPU still is one."""
+    nodes = quantized_nodes(forms["qdq"])
+    events = _profile({n: ("MatMul", CUDA) for n in nodes}, copies=0)
+    shapes = {"Gather": [{"int64": []}], "Unsqueeze": [{"int64": [1]}], "Concat": [{"int64": [3]}]}
+    for i, (op, outputs) in enumerate(shapes.items()):
+        events.append({"cat": "Node", "name": f"/shape_{i}_kernel_time",
+                       "args": {"op_name": op, "provider": CPU, "output_type_shape": outputs}})
+    # Not shape arithmetic: a float output, and an integer one with more values than any shape has.
+    events.append({"cat": "Node", "name": "/norm_kernel_time", "args": {
+        "op_name": "LayerNormalization", "provider": CPU, "output_type_shape": [{"float": [2, 16, 64]}]}})
+    events.append({"cat": "Node", "name": "/ids_kernel_time", "args": {
+        "op_name": "Gather", "provider": CPU, "output_type_shape": [{"int64": [2, 16]}]}})
+    placement = placement_from_profile(CUDA, events, nodes)
+    assert [r.op_type for r in placement.cpu_shape_nodes] == ["Gather", "Unsqueeze", "Concat"]
+    assert [r.op_type for r in placement.cpu_fallbacks] == ["LayerNormalization", "Gather"]
+    text = placement.text()
+    assert text[1] == "  3 shape computation(s) on the CPU, where ORT places them (outputs of a few integers): " \
+                      "1 Gather, 1 Unsqueeze, 1 Concat"
+    assert "  ! 2 node(s) fell back to CPU: 1 LayerNormalization, 1 Gather" in text
+    assert [r["op_type"] for r in placement.to_dict()["cpu_shape_nodes"]] == ["Gather", "Unsqueeze", "Concat"]
