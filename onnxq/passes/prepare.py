@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
+from onnxq.targets.ort_kernels import cpu_kernel_registered
 
 __all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS", "onnx_opset"]
 
@@ -111,14 +113,20 @@ def _check_operators(model: ir.Model) -> None:
         if node.op_type in QUANTIZED_OPS and node.domain in ("", "ai.onnx", "com.microsoft"):
             quantized[node.op_type] = quantized.get(node.op_type, 0) + 1
             continue
-        if node.domain in ("", "ai.onnx"):
-            try:
-                onnx.defs.get_schema(node.op_type, opset, "")
-            except onnx.defs.SchemaError:
-                raise UnsupportedModelError(
-                    f"node {node.name or node.op_type!r} uses {node.op_type!r}, which is not an ONNX operator at "
-                    f"opset {opset} — fix the export") from None
+        if node.domain in ("", "ai.onnx") and not _onnx_defines(node.op_type, opset) \
+                and not cpu_kernel_registered("", node.op_type, opset):
+            raise UnsupportedModelError(
+                f"node {node.name or node.op_type!r} uses {node.op_type!r}, which is neither an ONNX operator at "
+                f"opset {opset} nor one onnxruntime {ort.__version__} runs — fix the export")
     if quantized:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(quantized.items()))
         raise UnsupportedModelError(f"the model is already quantized (it has {ops}) — pass the float model")
 
+
+
+def _onnx_defines(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return True
