@@ -92,6 +92,9 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                    help="int8 (default); int4 (symmetric) / uint4 (a zero point per block): 4-bit weight-only, "
                         "block-wise along K, activations stay float")
     p.add_argument("--block", type=int, metavar="N", help="weight-only: values per block along K (default 32)")
+    p.add_argument("--accuracy-level", type=int, choices=range(5), metavar="0-4",
+                   help="weight-only: MatMulNBits accuracy_level — 0 float compute (default), 4 int8 activations per "
+                        "block (ORT's fastest CPU kernels for 4-bit weights; the result is verified as it runs)")
     p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
                    help="weight-only: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
 

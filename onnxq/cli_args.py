@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import types
 import typing
 
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
@@ -137,13 +138,13 @@ def layout_from_args(calibration: CalibrationConfig, args: argparse.Namespace) -
 
 
 def config_from_args(args: argparse.Namespace) -> QuantConfig:
-    config = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
+    """The --config file's settings with the flags over them, checked as a whole once both are applied."""
+    config = types.SimpleNamespace(**QuantConfig.file_fields(args.config))
     if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings (and smooth) apply
         smooth = _smooth_value(args.smooth)
-        return config.replace(calibration=_changed(layout_from_args(config.calibration, args),
-                                                   batch_size=args.calib_batch_size,
-                                                   max_samples=args.calib_samples),
-                              smooth=config.smooth if smooth is None else smooth)
+        return QuantConfig(**{**vars(config), "calibration": _changed(
+            layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
+            max_samples=args.calib_samples), "smooth": config.smooth if smooth is None else smooth})
     top = {k: v for k, v in {
         "mode": args.mode,
         "target": args.target,
@@ -162,7 +163,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     }.items() if v is not None}
     if args.weights:
         top["weights"] = QScheme(args.weights, symmetric=args.weights != "uint4")
-    blocks = _changed(config.blocks, size=args.block, format=args.block_format)
+    blocks = _changed(config.blocks, size=args.block, format=args.block_format,
+                      accuracy_level=getattr(args, "accuracy_level", None))
     if blocks != config.blocks:
         top["blocks"] = blocks
     if args.activation_dtype:
@@ -176,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,
                       measure_speed=False if args.no_speed else None,
                       never_slower=False if getattr(args, "allow_slower", False) else None)
-    return config.replace(**top, calibration=calibration, verify=verify)
+    return QuantConfig(**{**vars(config), **top, "calibration": calibration, "verify": verify})
 
 
 def _smooth_value(text: str | None) -> float | str | None:

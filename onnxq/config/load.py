@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-__all__ = ["read_toml", "build"]
+__all__ = ["read_toml", "build", "typed_fields"]
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -37,8 +37,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {one_line(path)} is not valid TOML: {one_line(e)}") from None
 
 
-def build(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    """Build a frozen dataclass from a mapping, checking keys and types so typos fail loudly."""
+def typed_fields(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The mapping's keys as the dataclass's typed field values (sections built and checked, each on its own), before
+    the dataclass itself is made: a caller can override some of them first (command-line flags over a file), so that
+    the checks across fields see the values that will run."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"config section {where or 'top level'} must be a table, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -46,7 +48,12 @@ def build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown config key {where}{unknown[0]}; known keys: {', '.join(sorted(names))}")
-    kwargs = {key: _convert(hints[key], value, f"{where}{key}") for key, value in data.items()}
+    return {key: _convert(hints[key], value, f"{where}{key}") for key, value in data.items()}
+
+
+def build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    """Build a frozen dataclass from a mapping, checking keys and types so typos fail loudly."""
+    kwargs = typed_fields(cls, data, where)
     try:
         return cls(**kwargs)
     except ConfigError:

@@ -14,7 +14,7 @@ import numpy as np
 from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
 from onnxq.config.formats import FORMATS
 from onnxq.config.hooks import hook_name, resolve_hook
-from onnxq.config.load import build, read_toml
+from onnxq.config.load import build, read_toml, typed_fields
 from onnxq.errors import ConfigError
 from onnxq.numerics.methods import RANGE_METHODS
 from onnxq.targets import int8_activations_refusal, target_compute, target_names
@@ -364,6 +364,16 @@ class QuantConfig:
     @classmethod
     def from_toml(cls, path: str | Path) -> QuantConfig:
         return cls.from_dict(read_toml(path))
+
+    @classmethod
+    def file_fields(cls, path: str | Path | None) -> dict[str, Any]:
+        """Every field's value as the TOML file sets it, else its default: each section built and checked on its
+        own, the whole not yet. The command line's flags are applied to these, then the config is made once
+        (QuantConfig(**fields)), so that the checks across fields see what will run: a file's [blocks] with
+        --weights int4 is a weight-only config, not a refusal of the file's int8 default (issue 33)."""
+        given = typed_fields(cls, read_toml(path), "") if path else {}
+        defaults = cls()
+        return {f.name: given.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: a task metric given as a function is written as its module:name."""

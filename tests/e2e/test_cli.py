@@ -60,6 +60,25 @@ def test_config_file_and_flags(work, capsys):
     assert all("bias float" in e["detail"] for e in report["quantized"])
 
 
+def test_flags_apply_before_the_config_file_is_checked(work, capsys):
+    """Issue 33: a file's [blocks] (weight-only settings) with --weights int4 was refused — the file was checked
+    alone, in its int8 default — although flags override the file. The two together are a 4-bit config; and
+    --accuracy-level sets MatMulNBits' accuracy_level over the file's."""
+    (work / "q.toml").write_text("[blocks]\naccuracy_level = 1\nsize = 16\n")
+    out = work / "out.onnx"
+    code = main([str(work / "mlp.onnx"), "--config", str(work / "q.toml"), "--weights", "int4", "--accuracy-level",
+                 "4", "-o", str(out), "--no-verify"])
+    assert code == 0, capsys.readouterr().err
+    nbits = [n for n in ir.load(out).graph if n.op_type == "MatMulNBits"]
+    assert nbits and {(n.attributes["accuracy_level"].value, n.attributes["block_size"].value) for n in nbits} == {
+        (4, 16)}
+    # The file alone still is what it says: blocks settings for an int8 model, refused in one line.
+    code = main([str(work / "mlp.onnx"), "--config", str(work / "q.toml"), "-o", str(work / "int8.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and "blocks settings (size, accuracy_level) apply to weight-only models" in err
+    assert not (work / "int8.onnx").exists()
+
+
 def _write(path, content):
     path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     return path
