@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size, take
+from onnxq.calibration.completion import completed
 from onnxq.calibration.npz import NpzMember, open_npz
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError, one_line
@@ -77,12 +78,12 @@ def data_files(folder: Path, what: str) -> tuple[list[Path], list[Path]]:
 
 
 def reread_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
-                   what: str = "verification") -> Batches:
+                   what: str = "verification", made: MutableMapping[str, str] | None = None) -> Batches:
     """validated_batches that each pass reads again from the source (a path, arrays or a callable: one batch in
     memory at a time); a one-shot iterable is read once and held. The first batch is checked now, so that bad data
     stops the run before any work."""
     def read() -> Iterable[Batch]:
-        return validated_batches(source, specs, batch_size, max_samples, what)
+        return validated_batches(source, specs, batch_size, max_samples, what, made)
 
     if isinstance(source, (str, Path, Mapping)) or callable(source):
         batches = Batches(read)
@@ -171,7 +172,7 @@ def _axis_hint(batch: Batch, counts: Mapping[str, int]) -> str:
 def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str = "calibration") -> Batch:
     """Check names, dtypes, ranks, fixed dims and finiteness; cast within a kind (float64 → float32)."""
     by_name = {s.name: s for s in specs}
-    expected = ", ".join(f"{s.name} ({s.describe()})" for s in specs)
+    expected = _listed(specs)
     for name in batch:
         if name not in by_name:
             raise CalibrationDataError(
@@ -196,6 +197,13 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
     return laid_out(out, {s.name: s.sample_axis for s in specs})
 
 
+def _listed(specs: list[InputSpec], most: int = 6) -> str:
+    """The model's inputs for an error line: a decoder with a KV cache has dozens (63 for SmolLM2), and one line
+    that lists them all buries its point."""
+    shown = ", ".join(f"{s.name} ({s.describe()})" for s in specs[:most])
+    return shown + (f", … ({len(specs) - most} more)" if len(specs) > most else "")
+
+
 def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     """Rank and every fixed dimension but the samples axis (an input held constant: every one)."""
     if spec.shape is None:
@@ -214,14 +222,15 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
 
 
 def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
-                      what: str = "calibration") -> Iterator[Batch]:
-    """iter_batches, each batch checked against the model's inputs as it arrives. A model with a fixed batch
-    dimension B gets batches of exactly B samples (batch_size and max_samples give way to it)."""
+                      what: str = "calibration", made: MutableMapping[str, str] | None = None) -> Iterator[Batch]:
+    """iter_batches, each batch completed with the inputs a decoder's data leaves out (calibration.completion:
+    empty caches, position ids; recorded in `made`) and checked against the model's inputs as it arrives. A model
+    with a fixed batch dimension B gets batches of exactly B samples (batch_size and max_samples give way to it)."""
     fixed = fixed_batch_size(specs)
     if fixed is not None:
         batch_size = fixed
         max_samples = None if max_samples is None else max(fixed, max_samples // fixed * fixed)
     axes = {s.name: s.sample_axis for s in specs}
-    batches = (validate_batch(batch, specs, what)
+    batches = (validate_batch(completed(batch, specs, made), specs, what)
                for batch in iter_batches(source, batch_size, max_samples, what, axes))
     yield from batches if fixed is None else exact_batches(batches, fixed, what)

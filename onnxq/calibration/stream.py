@@ -25,6 +25,7 @@ class DataStream:
         self.batch_size, self.max_samples = batch_size, max_samples
         self.holdout = holdout
         self._passes = 0
+        self.made: dict[str, str] = {}  # inputs the data leaves out, made (calibration.completion): name → how
 
     @classmethod
     def for_run(cls, source: DataSource | None, specs: list[InputSpec], config, holds_back: bool) -> DataStream:
@@ -35,7 +36,7 @@ class DataStream:
 
     def batches(self) -> Iterator[Batch]:
         """One pass over the data, less the held-back samples."""
-        stream = validated_batches(self.source, self.specs, self.batch_size, self.max_samples)
+        stream = validated_batches(self.source, self.specs, self.batch_size, self.max_samples, made=self.made)
         if self.holdout is not None:
             split = self.holdout if self._passes == 0 else Holdout(self.holdout.every, self.holdout.max_samples,
                                                                     self.holdout.fixed)

@@ -142,12 +142,13 @@ def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
     if not config.verify.enabled:
         return None
     if given.verify_data is not None:  # read again by each pass, a batch at a time; its first batch checked now
-        return reread_batches(given.verify_data, state.specs, size), "verification data"
+        return reread_batches(given.verify_data, state.specs, size, made=state.made_inputs), "verification data"
     if given.calibration is not None and (state.mode == "static" or state.mode == "weight-only" and (
             config.blocks.method == "gptq" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams
     if given.calibration is not None:  # dynamic mode with data: verify on (the start of) it
-        return reread_batches(given.calibration, state.specs, size, config.verify.max_samples), "the given data"
+        return (reread_batches(given.calibration, state.specs, size, config.verify.max_samples,
+                               made=state.made_inputs), "the given data")
     return synthetic_inputs(state)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxq.calibration.completion import describe_made
 from onnxq.handlers import NodePlan
 from onnxq.io import LOAD_NOTES, model_size_bytes
 from onnxq.io.outputs import active_run
@@ -33,13 +34,18 @@ def build_report(state: RunState) -> QuantReport:
         quant_bytes=active_run().staged_bytes(state.written) if state.written else model_size_bytes(state.work),
         seconds=state.timings,
         verification=state.verification,
-        notes=tuple(state.notes),
+        notes=tuple(state.notes) + _made_note(state),
         speed=state.speed,
         smoothing=Smoothing(state.smoothing),
         sections=tuple(s for s in (state.recipe, state.sensitivity, state.fallback, *state.sections) if s is not None),
         renamed_nodes=state.reference.meta[LOAD_NOTES]["renamed_nodes"],
         gate_failures=tuple(state.gate_failures),
     )
+
+
+def _made_note(state: RunState) -> tuple[str, ...]:
+    made = {**(state.stream.made if state.stream is not None else {}), **state.made_inputs}
+    return (describe_made(made),) if made else ()
 
 
 def _total_bytes(files: list[Path]) -> int:

@@ -60,6 +60,9 @@ class RunState:
     stream: DataStream | None = None
     # Verification inputs known before calibrating (given data, synthetic); else held back while calibrating.
     upfront_inputs: tuple[Batches, str] | None = None
+    # Inputs the verification data leaves out, made by onnxq (calibration.completion): name → how. The calibration
+    # stream keeps its own (stream.made).
+    made_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     batches: Batches | None = None
     label: str = ""  # where the verification inputs came from, in words
     float_outputs: Reference | None = None

@@ -1,0 +1,125 @@
+"""A small decoder language model with a KV cache, in the I/O of Hugging Face Optimum's text-generation-with-past
+export (issue 33): inputs input_ids, attention_mask [batch, past + sequence], position_ids and, per layer,
+past_key_values.L.key / .value [batch, heads, past_sequence_length, head_dim]; outputs logits [batch, sequence,
+vocab] and present.L.key / .value (the past with this step's keys and values appended). Causal attention over the
+cache, RMS norms, tied embedding and lm_head — built with onnx.helper, standard ops only."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["kv_decoder", "token_windows", "VOCAB", "HEADS", "HEAD_DIM", "LAYERS"]
+
+VOCAB, WIDTH, HEADS, HEAD_DIM, LAYERS, MAX_POSITIONS = 96, 64, 4, 16, 2, 256
+_F = TensorProto.FLOAT
+
+
+def kv_decoder(seed: int = 0) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    weights = {"embed": rng.normal(0, 1, (VOCAB, WIDTH)), "positions": rng.normal(0, 0.3, (MAX_POSITIONS, WIDTH)),
+               "lm_head": None, "final_norm": rng.uniform(0.8, 1.2, WIDTH)}
+    weights["lm_head"] = weights["embed"].T.copy()
+    for layer in range(LAYERS):
+        for proj in ("q", "k", "v", "o", "up", "down"):
+            shape = (WIDTH, 4 * WIDTH) if proj == "up" else (4 * WIDTH, WIDTH) if proj == "down" else (WIDTH, WIDTH)
+            weights[f"l{layer}.{proj}"] = rng.normal(0, 1 / np.sqrt(shape[0]), shape)
+        weights[f"l{layer}.norm1"] = rng.uniform(0.8, 1.2, WIDTH)
+        weights[f"l{layer}.norm2"] = rng.uniform(0.8, 1.2, WIDTH)
+    inits = [numpy_helper.from_array(np.asarray(w, np.float32), name) for name, w in weights.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (
+        ("heads_shape", [0, 0, HEADS, HEAD_DIM]), ("width_shape", [0, 0, WIDTH]), ("axis1", [1]),
+        ("minus1", [-1]), ("zero_i", 0), ("one_i", 1))]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
+        ("eps", 1e-6), ("scale", 1 / np.sqrt(HEAD_DIM)), ("neg", -1e4), ("zero_f", 0.0))]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["tok"], name="embed_tokens"),
+             helper.make_node("Gather", ["positions", "position_ids"], ["pos"], name="embed_positions"),
+             helper.make_node("Add", ["tok", "pos"], ["h0"], name="embed_add"), *_mask_nodes()]
+    hidden = "h0"
+    for layer in range(LAYERS):
+        layer_nodes, hidden = _layer(layer, hidden)
+        nodes += layer_nodes
+    nodes += _rms("final", hidden, "final_norm", "hf")
+    nodes.append(helper.make_node("MatMul", ["hf", "lm_head"], ["logits"], name="lm_head"))
+    cache = ["batch_size", HEADS, "past_sequence_length", HEAD_DIM]
+    total = ["batch_size", HEADS, "total_sequence_length", HEAD_DIM]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                            ["batch_size", "total_sequence_length"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+    outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", VOCAB])]
+    for layer in range(LAYERS):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
+            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", _F, total))
+    graph = helper.make_graph(nodes, "kv_decoder", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _mask_nodes() -> list[onnx.NodeProto]:
+    """bias [batch, 1, sequence, total]: 0 where query i (at position past + i) may see key j — j <= past + i and
+    attention_mask[j] = 1 — else -1e4."""
+    n = helper.make_node
+    return [n("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),
+            n("Gather", ["mask_shape", "one_i"], ["total"], name="total"),
+            n("Shape", ["input_ids"], ["ids_shape"], name="ids_shape"),
+            n("Gather", ["ids_shape", "one_i"], ["seq"], name="seq"),
+            n("Sub", ["total", "seq"], ["past"], name="past"),
+            n("Range", ["zero_i", "total", "one_i"], ["key_at"], name="key_at"),
+            n("Add", ["past", "seq"], ["past_end"], name="past_end"),
+            n("Range", ["past", "past_end", "one_i"], ["query_at"], name="query_at"),
+            n("Unsqueeze", ["query_at", "minus1"], ["query_col"], name="query_col"),
+            n("LessOrEqual", ["key_at", "query_col"], ["causal"], name="causal"),
+            n("Cast", ["attention_mask"], ["mask_b"], to=TensorProto.BOOL, name="mask_bool"),
+            n("Unsqueeze", ["mask_b", "axis1"], ["mask_b1"], name="mask_rows"),
+            n("Unsqueeze", ["mask_b1", "axis1"], ["mask_b2"], name="mask_heads"),
+            n("And", ["causal", "mask_b2"], ["visible"], name="visible"),
+            n("Where", ["visible", "zero_f", "neg"], ["bias"], name="bias")]
+
+
+def _rms(prefix: str, x: str, gain: str, out: str) -> list[onnx.NodeProto]:
+    n = helper.make_node
+    return [n("Mul", [x, x], [f"{prefix}_sq"], name=f"{prefix}/sq"),
+            n("ReduceMean", [f"{prefix}_sq", "minus1"], [f"{prefix}_ms"], name=f"{prefix}/mean"),
+            n("Add", [f"{prefix}_ms", "eps"], [f"{prefix}_mse"], name=f"{prefix}/eps"),
+            n("Sqrt", [f"{prefix}_mse"], [f"{prefix}_rms"], name=f"{prefix}/sqrt"),
+            n("Div", [x, f"{prefix}_rms"], [f"{prefix}_normed"], name=f"{prefix}/div"),
+            n("Mul", [f"{prefix}_normed", gain], [out], name=f"{prefix}/gain")]
+
+
+def _layer(layer: int, x: str) -> tuple[list[onnx.NodeProto], str]:
+    n, p = helper.make_node, f"l{layer}"
+    nodes = _rms(f"{p}/norm1", x, f"{p}.norm1", f"{p}_n1")
+    for proj in ("q", "k", "v"):
+        nodes += [n("MatMul", [f"{p}_n1", f"{p}.{proj}"], [f"{p}_{proj}"], name=f"{p}/{proj}_proj"),
+                  n("Reshape", [f"{p}_{proj}", "heads_shape"], [f"{p}_{proj}4"], name=f"{p}/{proj}_heads"),
+                  n("Transpose", [f"{p}_{proj}4"], [f"{p}_{proj}t"], perm=[0, 2, 1, 3], name=f"{p}/{proj}_t")]
+    nodes += [n("Concat", [f"past_key_values.{layer}.key", f"{p}_kt"], [f"present.{layer}.key"], axis=2,
+                name=f"{p}/cache_k"),
+              n("Concat", [f"past_key_values.{layer}.value", f"{p}_vt"], [f"present.{layer}.value"], axis=2,
+                name=f"{p}/cache_v"),
+              n("Transpose", [f"present.{layer}.key"], [f"{p}_kT"], perm=[0, 1, 3, 2], name=f"{p}/k_T"),
+              n("MatMul", [f"{p}_qt", f"{p}_kT"], [f"{p}_qk"], name=f"{p}/scores"),
+              n("Mul", [f"{p}_qk", "scale"], [f"{p}_qks"], name=f"{p}/scale"),
+              n("Add", [f"{p}_qks", "bias"], [f"{p}_qkm"], name=f"{p}/mask"),
+              n("Softmax", [f"{p}_qkm"], [f"{p}_att"], axis=-1, name=f"{p}/softmax"),
+              n("MatMul", [f"{p}_att", f"present.{layer}.value"], [f"{p}_ctx"], name=f"{p}/context"),
+              n("Transpose", [f"{p}_ctx"], [f"{p}_ctxt"], perm=[0, 2, 1, 3], name=f"{p}/ctx_t"),
+              n("Reshape", [f"{p}_ctxt", "width_shape"], [f"{p}_ctx3"], name=f"{p}/ctx_merge"),
+              n("MatMul", [f"{p}_ctx3", f"{p}.o"], [f"{p}_o"], name=f"{p}/o_proj"),
+              n("Add", [x, f"{p}_o"], [f"{p}_h1"], name=f"{p}/residual1")]
+    nodes += _rms(f"{p}/norm2", f"{p}_h1", f"{p}.norm2", f"{p}_n2")
+    nodes += [n("MatMul", [f"{p}_n2", f"{p}.up"], [f"{p}_up"], name=f"{p}/up_proj"),
+              n("Relu", [f"{p}_up"], [f"{p}_act"], name=f"{p}/act"),
+              n("MatMul", [f"{p}_act", f"{p}.down"], [f"{p}_down"], name=f"{p}/down_proj"),
+              n("Add", [f"{p}_h1", f"{p}_down"], [f"{p}_h2"], name=f"{p}/residual2")]
+    return nodes, f"{p}_h2"
+
+
+def token_windows(rng: np.random.Generator, windows: int, length: int) -> dict[str, np.ndarray]:
+    """What a language-model user has: windows of token ids, and their attention mask (all ones)."""
+    ids = rng.integers(0, VOCAB, (windows, length), dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}

@@ -1,0 +1,87 @@
+"""A decoder with a KV cache, fed what its users have — windows of token ids (issue 33): onnxq makes the empty
+caches and the position ids a first step takes, says so, and writes a file with the model's own inputs and outputs
+that decodes with its cache as the float model does. Errors stay one short line however many inputs the model has.
+"""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from decoder_model import HEAD_DIM, HEADS, LAYERS, kv_decoder, token_windows
+
+import onnxq
+from onnxq.calibration import input_specs
+from onnxq.calibration.completion import completed
+from onnxq.cli import main
+from onnxq.io import load_model
+
+CACHES = [f"past_key_values.{layer}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("decoder") / "decoder.onnx"
+    onnx.save(kv_decoder(), path)
+    return path
+
+
+def test_token_windows_are_completed_as_a_first_step(decoder, rng):
+    specs = input_specs(load_model(decoder))
+    made = {}
+    batch = completed(token_windows(rng, 3, 5), specs, made)
+    assert sorted(batch) == sorted(["input_ids", "attention_mask", "position_ids", *CACHES])
+    assert all(batch[name].shape == (3, HEADS, 0, HEAD_DIM) and batch[name].dtype == np.float32 for name in CACHES)
+    np.testing.assert_array_equal(batch["position_ids"], np.tile(np.arange(5), (3, 1)))
+    assert made == {**{name: "empty (past length 0)" for name in CACHES},
+                    "position_ids": "from the attention mask (running count - 1)"}
+    # Left padding, as a tokenizer pads a batch for generation: positions count the real tokens only (Hugging Face).
+    ids = np.arange(8, dtype=np.int64).reshape(2, 4)
+    mask = np.array([[0, 0, 1, 1], [1, 1, 1, 1]], np.int64)
+    padded = completed({"input_ids": ids, "attention_mask": mask}, specs)
+    np.testing.assert_array_equal(padded["position_ids"], [[1, 1, 0, 1], [0, 1, 2, 3]])
+    # Without a mask either: all ones. What the data holds is never replaced.
+    no_mask = completed({"input_ids": ids}, specs)
+    assert no_mask["attention_mask"].shape == (2, 4) and no_mask["attention_mask"].all()
+    given = {"input_ids": ids, "attention_mask": mask, "position_ids": np.zeros_like(ids)}
+    assert completed(given, specs)["position_ids"].sum() == 0
+
+
+def _feed(session, windows, pasts):
+    feed = dict(windows)
+    feed["position_ids"] = np.cumsum(windows["attention_mask"], 1)[:, -windows["input_ids"].shape[1]:] - 1
+    feed.update(pasts)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def test_a_decoder_quantizes_from_token_windows_and_decodes_with_its_cache(decoder, rng, tmp_path):
+    calibration, held_out = token_windows(rng, 48, 16), token_windows(rng, 8, 16)
+    out = tmp_path / "q.onnx"
+    report = onnxq.quantize(decoder, calibration, output=out, verify_data=held_out).report
+    assert report.passed and len(report.quantized) == 13  # q/k/v/o/up/down × 2 layers, and lm_head
+    assert any(n.startswith("inputs the data leaves out, made as a decoder's first step takes them: 4 inputs "
+                            "empty (past length 0)") and "position_ids from the attention mask" in n
+               for n in report.notes)
+    float_model, quantized = onnx.load(str(decoder)), onnx.load(str(out))
+    assert [i.name for i in quantized.graph.input] == [i.name for i in float_model.graph.input]
+    assert [o.name for o in quantized.graph.output] == [o.name for o in float_model.graph.output]
+    # Decoding: a prefill of 12 tokens, then token 13 with the cache, as a generation loop runs it.
+    sessions = [ort.InferenceSession(str(p)) for p in (decoder, out)]
+    empty = {name: np.zeros((8, HEADS, 0, HEAD_DIM), np.float32) for name in CACHES}
+    step = {}
+    for which, session in zip(("float", "int8"), sessions):
+        prefill = _feed(session, {k: v[:, :12] for k, v in held_out.items()}, empty)
+        pasts = {name: prefill[name.replace("past_key_values", "present")] for name in CACHES}
+        step[which] = _feed(session, {"input_ids": held_out["input_ids"][:, 12:13],
+                                      "attention_mask": held_out["attention_mask"][:, :13]}, pasts)
+    a, b = step["float"]["logits"].ravel(), step["int8"]["logits"].ravel()
+    # Seeded: int8 products keep the decode step's logits at cosine > 0.999 (measured 0.9998 on the prefill).
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.999
+
+
+def test_a_missing_input_is_one_short_line(decoder, rng, tmp_path, capsys):
+    """A decoder with 2 layers has 7 inputs; SmolLM2 has 63, and the line listed every one (7 KB)."""
+    np.savez(tmp_path / "calib.npz", attention_mask=np.ones((8, 16), np.int64))  # no input_ids: nothing to make
+    code = main([str(decoder), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and len(err) < 600
+    assert "calibration data lacks model input 'input_ids'" in err and "… (1 more)" in err
