@@ -57,7 +57,8 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
                    help="with --task-metric: how far the quantized score may fall below the float one (default 0.01)")
 
 
-_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement"}
+_METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement",
+            "perplexity": "max_perplexity_ratio"}
 
 
 def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConfig:

@@ -24,6 +24,12 @@ def _table(checks: tuple[OutputCheck, ...]) -> list[str]:
         task = (f" {m.task + ' ' + format(m.task_agreement, '.4f'):>15}" if m.task else f" {'-':>15}") if tasks else ""
         lines.append(f"  {o.name[:28]:<28} {m.max_abs_error:10.4g} {m.mean_abs_error:10.4g} {m.cosine_mean:8.4f} "
                      f"{m.cosine_min:8.4f} {m.sqnr_db:8.1f}{task}  {verdict}")
+    for o in checks:
+        m = o.metrics
+        if m.perplexity_ratio is not None:
+            lines.append(f"  {o.name[:28]}: perplexity {m.perplexity_reference:.4g} float -> {m.perplexity:.4g} "
+                         f"quantized ({m.perplexity_ratio:.3f}x) over {m.scored_tokens} next tokens; next-token "
+                         f"agreement {m.task_agreement:.4f}")
     return lines
 
 
@@ -33,16 +39,18 @@ def _tasks(v: Verification) -> list[str]:
         return []
     lines = ["task metrics (chosen per output by what it is; --task-metric KIND|numeric|MODULE:FUNCTION or "
              "--tolerance OUTPUT:task=KIND to override):"]
-    numeric = [(name, task) for name, task in v.tasks.items() if task.kind == "numeric"]
+    # Many outputs alike (a language model's 60 cache outputs) take one line for them all.
+    grouped = {kind: [(n, t) for n, t in v.tasks.items() if t.kind == kind] for kind in ("numeric", "state")}
     for name, task in v.tasks.items():
-        if task.kind == "numeric" and len(numeric) > 2:
-            continue  # a language model's 60 cache outputs: one line for them all, below
+        if len(grouped.get(task.kind, ())) > 2:
+            continue
         stable = v.stability.get(name)
         own = "" if stable is None else f"; float keeps {stable:.4f} of its own under one step of input noise"
         lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}")
-    if len(numeric) > 2:
-        name, task = numeric[0]
-        lines.append(f"  {len(numeric)} output(s): numeric bars only (e.g. {name[:28]}: {task.rule})")
+    for alike in grouped.values():
+        if len(alike) > 2:
+            name, task = alike[0]
+            lines.append(f"  {len(alike)} output(s): {task.words} (e.g. {name[:28]}: {task.rule})")
     return lines
 
 

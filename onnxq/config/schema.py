@@ -138,6 +138,10 @@ class Tolerance:
     # The share of the task's decisions (IoU for a mask) the quantized output must keep; None: the kind's default
     # (verify.task_rules.TASK_BARS: 0.99, sequences 0.97).
     min_task_agreement: float | None = None
+    # A language model's next-token logits (task next-token): the most the quantized model's perplexity on the
+    # verification data's next tokens may be, as a multiple of the float model's; None: the kind's default
+    # (verify.task_measures.PERPLEXITY_BAR, 1.15), which replaces the numeric bars of those logits.
+    max_perplexity_ratio: float | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self)

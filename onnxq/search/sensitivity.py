@@ -218,6 +218,10 @@ def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, flo
     config, budgets = builder.effective_config, {}
     for output in builder.float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
+        task = tasks.get(output.name)
+        if task is not None and task.kind == "state" and output.name not in config.verify.output_tolerances:
+            budgets[output.name] = math.inf  # a language model's cache: judged through the logits, not ranked on
+            continue
         if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
         bar = task_bar(tolerance, measured_kind(tasks.get(output.name)))

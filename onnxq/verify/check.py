@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
@@ -175,12 +176,24 @@ def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSessi
         samples = samples_in(batch)
         axes = [sample_axes.of(n, e, samples) for n, e in zip(reference.names, outputs)]
         expected = [Operand(e, a) for e, a in zip(outputs, axes)]
+        _with_tokens(expected, reference.names, comparisons.tasks, batch)
         got = {p: [Operand(g, a) for g, a in zip(values, axes)] for p, values in raw.items()}
         del raw
         floated = {p: [Operand(g, a) for g, a in zip(s.run(reference.names, batch), axes)] for p, s in floats.items()}
         if coverage is not None:
             coverage.add(batch, expected, got[_CPU], expected_task)
         comparisons.add(expected, got, floated)
+
+
+def _with_tokens(operands: Sequence[Operand], names: Sequence[str], tasks: Mapping[str, OutputTask],
+                 batch: Batch) -> None:
+    """A language model's logits get the batch's tokens (and attention mask), whose next ones they are scored on."""
+    for operand, name in zip(operands, names):
+        task = tasks.get(name)
+        if task is not None and task.labels is not None and task.labels in batch:
+            mask = batch.get("attention_mask")
+            operand.tokens = (np.asarray(batch[task.labels]), None if mask is None or np.ndim(mask) != 2 else
+                              np.asarray(mask))
 
 
 def absent_providers(requested: Sequence[str], target: str) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import UnsupportedModelError
-from onnxq.verify.task_measures import OutputTask, measure_task
+from onnxq.verify.task_measures import OutputTask, measure_task, next_token_nll
 
 __all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "SampleAxes", "finite_or_none", "operand", "sample_axis"]
 
@@ -42,6 +42,18 @@ class OutputMetrics:
     task: str | None = None
     task_agreement: float = 1.0
     task_units: int = 0
+    # A language model's next-token logits (task next-token) on data that holds its tokens: the perplexity of the
+    # float and the quantized model over `scored_tokens` next tokens; None otherwise.
+    perplexity_reference: float | None = None
+    perplexity: float | None = None
+    scored_tokens: int = 0
+
+    @property
+    def perplexity_ratio(self) -> float | None:
+        """Quantized perplexity / float perplexity on the same tokens (None: not measured)."""
+        if self.perplexity is None or self.perplexity_reference is None:
+            return None
+        return self.perplexity / self.perplexity_reference
 
     def top(self, k: int) -> float:
         """The top-k agreement (1 ≤ k ≤ TOPK_MAX)."""
@@ -49,8 +61,8 @@ class OutputMetrics:
 
     def to_dict(self) -> dict[str, float | int | None]:
         """JSON-ready: inf (identical outputs' SQNR) and NaN as null."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in dataclasses.asdict(self).items()}
+        figures = {**dataclasses.asdict(self), "perplexity_ratio": self.perplexity_ratio}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in figures.items()}
 
     @property
     def finite(self) -> bool:
@@ -66,6 +78,10 @@ class Operand:
     def __init__(self, array: np.ndarray, sample_axis: int = 0) -> None:
         self.values = np.asarray(array, dtype=np.float64)
         self.sample_axis = sample_axis
+        # For a language model's logits: the batch's tokens [samples, sequence] and attention mask (or None), so
+        # that the next token each position predicts can be scored (set by the verification, which has the batch).
+        self.tokens: tuple[np.ndarray, np.ndarray | None] | None = None
+        self._nll: tuple[float, int] | None = None
         self._nonfinite: int | None = None
         self._norms: np.ndarray | None = None
         self._energy: float | None = None
@@ -98,6 +114,15 @@ class Operand:
             v = self.values
             self._argmax = np.argmax(v, axis=-1).reshape(-1) if v.ndim >= 1 and v.size else np.zeros(0, np.int64)
         return self._argmax
+
+    def next_token_nll(self, logits: np.ndarray | None = None) -> tuple[float, int]:
+        """(Σ −log p, count) of this batch's next tokens under these logits (or the given ones: another model's on
+        the same batch); this operand's own are computed once, for every comparison it is the reference of."""
+        if logits is not None:
+            return next_token_nll(logits, *self.tokens)
+        if self._nll is None:
+            self._nll = next_token_nll(self.values, *self.tokens)
+        return self._nll
 
     @property
     def energy(self) -> float:
@@ -152,6 +177,8 @@ class MetricsAccumulator:
         self.decisions = 0
         self.agreeing = 0
         self.ranks = np.zeros(TOPK_MAX, np.int64)  # decisions whose float answer has quantized rank r < TOPK_MAX
+        self.nll = [0.0, 0.0]  # next-token: Σ −log p of the data's next tokens, float and quantized
+        self.scored = 0
 
     def add(self, reference: np.ndarray | Operand, quantized: np.ndarray | Operand) -> None:
         """An array beside an Operand takes its samples axis (axis 0 when both are arrays)."""
@@ -190,6 +217,12 @@ class MetricsAccumulator:
             kept_now, total = measure_task(ref.values, got.values, self.task, ref.sample_axis)
             self.task_kept += kept_now
             self.task_total += total
+        if self.task is not None and self.task.kind == "next-token" and ref.tokens is not None \
+                and ref.values.ndim == 3 and ref.sample_axis == 0:
+            (reference, count), (quantized, _) = ref.next_token_nll(), ref.next_token_nll(got.values)
+            self.nll[0] += reference
+            self.nll[1] += quantized
+            self.scored += count
 
     def result(self) -> OutputMetrics:
         sqnr = math.inf if self.noise == 0 else 10 * math.log10(max(self.signal, 1e-300) / self.noise)
@@ -209,6 +242,9 @@ class MetricsAccumulator:
             task=None if self.task is None else self.task.kind,
             task_agreement=self.task_kept / self.task_total if self.task_total else 1.0,
             task_units=self.task_total,
+            perplexity_reference=math.exp(self.nll[0] / self.scored) if self.scored else None,
+            perplexity=math.exp(min(self.nll[1] / self.scored, 700.0)) if self.scored else None,
+            scored_tokens=self.scored,
         )
 
 

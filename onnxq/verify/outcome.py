@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
-from onnxq.verify.task_measures import TASK_BARS, TASK_WORDS, OutputTask
+from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_WORDS, OutputTask
 
 __all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances", "task_bar", "REPORTED",
            "task_tolerances"]
@@ -22,7 +22,7 @@ def task_bar(tolerance: Tolerance, kind: str | None) -> float | None:
     output has no task metric or the tolerance keeps to the numeric bars."""
     if kind is None or tolerance.task == "numeric":
         return None
-    return TASK_BARS[kind] if tolerance.min_task_agreement is None else tolerance.min_task_agreement
+    return TASK_BARS.get(kind) if tolerance.min_task_agreement is None else tolerance.min_task_agreement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +43,27 @@ def task_tolerances(config: VerifyConfig, tasks: Mapping[str, OutputTask],
                     stability: Mapping[str, float]) -> Callable[[str], Tolerance]:
     """Each output's tolerance with its task bar resolved: the user's, else the kind's default — or the float
     model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
-    a decision the float model does not keep itself."""
+    a decision the float model does not keep itself. A language model's logits are held to the perplexity ratio in
+    place of the numeric bars, and its cache outputs (state) are reported, judged through the logits — unless the
+    output has a tolerance of its own."""
     def tolerance_for(name: str) -> Tolerance:
         tolerance, task = config.tolerance_for(name), tasks.get(name)
+        if task is not None and task.kind in _LANGUAGE_MODEL and tolerance.task != "numeric" \
+                and name not in config.output_tolerances:
+            return _LANGUAGE_MODEL[task.kind](tolerance)
         if task is None or task.kind not in TASK_BARS or tolerance.task == "numeric" \
                 or tolerance.min_task_agreement is not None:
             return tolerance
         return dataclasses.replace(tolerance, min_task_agreement=min(TASK_BARS[task.kind],
                                                                      stability.get(name, 1.0)))
     return tolerance_for
+
+
+_LANGUAGE_MODEL = {
+    "next-token": lambda t: dataclasses.replace(t, max_perplexity_ratio=(
+        PERPLEXITY_BAR if t.max_perplexity_ratio is None else t.max_perplexity_ratio)),
+    "state": lambda t: dataclasses.replace(REPORTED, task=t.task),
+}
 
 
 def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
@@ -65,7 +77,9 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         found.append(f"{metrics.nonfinite} NaN/inf value(s) in the quantized outputs")
     if not found and not metrics.finite:
         found.append("the error figures are NaN")
-    if tolerance.min_cosine is not None and not metrics.cosine_mean >= tolerance.min_cosine:
+    # Where the perplexity ratio is measured and bounded, it judges the logits in place of their cosine.
+    perplexity_judges = tolerance.max_perplexity_ratio is not None and metrics.perplexity_ratio is not None
+    if tolerance.min_cosine is not None and not perplexity_judges and not metrics.cosine_mean >= tolerance.min_cosine:
         found.append(f"cosine {metrics.cosine_mean:.4f} < {tolerance.min_cosine}")
     if tolerance.min_sqnr_db is not None and not metrics.sqnr_db >= tolerance.min_sqnr_db:
         found.append(f"SQNR {metrics.sqnr_db:.1f} dB < {tolerance.min_sqnr_db} dB")
@@ -80,6 +94,10 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         outside = metrics.decisions - round(top_k * metrics.decisions)
         found.append(f"top-{k} agreement {top_k:.4f} < {tolerance.min_topk_agreement} ({outside} of "
                      f"{metrics.decisions} float answers outside the quantized top {k})")
+    ratio = metrics.perplexity_ratio
+    if tolerance.max_perplexity_ratio is not None and ratio is not None and not ratio <= tolerance.max_perplexity_ratio:
+        found.append(f"perplexity {ratio:.3f}x float's > {tolerance.max_perplexity_ratio}x ({metrics.perplexity:.4g} vs "
+                     f"{metrics.perplexity_reference:.4g} over {metrics.scored_tokens} next tokens)")
     bar = task_bar(tolerance, metrics.task)
     if bar is not None and not metrics.task_agreement >= bar:
         found.append(f"{TASK_WORDS[metrics.task]} {metrics.task_agreement:.4f} < {bar} (over {metrics.task_units} "
@@ -87,7 +105,7 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
     return tuple(found)
 
 
-_UNITS = {"top1": "decisions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
+_UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
           "labels": "labels"}
 
 

@@ -21,7 +21,7 @@ from onnxq.calibration.batching import Batches, samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import VerifyConfig
 from onnxq.io import page_out
-from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.task_measures import TASK_BARS, OutputTask
 from onnxq.verify.stability import float_stability
 from onnxq.verify.task_rules import choose_tasks, output_facts
 from onnxq.verify.sessions import ModelSource, make_session
@@ -156,7 +156,7 @@ class Reference:
 
     def stability(self, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
         """The float model's own task agreement under input rounding (verify.stability), once per set of tasks."""
-        key = (self.limit, tuple(sorted((n, t) for n, t in tasks.items() if t.kind != "numeric")))
+        key = (self.limit, tuple(sorted((n, t) for n, t in tasks.items() if t.kind in TASK_BARS)))
         if key not in self._stability:
             self._stability[key] = float_stability(self, tasks)
         return self._stability[key]

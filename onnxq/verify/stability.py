@@ -19,7 +19,7 @@ import numpy as np
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch, LaidOutBatch
 from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
-from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.task_measures import TASK_BARS, OutputTask
 
 __all__ = ["input_steps", "noisy_batch", "float_stability"]
 
@@ -64,7 +64,7 @@ def noisy_batch(batch: Batch, steps: Mapping[str, float], rng: np.random.Generat
 def float_stability(reference, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
     """Per output with a task metric, the share of the float model's task answer it keeps on its own inputs
     rounded to their int8 step (reference: verify.reference.Reference, whose session and outputs are reused)."""
-    measured = {n: t for n, t in tasks.items() if t.kind != "numeric"}
+    measured = {n: t for n, t in tasks.items() if t.kind in TASK_BARS}  # the kinds whose bar it can lower
     if not measured:
         return {}
     steps = input_steps(b for b, _ in reference)

@@ -7,9 +7,10 @@ The rules, tried in order (a registry: a new kind of output is one function and 
 matches decides, and the report names it:
 
 - integer outputs hold decisions already (labels, indices): kept as they are;
-- next-token logits of a language model (classes = the rows of a table the model gathers its input ids from) keep
-  the numeric bars: a changed next token among near-equal candidates is no wrong answer, perplexity judges a
-  language model (gate one with --task-metric);
+- next-token logits of a language model (classes = the rows of a table the model gathers its input ids from) are
+  judged by the perplexity ratio on the data's own next tokens (next-token agreement reported): a changed next token
+  among near-equal candidates is no wrong answer; the model's cache outputs (present.*, a recurrent state) are then
+  state, judged through the logits they make;
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state) is numeric;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes], the decoded
   sequence for per-step scores [samples, steps, classes] (CTC, tagging), per-position classes otherwise;
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -44,6 +45,7 @@ _PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", 
                            "ReduceMean", "ReduceMax", "ReduceMin"})
 _REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|state|present|past|cache", re.I)
 _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
+_CACHE_NAMES = re.compile(r"present|past|cache", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
 _BLANK_SHARE = 0.5  # a class the float model picks on at least half the frames is CTC's blank
 # Samples of the first batch the rules read: enough to see what an output is, without copying a language model's
@@ -60,6 +62,8 @@ class OutputFacts:
     softmax_axis: int | None  # the producer's axis when it is a Softmax / LogSoftmax reached through Identity / Cast
     values: np.ndarray
     gathered_rows: frozenset[int]  # row counts of the 2-D tables the model gathers from (token embeddings)
+    # Per row count, the integer model inputs that index a table of that many rows (input_ids for the vocabulary).
+    token_inputs: Mapping[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -100,11 +104,14 @@ def _integer(f: OutputFacts) -> OutputTask | None:
 
 
 def _language_model(f: OutputFacts) -> OutputTask | None:
-    if f.rank == 3 and f.values.shape[-1] in f.gathered_rows:
-        return OutputTask("numeric", f"next-token logits of a language model ({f.values.shape[-1]} classes, the rows "
-                          "of the table its input ids index): a changed next token among near equals is no wrong "
-                          "answer, perplexity judges it (gate one with --task-metric)")
-    return None
+    if f.rank != 3 or f.values.shape[-1] not in f.gathered_rows:
+        return None
+    what = f"next-token logits of a language model ({f.values.shape[-1]} classes, the rows of the table its input ids index)"
+    tokens = f.token_inputs.get(f.values.shape[-1], ())
+    if len(tokens) != 1:
+        return OutputTask("numeric", f"{what}; no one input holds its tokens, so no next token can be scored")
+    return OutputTask("next-token", f"{what}: the perplexity on {tokens[0]}'s next tokens judges it (a changed next "
+                      "token among near equals is no wrong answer)", labels=tokens[0])
 
 
 def _representation(f: OutputFacts) -> OutputTask | None:
@@ -211,14 +218,26 @@ def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: 
             chosen[f.name] = OutputTask("numeric", "set by the output's tolerance (task = numeric)")
         else:
             chosen[f.name] = _forced(f, kind)
-    return chosen
+    return _with_state(chosen)
+
+
+
+def _with_state(chosen: dict[str, OutputTask]) -> dict[str, OutputTask]:
+    """Beside a language model's next-token logits, the outputs the rules left numeric and named as a cache
+    (present.L.key) are the model's state: the next step reads them, and the logits that step makes judge them."""
+    if not any(t.kind == "next-token" for t in chosen.values()):
+        return chosen
+    state = OutputTask("state", "a language model's cache: the next step reads it, and the logits it makes there judge "
+                       "it (reported, not gated)")
+    return {name: state if task.kind == "numeric" and _CACHE_NAMES.search(name) else task
+            for name, task in chosen.items()}
 
 
 def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence[np.ndarray],
                  samples: int) -> list[OutputFacts]:
     """Each output's facts from the float graph (None: from the values alone) and its first batch."""
     values = {v.name: v for v in model.graph.outputs} if model is not None else {}
-    rows = _gathered_rows(model) if model is not None else frozenset()
+    rows, tokens = _gathered_rows(model) if model is not None else (frozenset(), {})
     opset = model.opset_imports.get("", 13) if model is not None else 13
     facts = []
     for name, array in zip(names, outputs):
@@ -227,7 +246,7 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
         moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
         moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
         producer, softmax_axis = _producer(values.get(name), moved.ndim, opset)
-        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows))
+        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens))
     return facts
 
 
@@ -258,17 +277,26 @@ def _producer(value: ir.Value | None, rank: int, opset: int) -> tuple[str, int |
     return node.op_type, axis
 
 
-def _gathered_rows(model: ir.Model) -> frozenset[int]:
-    """Row counts of the constant 2-D tables a Gather indexes with computed ids (token embeddings)."""
-    rows = set()
+def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str, ...]]]:
+    """Row counts of the constant 2-D tables a Gather indexes with computed ids (token embeddings), and the integer
+    model inputs that are those ids (input_ids), seen through Identity / Cast / Reshape."""
+    rows, tokens = set(), {}
     for node in model.graph.all_nodes():
-        if node.op_type != "Gather" or len(node.inputs) < 2 or node.inputs[0] is None:
+        if node.op_type not in ("Gather", "GatherBlockQuantized") or len(node.inputs) < 2 or node.inputs[0] is None:
             continue
         table = node.inputs[0]
         shape = table.shape
         if table.const_value is not None and shape is not None and len(shape) == 2 and isinstance(shape[0], int):
             rows.add(shape[0])
-    return frozenset(rows)
+            ids = node.inputs[1]
+            while ids is not None and ids.producer() is not None and ids.producer().op_type in _IDS_THROUGH:
+                ids = ids.producer().inputs[0]
+            if ids is not None and ids.is_graph_input() and ids.dtype is not None and ids.dtype.is_integer():
+                tokens[shape[0]] = tuple(dict.fromkeys((*tokens.get(shape[0], ()), ids.name)))
+    return frozenset(rows), tokens
+
+
+_IDS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
 def measured(task: OutputTask | None) -> OutputTask | None:

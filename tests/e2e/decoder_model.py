@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["kv_decoder", "token_windows", "VOCAB", "HEADS", "HEAD_DIM", "LAYERS"]
+__all__ = ["kv_decoder", "token_windows", "sampled_windows", "VOCAB", "HEADS", "HEAD_DIM", "LAYERS"]
 
 VOCAB, WIDTH, HEADS, HEAD_DIM, LAYERS, MAX_POSITIONS = 96, 64, 4, 16, 2, 256
 _F = TensorProto.FLOAT
@@ -20,7 +20,7 @@ def kv_decoder(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     weights = {"embed": rng.normal(0, 1, (VOCAB, WIDTH)), "positions": rng.normal(0, 0.3, (MAX_POSITIONS, WIDTH)),
                "lm_head": None, "final_norm": rng.uniform(0.8, 1.2, WIDTH)}
-    weights["lm_head"] = weights["embed"].T.copy()
+    weights["lm_head"] = weights["embed"].T / 6  # tied, scaled: predictions spread over a few dozen tokens
     for layer in range(LAYERS):
         for proj in ("q", "k", "v", "o", "up", "down"):
             shape = (WIDTH, 4 * WIDTH) if proj == "up" else (4 * WIDTH, WIDTH) if proj == "down" else (WIDTH, WIDTH)
@@ -122,4 +122,23 @@ def _layer(layer: int, x: str) -> tuple[list[onnx.NodeProto], str]:
 def token_windows(rng: np.random.Generator, windows: int, length: int) -> dict[str, np.ndarray]:
     """What a language-model user has: windows of token ids, and their attention mask (all ones)."""
     ids = rng.integers(0, VOCAB, (windows, length), dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def sampled_windows(model: onnx.ModelProto, rng: np.random.Generator, windows: int, length: int) -> dict[str, np.ndarray]:
+    """Windows the model itself would write: each next token sampled from its own prediction (temperature 1), so
+    that its perplexity on them is that of text it models — random tokens score it astronomically."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = rng.integers(0, VOCAB, (windows, 1), dtype=np.int64)
+    empty = {f"past_key_values.{layer}.{kind}": np.zeros((windows, HEADS, 0, HEAD_DIM), np.float32)
+             for layer in range(LAYERS) for kind in ("key", "value")}
+    while ids.shape[1] < length:
+        positions = np.tile(np.arange(ids.shape[1]), (windows, 1))
+        logits = session.run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                          "position_ids": positions, **empty})[0][:, -1].astype(np.float64)
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        picked = [rng.choice(VOCAB, p=row) for row in p]
+        ids = np.concatenate([ids, np.array(picked, np.int64)[:, None]], axis=1)
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
