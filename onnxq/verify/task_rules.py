@@ -284,9 +284,8 @@ def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str
     for node in model.graph.all_nodes():
         if node.op_type not in ("Gather", "GatherBlockQuantized") or len(node.inputs) < 2 or node.inputs[0] is None:
             continue
-        table = node.inputs[0]
-        shape = table.shape
-        if table.const_value is not None and shape is not None and len(shape) == 2 and isinstance(shape[0], int):
+        shape = _constant_shape(node.inputs[0])
+        if shape is not None and len(shape) == 2:
             rows.add(shape[0])
             ids = node.inputs[1]
             while ids is not None and ids.producer() is not None and ids.producer().op_type in _IDS_THROUGH:
@@ -297,6 +296,21 @@ def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str
 
 
 _IDS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _constant_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """The shape of a constant, or of a constant seen through Identity / Cast / Transpose (onnxruntime-genai's builder
+    gathers the embeddings from the transposed lm_head weight it shares with them)."""
+    if value.const_value is not None:
+        return tuple(int(d) for d in value.const_value.shape)
+    node = value.producer()
+    if node is None or node.op_type not in ("Identity", "Cast", "Transpose") or node.inputs[0] is None:
+        return None
+    shape = _constant_shape(node.inputs[0])
+    if shape is None or node.op_type != "Transpose":
+        return shape
+    perm = node.attributes["perm"].value if "perm" in node.attributes else list(range(len(shape)))[::-1]
+    return tuple(shape[i] for i in perm)
 
 
 def measured(task: OutputTask | None) -> OutputTask | None:

@@ -142,3 +142,76 @@ def sampled_windows(model: onnx.ModelProto, rng: np.random.Generator, windows: i
         picked = [rng.choice(VOCAB, p=row) for row in p]
         ids = np.concatenate([ids, np.array(picked, np.int64)[:, None]], axis=1)
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def genai_decoder(seed: int = 0) -> onnx.ModelProto:
+    """The same kind of decoder as onnxruntime-genai's model builder writes it: SimplifiedLayerNormalization (ONNX
+    domain, ORT's), SkipSimplifiedLayerNormalization and GroupQueryAttention (com.microsoft) with packed QKV, rotary
+    embeddings from cos / sin caches, caches [batch, kv heads, past_sequence_length, kv_cache_dim] (the head size
+    named, not written), no position_ids, and the embeddings gathered from the transposed lm_head weight."""
+    rng = np.random.default_rng(seed)
+    kv_heads, n = 2, helper.make_node
+    qkv_width = (HEADS + 2 * kv_heads) * HEAD_DIM
+    lm_head = rng.normal(0, 1, (WIDTH, VOCAB)).astype(np.float32) / 6
+    half = HEAD_DIM // 2
+    angles = np.arange(MAX_POSITIONS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+    inits = [numpy_helper.from_array(lm_head, "lm_head.weight"),
+             numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos_cache"),
+             numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin_cache"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array(1, np.int64), "one_scalar")]
+    nodes = [n("Transpose", ["lm_head.weight"], ["table"], perm=[1, 0], name="embed_tokens/Transpose"),
+             n("Gather", ["table", "input_ids"], ["h0"], name="embed_tokens/Gather"),
+             n("ReduceSum", ["attention_mask", "one"], ["mask_sum"], keepdims=0, name="mask/ReduceSum"),
+             n("Sub", ["mask_sum", "one"], ["seqlens"], name="mask/Sub"),
+             n("Cast", ["seqlens"], ["seqlens_k"], to=TensorProto.INT32, name="mask/Sub/Cast"),
+             n("Shape", ["attention_mask"], ["mask_shape"], name="mask/Shape"),
+             n("Gather", ["mask_shape", "one_scalar"], ["total"], name="mask/Gather"),
+             n("Cast", ["total"], ["total_len"], to=TensorProto.INT32, name="mask/Gather/Cast")]
+    hidden = "h0"
+    for layer in range(LAYERS):
+        p = f"l{layer}"
+        for name, shape in (("qkv", (WIDTH, qkv_width)), ("o", (HEADS * HEAD_DIM, WIDTH)),
+                            ("up", (WIDTH, 4 * WIDTH)), ("down", (4 * WIDTH, WIDTH))):
+            inits.append(numpy_helper.from_array(rng.normal(0, 1 / np.sqrt(shape[0]), shape).astype(np.float32),
+                                                 f"{p}.{name}"))
+        inits += [numpy_helper.from_array(rng.uniform(0.8, 1.2, WIDTH).astype(np.float32), f"{p}.norm{i}")
+                  for i in (1, 2)]
+        norm = (n("SimplifiedLayerNormalization", [hidden, f"{p}.norm1"], [f"{p}_n1"], axis=-1, epsilon=1e-6,
+                  name=f"{p}/input_layernorm") if layer == 0 else
+                n("SkipSimplifiedLayerNormalization", [hidden, f"l{layer - 1}_down", f"{p}.norm1"],
+                  [f"{p}_n1", "", "", f"{p}_res0"], epsilon=1e-6, domain="com.microsoft", name=f"{p}/input_layernorm"))
+        residual = hidden if layer == 0 else f"{p}_res0"
+        nodes += [norm,
+                  n("MatMul", [f"{p}_n1", f"{p}.qkv"], [f"{p}_qkv"], name=f"{p}/attn/qkv_proj/MatMul"),
+                  n("GroupQueryAttention", [f"{p}_qkv", "", "", f"past_key_values.{layer}.key",
+                                            f"past_key_values.{layer}.value", "seqlens_k", "total_len", "cos_cache",
+                                            "sin_cache"],
+                    [f"{p}_attn", f"present.{layer}.key", f"present.{layer}.value"], domain="com.microsoft",
+                    num_heads=HEADS, kv_num_heads=kv_heads, do_rotary=1, scale=1 / np.sqrt(HEAD_DIM),
+                    name=f"{p}/attn/GroupQueryAttention"),
+                  n("MatMul", [f"{p}_attn", f"{p}.o"], [f"{p}_o"], name=f"{p}/attn/o_proj/MatMul"),
+                  n("SkipSimplifiedLayerNormalization", [f"{p}_o", residual, f"{p}.norm2"],
+                    [f"{p}_n2", "", "", f"{p}_res1"], epsilon=1e-6, domain="com.microsoft",
+                    name=f"{p}/post_attention_layernorm"),
+                  n("MatMul", [f"{p}_n2", f"{p}.up"], [f"{p}_up"], name=f"{p}/mlp/up_proj/MatMul"),
+                  n("Relu", [f"{p}_up"], [f"{p}_act"], name=f"{p}/mlp/act"),
+                  n("MatMul", [f"{p}_act", f"{p}.down"], [f"{p}_down"], name=f"{p}/mlp/down_proj/MatMul")]
+        hidden = f"{p}_res1"
+    inits.append(numpy_helper.from_array(np.ones(WIDTH, np.float32), "final_norm"))
+    nodes += [n("SkipSimplifiedLayerNormalization", [hidden, f"l{LAYERS - 1}_down", "final_norm"], ["hf"],
+                epsilon=1e-6, domain="com.microsoft", name="final_norm_layernorm"),
+              n("MatMul", ["hf", "lm_head.weight"], ["logits"], name="lm_head/MatMul")]
+    cache = ["batch_size", kv_heads, "past_sequence_length", "kv_cache_dim"]
+    total = ["batch_size", kv_heads, "total_sequence_length", "kv_cache_dim"]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                            ["batch_size", "total_sequence_length"])]
+    outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", VOCAB])]
+    for layer in range(LAYERS):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
+            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", _F, total))
+    graph = helper.make_graph(nodes, "genai_decoder", inputs, outputs, inits)
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21),
+                                                                  helper.make_opsetid("com.microsoft", 1)])

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from decoder_model import HEAD_DIM, HEADS, LAYERS, kv_decoder, sampled_windows, token_windows
+from decoder_model import HEAD_DIM, HEADS, LAYERS, genai_decoder, kv_decoder, sampled_windows, token_windows
 
 import onnxq
 from onnxq.calibration import input_specs
@@ -104,3 +104,24 @@ def test_the_gate_judges_the_logits_by_perplexity_and_the_caches_through_them(de
     summary = format_summary(report)
     assert "logits: perplexity 4.283 float -> " in summary and "over 120 next tokens" in summary
     assert "4 output(s): state, judged through the outputs it makes" in summary
+
+
+def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path):
+    """The builder's file: SimplifiedLayerNormalization, GroupQueryAttention reading caches whose head size is a
+    name (kv_cache_dim), no position_ids, embeddings gathered from the transposed lm_head. Its caches are made
+    empty with the head size GroupQueryAttention implies (packed QKV width 128 over 4 + 2·2 heads: 16), its logits
+    judged by perplexity, and the quantized file keeps the I/O genai_config.json names."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(), path)
+    specs = {s.name: s for s in input_specs(load_model(path))}
+    assert specs["past_key_values.0.key"].shape == ("batch_size", 2, "past_sequence_length", HEAD_DIM)
+    model = onnx.load(str(path))
+    report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                            verify_data=token_windows(rng, 8, 16)).report
+    assert report.passed and report.verification.tasks["logits"].kind == "next-token"
+    assert len([e for e in report.quantized if e.op_type == "MatMul"]) == 9  # 4 per layer and lm_head
+    assert any("4 inputs empty (past length 0)" in note for note in report.notes)
+    quantized = onnx.load(str(tmp_path / "q.onnx"))
+    assert [i.name for i in quantized.graph.input] == [i.name for i in model.graph.input]
+    assert [o.name for o in quantized.graph.output] == [o.name for o in model.graph.output]
+    assert sum(n.op_type == "GroupQueryAttention" for n in quantized.graph.node) == LAYERS
