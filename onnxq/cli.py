@@ -79,9 +79,9 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                                                                      for f in FORMATS.values()))
     p.add_argument("--activation-dtype", choices=["uint8", "int8"],
                    help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
-    p.add_argument("--activations", choices=["per-tensor", "per-token"],
-                   help="activation scales: per-tensor (default) or per-token (one per row, at run time; language "
-                        "models)")
+    p.add_argument("--activations", choices=["auto", "per-tensor", "per-token"],
+                   help="activation scales: auto (default: per-token with SmoothQuant for a decoder language model, "
+                        "per-tensor for any other), per-tensor, or per-token (one per row, at run time)")
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="SmoothQuant before quantizing (needs --calib): off (default), a number α in [0, 1], or "
                         "auto (α searched per layer)")
@@ -93,8 +93,9 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                         "block-wise along K, activations stay float")
     p.add_argument("--block", type=int, metavar="N", help="weight-only: values per block along K (default 32)")
     p.add_argument("--accuracy-level", type=int, choices=range(5), metavar="0-4",
-                   help="weight-only: MatMulNBits accuracy_level — 0 float compute (default), 4 int8 activations per "
-                        "block (ORT's fastest CPU kernels for 4-bit weights; the result is verified as it runs)")
+                   help="weight-only: MatMulNBits accuracy_level — 0 float compute, 4 int8 activations per block "
+                        "(ORT's fastest CPU kernels for 4-bit weights; the result is verified as it runs); default: 4 "
+                        "for a decoder language model on a CPU target, else 0")
     p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
                    help="weight-only: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
 

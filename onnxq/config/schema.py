@@ -55,7 +55,9 @@ class BlockConfig:
     # with block_size feeding the float MatMul (any runtime; ORT's CPU optimizer fuses it into MatMulNBits).
     format: Literal["matmulnbits", "qdq"] = "matmulnbits"
     # MatMulNBits accuracy_level: 0 unset (float compute), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations per block.
-    accuracy_level: int = 0
+    # None: 4 for a decoder language model on a CPU target (its decode ran 4.3x float instead of 2.7x with 0, issue
+    # 33, at +0.003x perplexity; the gate verifies it as deployed), 0 for any other model or target.
+    accuracy_level: int | None = None
     # rtn: round to nearest with the clip search below. gptq: GPTQ (numerics.gptq), each column's rounding error
     # spread over the columns not yet quantized; needs calibration data. auto: gptq with calibration data, else rtn.
     method: Literal["auto", "rtn", "gptq"] = "auto"
@@ -239,8 +241,10 @@ class QuantConfig:
     activations: QScheme = QScheme("uint8", symmetric=False)
     # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
     # symmetric scale per row ([tokens, channels]), computed at run time (numerics.per_token), for every
-    # activation × weight product; language models need it (README, "Language models").
-    activation_granularity: Literal["per-tensor", "per-token"] = "per-tensor"
+    # activation × weight product; language models need it (README, "Language models"). auto: per-token, with
+    # SmoothQuant's α search where smooth is off and there is calibration data, for a model recognized as a
+    # decoder language model (steps.language_model); per-tensor for any other.
+    activation_granularity: Literal["auto", "per-tensor", "per-token"] = "auto"
     # Nodes whose activation is per token whatever activation_granularity says (what recipe auto chose).
     per_token_nodes: tuple[str, ...] = ()
     # SmoothQuant before quantizing (needs calibration data): "off"; a number α in [0, 1] for every smoothable
@@ -308,7 +312,7 @@ class QuantConfig:
         """What the target runs well: a target without int8 activations (cuda) refuses the modes that make them."""
         refusal = int8_activations_refusal(self.target)
         asks = ("mode " + self.mode if self.mode in ("static", "dynamic") else
-                "per-token activations" if self.activation_granularity != "per-tensor" else
+                "per-token activations" if self.activation_granularity == "per-token" else
                 "smoothing" if self.smooth != "off" else "recipe auto" if self.recipe != "manual" else None)
         if refusal and asks:
             raise ConfigError(f"target {self.target} with {asks}: {refusal} — leave mode at auto (weight-only "
@@ -332,7 +336,7 @@ class QuantConfig:
         if self.mode not in ("auto", "weight-only"):
             raise ConfigError(f"mode {self.mode} with {dtype} weights: 4-bit weights are weight-only (activations "
                               "stay float); leave mode at auto")
-        if self.activation_granularity != "per-tensor" or self.smooth != "off" or self.recipe != "manual":
+        if self.activation_granularity == "per-token" or self.smooth != "off" or self.recipe != "manual":
             raise ConfigError(f"weight-only {dtype} weights: per-token activations, smoothing and recipe auto "
                               "quantize activations — drop them, or use int8 weights in mode auto")
 

@@ -108,7 +108,7 @@ def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, tran
         product = builder.node("MatMulNBits", [activation, *made], f"{base}_MatMulNBits", node,
                                domain="com.microsoft",
                                attributes={"K": k, "N": n, "bits": bits, "block_size": blocks.size,
-                                           "accuracy_level": blocks.accuracy_level})
+                                           "accuracy_level": blocks.accuracy_level or 0})
     else:
         product = builder.node("MatMul", [activation, made], f"{base}_MatMul", node)
     result = product.outputs[0]

@@ -18,6 +18,7 @@ from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
+from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
@@ -48,6 +49,7 @@ def load_and_plan(state: RunState) -> bool:
     state.mode = _resolve_mode(config, given.calibration, given.cache)
     if state.mode == "weight-only":
         state.config = config = _resolve_block_method(config, given.calibration)
+    state.config = config = _with_language_model_defaults(state)
     state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
@@ -66,6 +68,14 @@ def load_and_plan(state: RunState) -> bool:
                            f"(e.g. {repeated[0]!r}): calibration keys values by name")
     state.upfront_inputs = _upfront_verification_inputs(state)
     return True
+
+
+def _with_language_model_defaults(state: RunState) -> QuantConfig:
+    has_data = state.given.calibration is not None
+    config, note = language_model_defaults(state.reference, state.config, state.mode, has_data)
+    if note is not None:
+        state.notes.append(note)
+    return config
 
 
 def _with_inferred_axes(state: RunState) -> QuantConfig:

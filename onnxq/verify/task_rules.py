@@ -37,7 +37,8 @@ from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import sample_axis
 from onnxq.verify.task_measures import MEASURES, OutputTask
 
-__all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "measured_kind", "FACT_SAMPLES"]
+__all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "measured_kind", "FACT_SAMPLES",
+           "language_model_logits"]
 
 # Ops that move or retype values without changing which value is which, and reductions that keep probabilities
 # probabilities (a voice-activity detector's mean over its frames' Sigmoid): the producer is looked for through them.
@@ -321,3 +322,18 @@ def measured(task: OutputTask | None) -> OutputTask | None:
 def measured_kind(task: OutputTask | None) -> str | None:
     """The kind of a measured task; None for a numeric output or none."""
     return None if measured(task) is None else task.kind
+
+
+def language_model_logits(model: ir.Model) -> tuple[str, int, str] | None:
+    """(output, vocabulary size, token input) of a decoder language model, read off the graph alone: an output
+    [batch, sequence, V] whose V is the row count of a table that one integer input indexes (input_ids). None for
+    any other model."""
+    rows, tokens = _gathered_rows(model)
+    for output in model.graph.outputs:
+        shape = output.shape
+        if shape is None or len(shape) != 3 or not isinstance(shape[-1], int):
+            continue
+        inputs = tokens.get(int(shape[-1]), ())
+        if len(inputs) == 1:
+            return output.name, int(shape[-1]), inputs[0]
+    return None

@@ -14,9 +14,13 @@ from onnxq.calibration import input_specs
 from onnxq.calibration.completion import completed
 from onnxq.cli import main
 from onnxq.io import load_model
+from onnxq.steps.language_model import language_model_defaults
 from onnxq.summary import format_summary
 
 CACHES = [f"past_key_values.{layer}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
+# These decoders are a few hundred kB: per-token quantization's run-time scales cost more than their products save,
+# and never-slower would keep every node float. What is tested here is the data and the gate, not their speed.
+ANY_SPEED = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False))
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +61,11 @@ def _feed(session, windows, pasts):
 def test_a_decoder_quantizes_from_token_windows_and_decodes_with_its_cache(decoder, rng, tmp_path):
     calibration, held_out = token_windows(rng, 48, 16), token_windows(rng, 8, 16)
     out = tmp_path / "q.onnx"
-    report = onnxq.quantize(decoder, calibration, output=out, verify_data=held_out).report
+    report = onnxq.quantize(decoder, calibration, output=out, verify_data=held_out, config=ANY_SPEED).report
     assert report.passed and len(report.quantized) == 13  # q/k/v/o/up/down × 2 layers, and lm_head
+    assert report.config["activation_granularity"] == "per-token" and report.config["smooth"] == "auto"
+    assert any(n.startswith("language model recognized (logits over 96 tokens, the rows input_ids indexes") and
+               "per-token activations with SmoothQuant" in n for n in report.notes)
     assert any(n.startswith("inputs the data leaves out, made as a decoder's first step takes them: 4 inputs "
                             "empty (past length 0)") and "position_ids from the attention mask" in n
                for n in report.notes)
@@ -91,7 +98,8 @@ def test_a_missing_input_is_one_short_line(decoder, rng, tmp_path, capsys):
 def test_the_gate_judges_the_logits_by_perplexity_and_the_caches_through_them(decoder, rng, tmp_path):
     model = onnx.load(str(decoder))
     calibration, held_out = sampled_windows(model, rng, 48, 16), sampled_windows(model, rng, 8, 16)
-    report = onnxq.quantize(decoder, calibration, output=tmp_path / "q.onnx", verify_data=held_out).report
+    report = onnxq.quantize(decoder, calibration, output=tmp_path / "q.onnx", verify_data=held_out,
+                            config=ANY_SPEED).report
     assert report.passed
     tasks = report.verification.tasks
     assert tasks["logits"].kind == "next-token" and tasks["logits"].labels == "input_ids"
@@ -117,7 +125,7 @@ def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path
     assert specs["past_key_values.0.key"].shape == ("batch_size", 2, "past_sequence_length", HEAD_DIM)
     model = onnx.load(str(path))
     report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
-                            verify_data=token_windows(rng, 8, 16)).report
+                            verify_data=token_windows(rng, 8, 16), config=ANY_SPEED).report
     assert report.passed and report.verification.tasks["logits"].kind == "next-token"
     assert len([e for e in report.quantized if e.op_type == "MatMul"]) == 9  # 4 per layer and lm_head
     assert any("4 inputs empty (past length 0)" in note for note in report.notes)
@@ -125,3 +133,25 @@ def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path
     assert [i.name for i in quantized.graph.input] == [i.name for i in model.graph.input]
     assert [o.name for o in quantized.graph.output] == [o.name for o in model.graph.output]
     assert sum(n.op_type == "GroupQueryAttention" for n in quantized.graph.node) == LAYERS
+
+
+@pytest.mark.parametrize("changes, mode, granularity, smooth, level", [
+    ({}, "static", "per-token", "auto", None),
+    ({"smooth": 0.5}, "static", "per-token", 0.5, None),                    # the user's smoothing kept
+    ({"activation_granularity": "per-tensor"}, "static", "per-tensor", "off", None),
+    ({"weights": onnxq.QScheme("int4")}, "weight-only", "per-tensor", "off", 4),
+    ({"weights": onnxq.QScheme("int4"), "blocks": onnxq.BlockConfig(accuracy_level=0)}, "weight-only", "per-tensor",
+     "off", 0),
+    ({"target": "cuda"}, "weight-only", "per-tensor", "off", 0),            # accuracy_level 4 is a CPU kernel's
+])
+def test_language_model_defaults_fill_only_the_open_choices(decoder, changes, mode, granularity, smooth, level):
+    config, note = language_model_defaults(load_model(decoder), onnxq.QuantConfig(**changes), mode, True)
+    assert (config.activation_granularity, config.smooth, config.blocks.accuracy_level) == (granularity, smooth,
+                                                                                             level)
+    assert note.startswith("language model recognized")
+
+
+def test_other_models_keep_the_defaults_they_had(samples_dir):
+    config, note = language_model_defaults(load_model(samples_dir / "tiny_transformer.onnx"), onnxq.QuantConfig(),
+                                           "static", True)
+    assert note is None and config.activation_granularity == "per-tensor" and config.smooth == "off"
