@@ -18,6 +18,8 @@ from onnxq.verify import resolve_providers
 from onnxq.verify.placement import short
 from onnxq.verify.speed import check_speed as time_both
 from onnxq.verify.speed import SpeedCheck, slower_notes
+from onnxq.verify.decode_speed import decode_speed as time_decoding
+from onnxq.verify.task_rules import language_model_logits
 
 __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S"]
 
@@ -42,12 +44,23 @@ def check_speed(state: RunState) -> bool:
         return False
     providers = resolve_providers(verify.providers)[0]
     if not verify.check_speed:
-        return _time_providers(state, providers)
-    if state.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
-        _speed_by_kind(state, providers)
-    state.speed = time_both(state.as_given, state.work, state.batches.first(), providers)
-    _note_slower(state, searched=True)
-    return True
+        timed = _time_providers(state, providers)
+    else:
+        if state.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
+            _speed_by_kind(state, providers)
+        state.speed = time_both(state.as_given, state.work, state.batches.first(), providers)
+        _note_slower(state, searched=True)
+        timed = True
+    if timed and state.plans and language_model_logits(state.reference) is not None:
+        _time_decoding(state)
+    return timed
+
+
+def _time_decoding(state: RunState) -> None:
+    """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill)."""
+    decode = time_decoding(state.as_given, state.work, state.batches.first(), state.specs)
+    if decode is not None:
+        state.sections.append(decode)
 
 
 def _time_providers(state: RunState, providers: list[str]) -> bool:

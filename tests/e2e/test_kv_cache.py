@@ -14,6 +14,7 @@ from onnxq.calibration import input_specs
 from onnxq.calibration.completion import completed
 from onnxq.cli import main
 from onnxq.io import load_model
+from onnxq.verify.decode_speed import cache_pairs, decode_window
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.summary import format_summary
 
@@ -155,3 +156,26 @@ def test_other_models_keep_the_defaults_they_had(samples_dir):
     config, note = language_model_defaults(load_model(samples_dir / "tiny_transformer.onnx"), onnxq.QuantConfig(),
                                            "static", True)
     assert note is None and config.activation_granularity == "per-tensor" and config.smooth == "off"
+
+
+def test_decoding_feeds_each_step_the_cache_the_step_before_made(decoder, rng):
+    """The decode loop's last logits are the full window's last position's: the cache is fed back right."""
+    session = ort.InferenceSession(str(decoder), providers=["CPUExecutionProvider"])
+    specs = input_specs(load_model(decoder))
+    pairs = cache_pairs([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+    assert pairs == {name.replace("past_key_values", "present"): name for name in CACHES}
+    window = token_windows(rng, 1, 12)["input_ids"]
+    _, last = decode_window(session, window, 7, specs, pairs)
+    full = session.run(["logits"], completed({"input_ids": window}, specs))[0]
+    np.testing.assert_allclose(last["logits"][0, -1], full[0, -1], rtol=1e-4, atol=1e-4)
+    assert last["present.0.key"].shape == (1, HEADS, 12, HEAD_DIM)
+    assert cache_pairs(["input_ids", "past_key_values.0.key"], ["logits"]) == {}  # a cache with no output
+
+
+def test_a_decoder_s_speed_is_timed_decoding_beside_the_batch(decoder, rng, tmp_path):
+    report = onnxq.quantize(decoder, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                            verify_data=token_windows(rng, 8, 16), config=ANY_SPEED).report
+    decode = report.section("decode_speed")
+    assert decode is not None and (decode.prefill_tokens, decode.steps, decode.rounds) == (8, 8, 3)
+    assert decode.float_tokens_per_s > 0 and decode.quantized_tokens_per_s > 0  # speeds: machine-dependent
+    assert format_summary(report).count("decode on CPU (KV cache, batch 1, 8 tokens after a 8-token prefill)") == 1
