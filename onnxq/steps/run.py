@@ -7,12 +7,13 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from onnxq.io import page_out, trim_heap
+from onnxq.io import model_size_bytes, page_out, trim_heap
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
 from onnxq.steps.load import load_and_plan
 from onnxq.steps.magnitudes import magnitudes
+from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
 from onnxq.steps.rewrite import rewrite
 from onnxq.steps.save import save
@@ -51,6 +52,7 @@ STEPS: tuple[Step, ...] = (
 
 def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunState:
     """steps: STEPS as it is when called (a test may add one)."""
+    peaks = {}
     for step in STEPS if steps is None else steps:
         if step.page_out_before and state.reference is not None:
             page_out(state.reference)
@@ -59,4 +61,9 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
         start = time.perf_counter()
         if step.run(state):
             state.timings[step.name] = time.perf_counter() - start
+            peak = peak_rss_bytes()
+            if peak is not None:
+                peaks[step.name] = peak
+    if peaks and state.reference is not None:
+        state.sections.append(MemoryUse(peaks, model_size_bytes(state.reference)))
     return state

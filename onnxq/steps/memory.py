@@ -1,0 +1,54 @@
+"""The run's peak resident memory after each step (the process's high-water mark, so a step's figure is the peak
+up to its end): which step sets the peak, against the float model's size — what decides whether a model can be
+quantized on a given machine (issue 33: a 7B model's 28 GB on a 64 GB machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import sys
+
+__all__ = ["MemoryUse", "peak_rss_bytes"]
+
+_RATIO_FROM = 64_000_000
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size so far; None where the OS does not say (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryUse:
+    key = "memory"
+    peak_after: dict[str, int]  # step → the process's peak RSS in bytes when it ended (monotone)
+    float_bytes: int
+
+    @property
+    def peak(self) -> int:
+        return max(self.peak_after.values(), default=0)
+
+    @property
+    def peak_step(self) -> str | None:
+        """The first step at whose end the peak had been reached."""
+        return next((step for step, rss in self.peak_after.items() if rss == self.peak), None)
+
+    def text(self) -> list[str]:
+        if not self.peak_after:
+            return []
+        # Under ~64 MB of weights the peak is the interpreter's and ORT's own (about 150 MB): no ratio to speak of.
+        ratio = f", {self.peak / self.float_bytes:.1f}x the float model's {self.float_bytes / 1e6:.0f} MB" \
+            if self.float_bytes >= _RATIO_FROM else ""
+        return [f"memory:      peak RSS {self.peak / 1e6:.0f} MB{ratio}, reached in {self.peak_step}"]
+
+    def html(self) -> str:
+        return "".join(f"<p>{html.escape(line)}</p>" for line in self.text())
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak, "peak_step": self.peak_step, "float_bytes": self.float_bytes,
+                "peak_after": dict(self.peak_after)}
