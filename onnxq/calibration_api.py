@@ -3,8 +3,10 @@ calibration/ (it plans the model to know what to observe), beside pipeline.py.""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -13,7 +15,7 @@ from onnxq.calibration.batching import SampleCounter
 from onnxq.calibration.channels import ChannelStats
 from onnxq.calibration.data import declare_data_files, validated_batches
 from onnxq.calibration.runner import collect_observers
-from onnxq.calibration.specs import Batch, DataSource, input_specs
+from onnxq.calibration.specs import Batch, DataSource, InputSpec, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
@@ -24,7 +26,8 @@ from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
 from onnxq.smoothing import smoothable_groups
 
-__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations"]
+__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations",
+           "CalibrationJob", "calibration_job"]
 
 
 def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
@@ -54,6 +57,32 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
             for path in external_data_files(float_model):
                 files.add_input(path, "the input model's external data")
         declare_data_files(files, data, "the calibration data")
+    return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationJob:
+    """What calibrating a model takes, made once: the model as quantize() prepares it (so that the summary's
+    fingerprint matches), the values to observe and the inputs' specs. A worker runs it over any number of shards
+    as one stream: one ONNX Runtime session, one partial summary (onnxq.distributed)."""
+
+    model: ir.Model
+    names: list[str]
+    specs: list[InputSpec]
+    channel_axes: dict[str, int]
+    config: QuantConfig
+
+    def run(self, sources: Sequence[DataSource], max_samples: int | None = None,
+            progress: Callable[[int], None] | None = None) -> CalibrationSummary:
+        """The summary of the sources, read in turn (max_samples: of each)."""
+        batch_size = self.config.calibration.batch_size
+        batches = itertools.chain.from_iterable(validated_batches(source, self.specs, batch_size, max_samples)
+                                                for source in sources)
+        return summarize(self.model, self.names, batches, self.config.calibration.histogram_bins, progress,
+                         model_fingerprint(self.model), self.channel_axes)
+
+
+def calibration_job(float_model: ir.Model, config: QuantConfig) -> CalibrationJob:
     # As quantize() prepares it (opset converted, BatchNormalization folded): the cache's fingerprint matches.
     float_model, _ = prepared(float_model)
     check_model(float_model)
@@ -61,11 +90,8 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     if not names:
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm/Conv)")
     specs = input_specs(float_model, config.calibration.sample_axes, config.calibration.constant_inputs)
-    batches = validated_batches(data, specs, config.calibration.batch_size,
-                                config.calibration.max_samples)
     channel_axes = smoothable_activations(float_model, config) if config.smooth != "off" else {}
-    return summarize(float_model, names, batches, config.calibration.histogram_bins, progress,
-                     model_fingerprint(float_model), channel_axes)
+    return CalibrationJob(float_model, names, specs, channel_axes, config)
 
 
 def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histogram_bins: int | None,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
+from onnxq.calibration.data import data_files
 from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.cli_args import (Parser, add_calibration_flags, add_layout_flags, add_tolerance_flags, add_verbose_flag,
                             config_from_args, layout_from_args, path_arg, verify_config_from_args)
@@ -58,6 +60,12 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
                    help="QuantConfig as TOML (its [calibration] table applies)")
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="also keep the per-channel statistics SmoothQuant needs (any value but off)")
+    p.add_argument("--ray", action="store_true",
+                   help="calibrate the .npz shards of the --calib folder on Ray workers (pip install 'onnxq[ray]'), "
+                        "their partial summaries merged exactly")
+    p.add_argument("--workers", type=int, default=2, metavar="N", help="--ray: workers (actors), default 2")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="--ray: a running cluster (auto, or ray://host:port); default: a local one for this run")
     add_calibration_flags(p)
     add_verbose_flag(p)
     return p
@@ -79,6 +87,8 @@ def _calibrate_command(argv: list[str]) -> int:
             files.read(args.config, "the config file", ConfigError)
         files.claim(args.output, "output")
         config = config_from_args(args)
+        if args.ray:
+            return _calibrate_on_ray(args, config)
         progress = ProgressBar(count_samples(args.calib, config.calibration.max_samples))
         try:
             summary = calibrate(args.model, args.calib, config=config, progress=progress)
@@ -87,6 +97,25 @@ def _calibrate_command(argv: list[str]) -> int:
             progress.close()
     print(f"onnxq: wrote {args.output}: {len(summary.observers)} tensors, {summary.samples} samples, "
           f"model {summary.model_fingerprint[:24]}…")
+    return EXIT_OK
+
+
+def _calibrate_on_ray(args: argparse.Namespace, config: QuantConfig) -> int:
+    """Each .npz of the --calib folder one shard; calibration.max_samples does not apply across shards."""
+    from onnxq.distributed import calibrate_on_ray  # Ray itself is imported only there, and only now
+
+    if not Path(args.calib).is_dir():
+        raise ConfigError("--ray calibrates a folder of .npz shards, one per file: put the data in a folder")
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: give at least 1")
+    shards, arrays = data_files(Path(args.calib), "calibration")
+    if arrays:
+        raise ConfigError("--ray needs .npz shards (one file each), not a folder of per-input .npy arrays")
+    summary = calibrate_on_ray(args.model, shards, config=config, workers=args.workers, address=args.ray_address)
+    summary.save(args.output)
+    print(f"onnxq: wrote {args.output}: {len(summary.observers)} tensors, {summary.samples} samples, "
+          f"{len(shards)} shards on {min(args.workers, len(shards))} Ray workers, model "
+          f"{summary.model_fingerprint[:24]}…")
     return EXIT_OK
 
 
