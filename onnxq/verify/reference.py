@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import Batches, samples_in
+from onnxq.calibration.batching import Batches, samples_in, take
 from onnxq.calibration.specs import Batch
 from onnxq.config import VerifyConfig
 from onnxq.io import page_out
@@ -30,6 +30,8 @@ __all__ = ["Reference", "OutputStore"]
 
 logger = logging.getLogger(__name__)
 
+# A verification batch's float outputs, at most (Reference._fitted): a larger batch is cut.
+OUTPUT_BUDGET = 64 << 20
 # Float outputs kept in memory up to this size; the rest go to a temporary folder.
 MEMORY_BYTES = 1 << 30
 
@@ -102,11 +104,28 @@ class Reference:
         self.graph = float_model if isinstance(float_model, ir.Model) else graph
         self.session = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
-        self.batches = batches if isinstance(batches, Batches) else Batches.held(batches)
+        self.batches = self._fitted(batches if isinstance(batches, Batches) else Batches.held(batches))
         self.store = OutputStore(memory_bytes)
         self.limit: int | None = None  # a head: only the first `limit` batches
         self._samples: int | None = None
         self._stability: dict[tuple, dict[str, float]] = {}  # shared with heads (copy.copy): keyed by limit
+
+    def _fitted(self, batches: Batches) -> Batches:
+        """The batches cut so that each one's float outputs hold at most OUTPUT_BUDGET bytes: every comparison holds
+        a few float64 copies of a batch's outputs (reference, each provider, the exact quantization), and a
+        language model's logits are 25 MB a window of 128 tokens (SmolLM2: verification peaked at 8.0 GB with 8
+        windows a batch, 4.1 GB with 2). Not for a model whose inputs fix the batch size."""
+        first = batches.first()
+        if first is None or any(isinstance(i.shape[0], int) and i.shape[0] > 1 for i in self.session.get_inputs()
+                                if i.shape):
+            return batches
+        one = self.session.run(self.names, take(first, slice(0, 1)))
+        size = max(1, OUTPUT_BUDGET // max(sum(np.asarray(o).nbytes for o in one), 1))
+        if size >= samples_in(first):
+            return batches
+        logger.info("verification batches of %d sample(s): the outputs of one take %d bytes", size,
+                    sum(np.asarray(o).nbytes for o in one))
+        return Batches(lambda: (take(b, slice(i, i + size)) for b in batches for i in range(0, samples_in(b), size)))
 
     def __iter__(self) -> Iterator[tuple[Batch, list[np.ndarray]]]:
         samples = 0

@@ -1,5 +1,6 @@
 """Placement from ORT's profiler, provider handling, and the verify command's exit codes."""
 
+import importlib
 import json
 
 import numpy as np
@@ -9,7 +10,14 @@ from conftest import to_model, weight
 
 import onnxq
 from onnxq.cli import main
+from onnxq.calibration import input_specs
+from onnxq.calibration.batching import samples_in
+from onnxq.calibration.data import reread_batches
+from onnxq.io import load_model
 from onnxq.verify import profile_placement, quantized_nodes, resolve_providers
+from onnxq.verify.reference import Reference
+
+reference = importlib.import_module("onnxq.verify.reference")  # the module (onnxq.verify is also a function)
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +117,21 @@ def test_cuda_verification_and_agreement(quantized_transformer, samples_dir):
     # ORT has no CUDA QDQ MatMul fusion: the int8 MatMuls run as DequantizeLinear + float MatMul, and say so.
     assert sorted(cuda.float_fallbacks) == sorted(quantized_nodes(quantized_transformer))
     assert any("MatMulNBits" in f for f in cuda.findings()) and cuda.mismatches == ()
+
+
+def test_verification_batches_are_cut_to_the_output_budget(samples_dir, quantized_transformer, monkeypatch):
+    """A language model's batch of logits is held in several float64 copies at once (SmolLM2: 8.0 GB peak with 8
+    windows a batch, 4.1 GB cut to 2): batches whose float outputs pass the budget are cut, and the figures are the
+    same as uncut (sums in another order: equal to 1e-9)."""
+    data = samples_dir / "tiny_transformer_calib.npz"
+    whole = onnxq.verify(samples_dir / "tiny_transformer.onnx", quantized_transformer, data)
+    monkeypatch.setattr(reference, "OUTPUT_BUDGET", 1)  # every batch cut to one sample
+    cut = onnxq.verify(samples_dir / "tiny_transformer.onnx", quantized_transformer, data)
+    assert cut.samples == whole.samples
+    for a, b in zip(whole.outputs, cut.outputs):
+        assert b.metrics.cosine_mean == pytest.approx(a.metrics.cosine_mean, abs=1e-9)
+        assert b.metrics.sqnr_db == pytest.approx(a.metrics.sqnr_db, abs=1e-6)
+        assert b.metrics.samples == a.metrics.samples
+    batches = Reference(samples_dir / "tiny_transformer.onnx", reread_batches(data, input_specs(load_model(
+        samples_dir / "tiny_transformer.onnx")), 8)).batches
+    assert {samples_in(b) for b in batches} == {1}
