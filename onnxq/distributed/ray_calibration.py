@@ -19,7 +19,8 @@ from onnxq.io import load_model
 
 __all__ = ["calibrate_on_ray", "shard_summary", "RAY_MISSING"]
 
-RAY_MISSING = "calibration on Ray needs Ray, which is not installed here — pip install 'onnxq[ray]' (or pip install ray)"
+RAY_MISSING = ("calibration on Ray needs Ray, which is not installed here — pip install 'onnxq[ray]' (or pip install "
+               "ray)")
 
 
 def shard_summary(model: str | os.PathLike, shards: Sequence[DataSource], config: QuantConfig | None = None) -> dict:
