@@ -42,21 +42,29 @@ def kv_decoder(seed: int = 0) -> onnx.ModelProto:
         nodes += layer_nodes
     nodes += _rms("final", hidden, "final_norm", "hf")
     nodes.append(helper.make_node("MatMul", ["hf", "lm_head"], ["logits"], name="lm_head"))
-    cache = ["batch_size", HEADS, "past_sequence_length", HEAD_DIM]
-    total = ["batch_size", HEADS, "total_sequence_length", HEAD_DIM]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+    inputs, outputs = _decoder_io(HEADS, HEAD_DIM, position_ids=True)
+    graph = helper.make_graph(nodes, "kv_decoder", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool) -> tuple[list, list]:
+    """A KV-cache decoder's inputs and outputs, named as Optimum and the genai builder name them."""
+    cache = ["batch_size", kv_heads, "past_sequence_length", head_dim]
+    total = ["batch_size", kv_heads, "total_sequence_length", head_dim]
+    tokens = ["batch_size", "sequence_length"]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, tokens),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
-                                            ["batch_size", "total_sequence_length"]),
-              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+                                            ["batch_size", "total_sequence_length"])]
+    if position_ids:
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, tokens))
     outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", VOCAB])]
     for layer in range(LAYERS):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
             outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", _F, total))
-    graph = helper.make_graph(nodes, "kv_decoder", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(model)
-    return model
+    return inputs, outputs
 
 
 def _mask_nodes() -> list[onnx.NodeProto]:
@@ -202,16 +210,7 @@ def genai_decoder(seed: int = 0) -> onnx.ModelProto:
     nodes += [n("SkipSimplifiedLayerNormalization", [hidden, f"l{LAYERS - 1}_down", "final_norm"], ["hf"],
                 epsilon=1e-6, domain="com.microsoft", name="final_norm_layernorm"),
               n("MatMul", ["hf", "lm_head.weight"], ["logits"], name="lm_head/MatMul")]
-    cache = ["batch_size", kv_heads, "past_sequence_length", "kv_cache_dim"]
-    total = ["batch_size", kv_heads, "total_sequence_length", "kv_cache_dim"]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
-                                            ["batch_size", "total_sequence_length"])]
-    outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", VOCAB])]
-    for layer in range(LAYERS):
-        for kind in ("key", "value"):
-            inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
-            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", _F, total))
+    inputs, outputs = _decoder_io(kv_heads, "kv_cache_dim", position_ids=False)
     graph = helper.make_graph(nodes, "genai_decoder", inputs, outputs, inits)
     return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21),
                                                                   helper.make_opsetid("com.microsoft", 1)])
