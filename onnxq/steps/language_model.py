@@ -30,8 +30,9 @@ def language_model_defaults(model: ir.Model, config: QuantConfig, mode: str,
     found = language_model_logits(model)
     decoder = found is not None
     granularity = config.activation_granularity
-    if granularity == "auto":
-        granularity = "per-token" if decoder and mode in ("static", "dynamic") else "per-tensor"
+    if granularity == "auto":  # recipe auto chooses per group of layers itself, from per-tensor
+        per_token = decoder and mode in ("static", "dynamic") and config.recipe == "manual"
+        granularity = "per-token" if per_token else "per-tensor"
     smooth = "auto" if granularity == "per-token" and config.activation_granularity == "auto" \
         and config.smooth == "off" and has_data else config.smooth
     level = config.blocks.accuracy_level

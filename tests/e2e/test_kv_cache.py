@@ -140,6 +140,7 @@ def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path
     ({}, "static", "per-token", "auto", None),
     ({"smooth": 0.5}, "static", "per-token", 0.5, None),                    # the user's smoothing kept
     ({"activation_granularity": "per-tensor"}, "static", "per-tensor", "off", None),
+    ({"recipe": "auto"}, "static", "per-tensor", "off", None),               # the recipe chooses per group
     ({"weights": onnxq.QScheme("int4")}, "weight-only", "per-tensor", "off", 4),
     ({"weights": onnxq.QScheme("int4"), "blocks": onnxq.BlockConfig(accuracy_level=0)}, "weight-only", "per-tensor",
      "off", 0),
