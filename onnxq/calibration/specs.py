@@ -138,6 +138,8 @@ def _last_dim(value: ir.Value | None) -> int | None:
     if producer is not None and producer.op_type == "MatMul" and producer.inputs[1] is not None \
             and producer.inputs[1].const_value is not None:
         return int(producer.inputs[1].const_value.shape[-1])
+    if producer is not None and producer.op_type == "MatMulNBits" and "N" in producer.attributes:
+        return int(producer.attributes["N"].value)  # a quantized file's projection
     if value is not None and value.shape is not None and value.shape.rank() and isinstance(value.shape[-1], int):
         return int(value.shape[-1])
     return None

@@ -8,6 +8,7 @@ blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -50,11 +51,17 @@ class InsertBlockwisePass(PlannedRewritePass):
         builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # names; no int8 weight is made
         ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
         made: dict[tuple, ir.Value | tuple] = {}  # one set of initializers per weight and bits, shared by its readers
-        for plan in self.plans:
+        tables: list[_Table] = []  # MatMulNBits weights [K, N] a Gather of their transpose can read (tied lm_head)
+        gathers = [p for p in self.plans if p.node.op_type == "Gather"]  # last: they may read a product's blocks
+        for plan in [p for p in self.plans if p.node.op_type != "Gather"] + gathers:
             node = plan.node
             bits = 8 if node.name in blocks.int8_nodes else self.config.weights.bits
             if node.op_type == "Gather":  # the handler planned even-width tables only
-                _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios, bits)
+                tied = _tied(node, tables, bits)
+                if tied is not None:
+                    _gather_tied(builder, node, tied, blocks.size)
+                else:
+                    _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios, bits)
                 continue
             transposed = weight_key(node)[1]
             key = (id(node.inputs[1]), transposed, bits)
@@ -63,6 +70,8 @@ class InsertBlockwisePass(PlannedRewritePass):
                 base = node.inputs[1].name or "weight"
                 made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))
+                if blocks.format == "matmulnbits" and not transposed and quantized.k % blocks.size == 0:
+                    tables.append(_Table(node.inputs[1], made[key], bits, quantized.k, quantized.n))
             _replace_product(builder, node, made[key], bits, transposed, blocks)
         RemoveUnusedNodesPass()(model)  # the float weights, now unread
         return ir.passes.PassResult(model, modified=bool(self.plans))
@@ -132,6 +141,46 @@ def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, sym
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
                             domain="com.microsoft",
                             attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits})
+    replace_node(builder.graph, node, gathered.outputs[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """A product's weight [K, N] as MatMulNBits reads it: B [N, K / block, block * bits / 8], scales [N * K / block]."""
+
+    weight: ir.Value
+    made: tuple[ir.Value, ...]
+    bits: int
+    k: int
+    n: int
+
+
+def _tied(node: ir.Node, tables: Sequence[_Table], bits: int) -> _Table | None:
+    """The product whose weight is the Gather's table transposed — an lm_head tied to the token embeddings (the
+    genai builder gathers from Transpose(lm_head.weight); Optimum stores both, equal): one 4-bit table serves both,
+    as onnxruntime-genai's builder writes it (SmolLM2: 0.19x float's size with two tables, 0.16x with one)."""
+    table = ir.convenience.get_const_tensor(node.inputs[0])
+    for tied in tables:
+        if tied.bits != bits or tuple(table.shape) != (tied.n, tied.k) or tied.made[2:]:  # symmetric blocks only
+            continue
+        if np.array_equal(table.numpy(), ir.convenience.get_const_tensor(tied.weight).numpy().T):
+            return tied
+    return None
+
+
+def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size: int) -> None:
+    """GatherBlockQuantized over the product's own blocks: B's rows [N, K * bits / 8] and scales [N, K / block], by
+    Reshape (ORT folds it at load); the file holds the table once."""
+    base = tied.weight.name or "table"
+    packed, scales = tied.made[:2]
+    rows = builder.initializer(f"{base}_gather_shape", np.array([tied.n, tied.k * tied.bits // 8], np.int64))
+    blocks = builder.initializer(f"{base}_gather_scales_shape", np.array([tied.n, tied.k // block_size], np.int64))
+    data = builder.node("Reshape", [packed, rows], f"{base}_gather_Reshape", node).outputs[0]
+    scale = builder.node("Reshape", [scales, blocks], f"{base}_gather_scales_Reshape", node).outputs[0]
+    gathered = builder.node("GatherBlockQuantized", [data, node.inputs[1], scale],
+                            f"{node.name or 'Gather'}_GatherBlockQuantized", node, domain="com.microsoft",
+                            attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": block_size,
+                                        "bits": tied.bits})
     replace_node(builder.graph, node, gathered.outputs[0])
 
 

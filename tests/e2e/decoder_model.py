@@ -49,7 +49,7 @@ def kv_decoder(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool) -> tuple[list, list]:
+def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool, vocab: int = VOCAB) -> tuple[list, list]:
     """A KV-cache decoder's inputs and outputs, named as Optimum and the genai builder name them."""
     cache = ["batch_size", kv_heads, "past_sequence_length", head_dim]
     total = ["batch_size", kv_heads, "total_sequence_length", head_dim]
@@ -59,7 +59,7 @@ def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool) -> tuple
                                             ["batch_size", "total_sequence_length"])]
     if position_ids:
         inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, tokens))
-    outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", VOCAB])]
+    outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", vocab])]
     for layer in range(LAYERS):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
@@ -127,9 +127,9 @@ def _layer(layer: int, x: str) -> tuple[list[onnx.NodeProto], str]:
     return nodes, f"{p}_h2"
 
 
-def token_windows(rng: np.random.Generator, windows: int, length: int) -> dict[str, np.ndarray]:
+def token_windows(rng: np.random.Generator, windows: int, length: int, vocab: int = VOCAB) -> dict[str, np.ndarray]:
     """What a language-model user has: windows of token ids, and their attention mask (all ones)."""
-    ids = rng.integers(0, VOCAB, (windows, length), dtype=np.int64)
+    ids = rng.integers(0, vocab, (windows, length), dtype=np.int64)
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
@@ -152,7 +152,7 @@ def sampled_windows(model: onnx.ModelProto, rng: np.random.Generator, windows: i
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-def genai_decoder(seed: int = 0) -> onnx.ModelProto:
+def genai_decoder(seed: int = 0, vocab: int = VOCAB) -> onnx.ModelProto:
     """The same kind of decoder as onnxruntime-genai's model builder writes it: SimplifiedLayerNormalization (ONNX
     domain, ORT's), SkipSimplifiedLayerNormalization and GroupQueryAttention (com.microsoft) with packed QKV, rotary
     embeddings from cos / sin caches, caches [batch, kv heads, past_sequence_length, kv_cache_dim] (the head size
@@ -160,7 +160,7 @@ def genai_decoder(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     kv_heads, n = 2, helper.make_node
     qkv_width = (HEADS + 2 * kv_heads) * HEAD_DIM
-    lm_head = rng.normal(0, 1, (WIDTH, VOCAB)).astype(np.float32) / 6
+    lm_head = rng.normal(0, 1, (WIDTH, vocab)).astype(np.float32) / 6
     half = HEAD_DIM // 2
     angles = np.arange(MAX_POSITIONS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
     inits = [numpy_helper.from_array(lm_head, "lm_head.weight"),
@@ -210,7 +210,7 @@ def genai_decoder(seed: int = 0) -> onnx.ModelProto:
     nodes += [n("SkipSimplifiedLayerNormalization", [hidden, f"l{LAYERS - 1}_down", "final_norm"], ["hf"],
                 epsilon=1e-6, domain="com.microsoft", name="final_norm_layernorm"),
               n("MatMul", ["hf", "lm_head.weight"], ["logits"], name="lm_head/MatMul")]
-    inputs, outputs = _decoder_io(kv_heads, "kv_cache_dim", position_ids=False)
+    inputs, outputs = _decoder_io(kv_heads, "kv_cache_dim", position_ids=False, vocab=vocab)
     graph = helper.make_graph(nodes, "genai_decoder", inputs, outputs, inits)
     return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21),
                                                                   helper.make_opsetid("com.microsoft", 1)])

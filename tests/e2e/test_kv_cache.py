@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import helper, numpy_helper
 from decoder_model import HEAD_DIM, HEADS, LAYERS, genai_decoder, kv_decoder, sampled_windows, token_windows
 
 import onnxq
@@ -180,3 +181,38 @@ def test_a_decoder_s_speed_is_timed_decoding_beside_the_batch(decoder, rng, tmp_
     assert decode is not None and (decode.prefill_tokens, decode.steps, decode.rounds) == (8, 8, 3)
     assert decode.float_tokens_per_s > 0 and decode.quantized_tokens_per_s > 0  # speeds: machine-dependent
     assert format_summary(report).count("decode on CPU (KV cache, batch 1, 8 tokens after a 8-token prefill)") == 1
+
+
+def test_a_tied_table_is_stored_once_in_4_bits(rng, tmp_path):
+    """The builder's decoder gathers its embeddings from the transposed lm_head weight: one 4-bit table serves
+    both (GatherBlockQuantized over MatMulNBits' own blocks, by Reshape), as the builder writes it; the gathered rows
+    are the lm_head's quantized rows, exactly."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(vocab=1024), path)  # a table of 65,536 values: large enough to quantize
+    out = tmp_path / "q4.onnx"
+    report = onnxq.quantize(path, token_windows(rng, 32, 16, vocab=1024), output=out, config=onnxq.QuantConfig(
+        weights=onnxq.QScheme("int4"), verify=onnxq.VerifyConfig(enabled=False))).report
+    quantized = onnx.load(str(out))
+    gather = next(n for n in quantized.graph.node if n.op_type == "GatherBlockQuantized")
+    lm_head = next(n for n in quantized.graph.node if n.name == "lm_head/MatMul_MatMulNBits")
+    reshapes = {n.output[0]: n.input[0] for n in quantized.graph.node if n.op_type == "Reshape"}
+    assert reshapes[gather.input[0]] == lm_head.input[1] and reshapes[gather.input[2]] == lm_head.input[2]
+    assert sum("lm_head" in i.name and i.data_type == onnx.TensorProto.UINT8 for i in quantized.graph.initializer) == 1
+    # The stored weights: 1024 × 64 at 4 bits once, not twice.
+    assert report.quant_bytes < 0.2 * report.float_bytes
+    # The rows gathered are the lm_head's blocks dequantized: the model's embeddings as one small graph's output.
+    inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
+    packed, scales = inits[lm_head.input[1]], inits[lm_head.input[2]].reshape(1024, -1)
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(1024, -1).astype(np.float32) - 8  # low nibble first
+    rows = (codes.reshape(1024, -1, 32) * scales[:, :, None]).reshape(1024, 64)
+    embed = helper.make_graph(
+        [n for n in quantized.graph.node if n.output[0] in (gather.input[0], gather.input[2])] + [gather], "embed",
+        [helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, ["b", "s"])],
+        [helper.make_tensor_value_info(gather.output[0], onnx.TensorProto.FLOAT, None)],
+        [i for i in quantized.graph.initializer if i.name in {*lm_head.input[1:3], *reshapes.values()} or
+         i.name.endswith("_shape")])
+    session = ort.InferenceSession(helper.make_model(embed, opset_imports=quantized.opset_import,
+                                                     ir_version=10).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    ids = np.arange(1024, dtype=np.int64).reshape(4, 256)
+    np.testing.assert_allclose(session.run(None, {"input_ids": ids})[0], rows[ids], rtol=1e-6, atol=1e-6)
