@@ -242,7 +242,8 @@ class MetricsAccumulator:
             task=None if self.task is None else self.task.kind,
             task_agreement=self.task_kept / self.task_total if self.task_total else 1.0,
             task_units=self.task_total,
-            perplexity_reference=math.exp(self.nll[0] / self.scored) if self.scored else None,
+            # exp of a mean NLL past 700 overflows a float (a broken model's): held at e^700, a ratio still made.
+            perplexity_reference=math.exp(min(self.nll[0] / self.scored, 700.0)) if self.scored else None,
             perplexity=math.exp(min(self.nll[1] / self.scored, 700.0)) if self.scored else None,
             scored_tokens=self.scored,
         )
