@@ -17,6 +17,7 @@ matches decides, and the report names it:
 - a sigmoid's probabilities (or values in [0, 1] named as a mask or map): mask IoU for a map with two spatial axes,
   frames (on/off decisions) otherwise (voice activity, multi-label);
 - scores named as classes (logits, class, label): top-1 / sequence;
+- per-step scores of any name whose decisions are mostly one class (CTC's blank) and several others: sequence;
 - anything else keeps the numeric bars (a raw-logits classifier named "output": --task-metric top1).
 
 Override per output with the tolerance's `task` (numeric to gate numbers only, or a kind), everywhere with
@@ -161,6 +162,21 @@ def _named_classes(f: OutputFacts) -> OutputTask | None:
     return None
 
 
+def _ctc_scores(f: OutputFacts) -> OutputTask | None:
+    """Raw per-step scores whatever their name (ddddocr's output is "387"), read off their values: most steps'
+    decision is one class — CTC's blank — and the rest spread over several others. A hidden state whose one outlier
+    feature wins every step has no others; an output named as a representation met its rule first."""
+    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3:
+        return None
+    blank = _blank(f.values)
+    steps = np.argmax(f.values, axis=-1)
+    if blank is None or np.unique(steps[steps != blank]).size < 2:
+        return None
+    return OutputTask("sequence", f"per-step scores ({f.values.shape[1]} steps of {f.values.shape[-1]} classes) whose "
+                      f"decisions are mostly class {blank}, CTC's blank: the sequence as its greedy decoding reads it",
+                      blank=blank)
+
+
 RULES: list[tuple[str, Rule]] = [
     ("integer", _integer),
     ("language-model", _language_model),
@@ -168,6 +184,7 @@ RULES: list[tuple[str, Rule]] = [
     ("softmax", _softmax),
     ("sigmoid", _sigmoid),
     ("class-scores", _named_classes),
+    ("ctc-scores", _ctc_scores),
 ]
 
 

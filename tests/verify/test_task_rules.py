@@ -183,3 +183,18 @@ def test_synthetic_inputs_choose_no_task(rng):
     assert choose_tasks(onnxq.VerifyConfig(), facts)["probs"].kind == "top1"
     synthetic = choose_tasks(onnxq.VerifyConfig(), facts, synthetic=True)["probs"]
     assert synthetic.kind == "numeric" and "synthetic random inputs" in synthetic.rule
+
+
+def test_raw_ctc_scores_are_read_as_sequences_whatever_their_name(rng):
+    """ddddocr's recognizer outputs raw per-step scores named "387": the gate saw them as numbers (cosine 0.997)
+    while 2 of its 48 captchas were read otherwise. Most steps' decision is one class (the blank), the rest several
+    others: the decoded sequence. A hidden state whose one outlier feature wins every step is not taken for one."""
+    steps = rng.normal(0, 1, (SAMPLES, 20, 40)).astype(np.float32)
+    steps[:, :, 0] += 3.0  # the blank wins most steps
+    steps[:, ::5, 0] -= 6.0  # every fifth step another class wins
+    hidden = rng.normal(0, 1, (SAMPLES, 20, 40)).astype(np.float32)
+    hidden[:, :, 7] += 30.0  # an outlier feature, as transformers' hidden states have
+    facts = output_facts(None, ["387", "399"], [steps, hidden], SAMPLES)
+    tasks = choose_tasks(onnxq.VerifyConfig(), facts)
+    assert tasks["387"].kind == "sequence" and tasks["387"].blank == 0 and "CTC's blank" in tasks["387"].rule
+    assert tasks["399"].kind == "numeric"
