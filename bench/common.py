@@ -127,7 +127,10 @@ def file_mb(path: str | Path) -> float:
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} cores, onnxruntime {ort.__version__}"
+    """The CPU by name and flags (every figure is named with its machine), its cores, and onnxruntime."""
+    from onnxq.targets import cpu_flags, cpu_model
+    return (f"{cpu_model()} ({', '.join(sorted(cpu_flags()))}), {os.cpu_count()} cores, onnxruntime "
+            f"{ort.__version__}")
 
 
 def fetch_wheel(name: str, version: str, sha256: str, folder: Path) -> Path:
