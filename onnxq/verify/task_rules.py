@@ -165,8 +165,10 @@ def _named_classes(f: OutputFacts) -> OutputTask | None:
 def _ctc_scores(f: OutputFacts) -> OutputTask | None:
     """Raw per-step scores whatever their name (ddddocr's output is "387"), read off their values: most steps'
     decision is one class — CTC's blank — and the rest spread over several others. A hidden state whose one outlier
-    feature wins every step has no others; an output named as a representation met its rule first."""
-    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3:
+    feature wins every step has no others; an output named as a representation met its rule first. Values all in
+    [0, 1] whose rows do not sum to 1 (softmax's rule took those) are independent probabilities — a sigmoid's map
+    behind an If whose other branch passes its input through — not class scores of which one wins."""
+    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3 or f.unit_range:
         return None
     blank = _blank(f.values)
     steps = np.argmax(f.values, axis=-1)

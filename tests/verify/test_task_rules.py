@@ -194,7 +194,10 @@ def test_raw_ctc_scores_are_read_as_sequences_whatever_their_name(rng):
     steps[:, ::5, 0] -= 6.0  # every fifth step another class wins
     hidden = rng.normal(0, 1, (SAMPLES, 20, 40)).astype(np.float32)
     hidden[:, :, 7] += 30.0  # an outlier feature, as transformers' hidden states have
-    facts = output_facts(None, ["387", "399"], [steps, hidden], SAMPLES)
+    # Independent probabilities whose argmax happens to sit on one class (a sigmoid map seen through an If whose
+    # other branch is Identity, so no producer is known): no class wins there, nothing to decode.
+    sigmoid = 1 / (1 + np.exp(-steps))
+    facts = output_facts(None, ["387", "399", "y"], [steps, hidden, sigmoid], SAMPLES)
     tasks = choose_tasks(onnxq.VerifyConfig(), facts)
     assert tasks["387"].kind == "sequence" and tasks["387"].blank == 0 and "CTC's blank" in tasks["387"].rule
-    assert tasks["399"].kind == "numeric"
+    assert tasks["399"].kind == "numeric" and tasks["y"].kind == "numeric"
