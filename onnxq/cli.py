@@ -84,7 +84,7 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                         "per-tensor for any other), per-tensor, or per-token (one per row, at run time)")
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="SmoothQuant before quantizing (needs --calib): off (default), a number α in [0, 1], or "
-                        "auto (α searched per layer)")
+                        "auto (α searched per layer); with 4-bit weights, AWQ's activation-aware scales")
     p.add_argument("--recipe", choices=["manual", "auto"],
                    help="auto: per layer group the cheapest of static per-tensor and per-token + smoothing that "
                         "meets the tolerance (needs --calib); manual (default): the flags as given")

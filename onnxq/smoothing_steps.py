@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxq.awq import BlockForm, awq_groups, choose_awq
 from onnxq.calibration.channels import collect_channel_stats
 from onnxq.calibration.stream import DataStream, check_reusable
 from onnxq.calibration.summary import CalibrationSummary
@@ -53,9 +54,10 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
 
 def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
                  cached: CalibrationSummary | None) -> tuple[SmoothedActivation, ...]:
-    """SmoothQuant on the float graph `work` (in place), from the per-channel statistics of a calibration cache
-    (of the float model) or, without one, of the calibration data."""
-    candidates = smoothable_groups(plans)
+    """SmoothQuant on the float graph `work` (in place) — AWQ's activation-aware scales for weight-only blocks —
+    from the per-channel statistics of a calibration cache (of the float model) or, without one, of the
+    calibration data."""
+    candidates = awq_groups(plans, work) if config.weight_only else smoothable_groups(plans)
     if cached is not None:
         missing = [c.activation.name for c in candidates if c.activation.name not in cached.channels]
         if missing:
@@ -65,7 +67,12 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
     else:
         check_reusable(stream.source, "smoothing")
         stats = _channel_stats(work, candidates, stream)
-    groups, choices = choose_smoothing(candidates, stats, _alpha(config))
-    absorbed = SmoothPass(groups)(work).absorbed
+    if config.weight_only:
+        blocks = config.blocks
+        form = BlockForm(blocks.size, config.weights.bits, config.weights.symmetric, blocks.accuracy_level == 4)
+        groups, choices = choose_awq(candidates, stats, _alpha(config), form)
+    else:
+        groups, choices = choose_smoothing(candidates, stats, _alpha(config))
+    absorbed = SmoothPass(groups, insert_mul=not config.weight_only)(work).absorbed
     return tuple(SmoothedActivation(c.activation, None if absorbed.get(c.activation) == NOT_ABSORBED else c.alpha,
                                     absorbed.get(c.activation), c.errors) for c in choices)

@@ -9,7 +9,7 @@ from conftest import REPO
 PACKAGE = REPO / "onnxq"
 # Lowest first: a module may import its own layer and those before it. README's Layout lists the same order.
 LAYERS = ("errors", "numerics", "targets", "irquery", "io", "config", "calibration", "handlers", "passes",
-          "smoothing", "verify", "report", "search", "calibration_api", "distributed", "ranges", "smoothing_steps", "steps",
+          "smoothing", "awq", "verify", "report", "search", "calibration_api", "distributed", "ranges", "smoothing_steps", "steps",
           "summary", "html_report", "progress", "pipeline", "cli_args", "commands", "cli", "__init__", "__main__")
 
 

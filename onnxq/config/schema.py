@@ -248,7 +248,8 @@ class QuantConfig:
     # Nodes whose activation is per token whatever activation_granularity says (what recipe auto chose).
     per_token_nodes: tuple[str, ...] = ()
     # SmoothQuant before quantizing (needs calibration data): "off"; a number α in [0, 1] for every smoothable
-    # activation; "auto": per activation the α of a grid (or none) with the least quantized output error.
+    # activation; "auto": per activation the α of a grid (or none) with the least quantized output error. With
+    # weight-only blocks (4-bit) the same setting is AWQ's activation-aware scaling (onnxq.awq).
     smooth: float | Literal["off", "auto"] = "off"
     # auto: per group of layers reading one activation, static per-tensor where the tolerance allows it, else
     # per-token with smoothing (α searched), else float (onnxq.search.recipe); needs calibration data.
@@ -313,7 +314,7 @@ class QuantConfig:
         refusal = int8_activations_refusal(self.target)
         asks = ("mode " + self.mode if self.mode in ("static", "dynamic") else
                 "per-token activations" if self.activation_granularity == "per-token" else
-                "smoothing" if self.smooth != "off" else "recipe auto" if self.recipe != "manual" else None)
+                "smoothing" if self.smooth != "off" and not self.weight_only else "recipe auto" if self.recipe != "manual" else None)
         if refusal and asks:
             raise ConfigError(f"target {self.target} with {asks}: {refusal} — leave mode at auto (weight-only "
                               "MatMulNBits blocks, --weights int4 for the smallest file), or use --target portable "
@@ -336,9 +337,9 @@ class QuantConfig:
         if self.mode not in ("auto", "weight-only"):
             raise ConfigError(f"mode {self.mode} with {dtype} weights: 4-bit weights are weight-only (activations "
                               "stay float); leave mode at auto")
-        if self.activation_granularity == "per-token" or self.smooth != "off" or self.recipe != "manual":
-            raise ConfigError(f"weight-only {dtype} weights: per-token activations, smoothing and recipe auto "
-                              "quantize activations — drop them, or use int8 weights in mode auto")
+        if self.activation_granularity == "per-token" or self.recipe != "manual":
+            raise ConfigError(f"weight-only {dtype} weights: per-token activations and recipe auto quantize "
+                              "activations — drop them, or use int8 weights in mode auto")
 
     @property
     def weight_only(self) -> bool:

@@ -28,12 +28,17 @@ from onnxq.passes.smooth_weights import reads_channels_last, scale_input_channel
 
 __all__ = ["SmoothGroup", "SmoothPass", "NOT_ABSORBED"]
 
-_NORMS = {("", "LayerNormalization"), ("", "RMSNormalization"), ("com.microsoft", "SimplifiedLayerNormalization"),
-          ("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}
+# The normalizations over the last axis, and the inputs that scale (and shift) their normalized output: γ and β.
+# SkipSimplifiedLayerNormalization's input 3 is a bias added before normalizing, not a shift; the genai builder
+# writes SimplifiedLayerNormalization in the ONNX domain (ORT registers it there too).
+_NORMS = {("", "LayerNormalization"): (1, 2), ("", "RMSNormalization"): (1,),
+          ("", "SimplifiedLayerNormalization"): (1,), ("com.microsoft", "SimplifiedLayerNormalization"): (1,),
+          ("com.microsoft", "SkipLayerNormalization"): (2, 3), ("com.microsoft", "SkipSimplifiedLayerNormalization"): (2,)}
 
 
 # What the report says of a Conv activation whose producers cannot take 1 / s.
-NOT_ABSORBED = "nothing: no producer takes 1 / s exactly (a Mul would be quantized with the range left as it was)"
+NOT_ABSORBED = ("nothing: no producer takes 1 / s exactly (an inserted Mul would be quantized with the range left as "
+                "it was; a weight-only model would pay it on every token)")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -63,9 +68,12 @@ class SmoothPass(KeepsOutputNames):
     """Applies the groups. requires (besides KeepsOutputNames'): every group's activation and nodes in the main
     graph. ensures: KeepsOutputNames'. The result says what absorbed each activation's 1 / s (for the report)."""
 
-    def __init__(self, groups: Sequence[SmoothGroup]) -> None:
+    def __init__(self, groups: Sequence[SmoothGroup], insert_mul: bool = True) -> None:
+        """insert_mul False: a group no producer absorbs is left as it was (weight-only scaling, whose model would
+        pay the Mul on every token for no integer kernel)."""
         super().__init__()
         self.groups = groups
+        self.insert_mul = insert_mul
 
     def requires(self, model: ir.Model) -> None:
         super().requires(model)
@@ -82,7 +90,7 @@ class SmoothPass(KeepsOutputNames):
             first = group.nodes[0]
             channels = _Channels(s.size, reads_channels_last(first), len(first.inputs[1].shape))
             taker = _divide_at_producer(builder, group.activation, inv_s, set(group.nodes), channels)
-            if taker is None and not channels.last:
+            if taker is None and not (channels.last and self.insert_mul):
                 absorbed[group.activation.name or ""] = NOT_ABSORBED
                 continue
             if taker is None:
@@ -149,16 +157,14 @@ def _divide_at_producer(builder: GraphBuilder, value: ir.Value, inv_s: np.ndarra
 
 def _absorb_in_norm(builder: GraphBuilder, node: ir.Node, value: ir.Value, inv_s: np.ndarray,
                     channels: _Channels) -> str | None:
-    """A normalization's scale (and shift) divided by s (it normalizes the last axis)."""
+    """A normalization's scale (and shift) divided by s (it normalizes the last axis). Its other outputs (mean,
+    inverse deviation, a Skip*'s residual sum) do not depend on them and may have readers of their own."""
     if not channels.last:
-        return None
-    # Only the normalized output may be read (SkipLayerNormalization's other outputs are not rescaled).
-    if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
         return None
     if attribute(node, "axis", -1) not in (-1, len(value.shape) - 1 if value.shape is not None else -1):
         return None
-    first = 2 if node.op_type.startswith("Skip") else 1  # Skip*: inputs (x, skip, gamma, beta, bias)
-    params = [i for i in (first, first + 1) if i < len(node.inputs) and node.inputs[i] is not None]
+    slots = _NORMS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
+    params = [i for i in slots if i < len(node.inputs) and node.inputs[i] is not None]
     arrays = [_channel_constant(node.inputs[i], channels) for i in params]
     if any(a is None for a in arrays):
         return None

@@ -62,6 +62,37 @@ def test_layer_norm_takes_the_scales_shared_by_q_k_v(rng):
     _assert_equivalent(original, model, x)
 
 
+def _builder_norms(rng):
+    """The genai builder's layer boundary: SkipSimplifiedLayerNormalization (com.microsoft) whose normalized output
+    feeds gate / up and whose residual sum (output 3) feeds the next Add, then the ONNX-domain
+    SimplifiedLayerNormalization it writes (ORT registers it there) feeding q / k / v."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["b", "t", K])
+    skip = tape.op("Relu", [x], name="skip")
+    outs = tape.op_multi_out("SkipSimplifiedLayerNormalization", [x, skip, weight(tape, rng, "g1", (K,))],
+                             {"epsilon": 1e-5}, num_outputs=4, domain="com.microsoft", name="skip_norm")
+    mlp = [tape.op("MatMul", [outs[0], weight(tape, rng, f"w_{n}", (K, 8))], name=n) for n in ("gate", "up")]
+    residual = tape.op("Add", [outs[3], x], name="residual")
+    normed = tape.op("SimplifiedLayerNormalization", [residual, weight(tape, rng, "g2", (K,))],
+                     {"axis": -1, "epsilon": 1e-5}, name="norm")
+    attn = [tape.op("MatMul", [normed, weight(tape, rng, f"w_{n}", (K, 8))], name=n) for n in "qkv"]
+    graph = ir.Graph([x], [*mlp, *attn, residual], nodes=tape.nodes, initializers=tape.initializers,
+                     opset_imports={"": 17, "com.microsoft": 1})
+    return ir.Model(graph, ir_version=8)
+
+
+def test_the_builders_norms_take_the_scales_and_keep_their_residual_sum(rng):
+    """Their γ takes 1 / s; the residual sum, which γ does not touch, keeps its readers (it used to block the
+    absorption, costing a genai model an inserted Mul per norm)."""
+    model, x = _builder_norms(rng), _input(rng)
+    original = model.clone()
+    absorbed, _ = _smooth(model, x)
+    assert sorted(absorbed.values()) == ["SimplifiedLayerNormalization norm scale",
+                                         "SkipSimplifiedLayerNormalization skip_norm scale"]
+    assert "Mul" not in [n.op_type for n in model.graph]
+    _assert_equivalent(original, model, x)
+
+
 def test_inserted_mul_when_the_norm_output_has_other_readers(rng):
     model, x = _layer_norm_qkv(rng, residual=True), _input(rng)
     original = model.clone()
