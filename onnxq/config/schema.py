@@ -314,7 +314,7 @@ class QuantConfig:
         refusal = int8_activations_refusal(self.target)
         asks = ("mode " + self.mode if self.mode in ("static", "dynamic") else
                 "per-token activations" if self.activation_granularity == "per-token" else
-                "smoothing" if self.smooth != "off" and not self.weight_only else "recipe auto" if self.recipe != "manual" else None)
+                "smoothing" if self.smooth != "off" else "recipe auto" if self.recipe != "manual" else None)
         if refusal and asks:
             raise ConfigError(f"target {self.target} with {asks}: {refusal} — leave mode at auto (weight-only "
                               "MatMulNBits blocks, --weights int4 for the smallest file), or use --target portable "
