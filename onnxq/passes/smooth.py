@@ -33,7 +33,8 @@ __all__ = ["SmoothGroup", "SmoothPass", "NOT_ABSORBED"]
 # writes SimplifiedLayerNormalization in the ONNX domain (ORT registers it there too).
 _NORMS = {("", "LayerNormalization"): (1, 2), ("", "RMSNormalization"): (1,),
           ("", "SimplifiedLayerNormalization"): (1,), ("com.microsoft", "SimplifiedLayerNormalization"): (1,),
-          ("com.microsoft", "SkipLayerNormalization"): (2, 3), ("com.microsoft", "SkipSimplifiedLayerNormalization"): (2,)}
+          ("com.microsoft", "SkipLayerNormalization"): (2, 3),
+          ("com.microsoft", "SkipSimplifiedLayerNormalization"): (2,)}
 
 
 # What the report says of a Conv activation whose producers cannot take 1 / s.

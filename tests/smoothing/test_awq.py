@@ -104,3 +104,11 @@ def test_the_tied_lm_head_is_left_unscaled(rng, tmp_path):
     assert lm_head_input not in searched and "l0_act" in searched
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
     assert ops.count("GatherBlockQuantized") == 1 and report.quant_bytes < 0.2 * report.float_bytes
+
+
+def test_4_bit_weights_take_smoothing_as_awq_and_still_refuse_activation_settings():
+    assert onnxq.QuantConfig(weights=onnxq.QScheme("int4"), smooth="auto").weight_only
+    with pytest.raises(onnxq.errors.ConfigError, match="per-token activations and recipe auto quantize activations"):
+        onnxq.QuantConfig(weights=onnxq.QScheme("int4"), activation_granularity="per-token")
+    with pytest.raises(onnxq.errors.ConfigError, match="target cuda with smoothing"):
+        onnxq.QuantConfig(target="cuda", smooth="auto")
