@@ -114,5 +114,9 @@ def _gathered_tables(model: ir.Model) -> list[np.ndarray]:
 
 
 def _tied(node: ir.Node, tables: list[np.ndarray]) -> bool:
+    """Whether the node's weight is a gathered table transposed; only a weight of a table's size is read (a
+    decoder's other 150 weights are not copied for the comparison)."""
+    if all(t.size != ir.convenience.get_const_tensor(node.inputs[1]).size for t in tables):
+        return False
     weight = weight_by_input_channel(node)[:, :, 0]
     return any(t.shape == weight.T.shape and np.array_equal(t, weight.T) for t in tables)
