@@ -56,6 +56,10 @@ def quantize(
     """
     given = RunInputs(model, calibration, output, verify_data, calibration_cache, progress)
     with shared_weight_quantization(), run_files():  # every output written together at the end, or none
-        state = run_steps(RunState(given, config or QuantConfig()))
-        report = build_report(state)
+        state = RunState(given, config or QuantConfig())
+        try:
+            run_steps(state)
+            report = build_report(state)
+        finally:
+            state.spill.close(keep=state.work)
     return QuantResult(model=state.work, output=state.written[0] if state.written else None, report=report)

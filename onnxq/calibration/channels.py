@@ -11,11 +11,17 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.specs import Batch
+from onnxq.calibration.batching import samples_in, take
+from onnxq.calibration.specs import Batch, sample_axis
 from onnxq.calibration.runner import Exposed
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch"]
+__all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch", "VALUES_BUDGET"]
+
+# The computed values one run of values_per_batch returns, at most: a batch is run in pieces (SmoothQuant's
+# statistics of SmolLM2-135M are 392 kB a token: 400 MB for a batch of 8 windows of 128 tokens, which with ORT's
+# own buffers set the smoothing's peak).
+VALUES_BUDGET = 64 << 20
 
 
 class ChannelStats:
@@ -120,10 +126,37 @@ def collect_channel_stats(model: ir.Model, channel_axes: Mapping[str, int], batc
 
 
 def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
-    """For each batch, the named values: computed by one ORT session of the model, or the batch's own inputs."""
+    """For each batch — in pieces of at most VALUES_BUDGET bytes of computed values, measured on its first
+    sample — the named values: computed by one ORT session of the model, or the batch's own inputs."""
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
     exposed = Exposed(model, fetched, reduce_in_graph=False) if fetched else None
-    for batch in batches:
+
+    def values(batch: Batch) -> dict[str, np.ndarray]:
         computed = dict(zip(exposed.names, exposed.run(batch))) if exposed is not None else {}
-        yield computed | {n: batch[n] for n in names if n in graph_inputs}
+        return computed | {n: batch[n] for n in names if n in graph_inputs}
+
+    size = None  # samples a run takes
+    for batch in batches:
+        if exposed is None or not _any_batch_size(exposed, batch):
+            yield values(batch)
+            continue
+        start = 0
+        if size is None:
+            first = values(take(batch, slice(0, 1)))
+            size = max(1, VALUES_BUDGET // max(sum(first[n].nbytes for n in exposed.names), 1))
+            yield first
+            start = 1
+        for begin in range(start, samples_in(batch), size):
+            yield values(take(batch, slice(begin, begin + size)))
+
+
+def _any_batch_size(exposed: Exposed, batch: Batch) -> bool:
+    """Whether the session takes any number of samples: no input it reads has a fixed size over 1 on its samples
+    axis."""
+    for spec in exposed.session.get_inputs() if exposed.session is not None else ():
+        axis = sample_axis(batch, spec.name) if spec.name in batch else None
+        if axis is not None and len(spec.shape) > axis and isinstance(spec.shape[axis], int) \
+                and spec.shape[axis] > 1:
+            return False
+    return exposed.session is not None

@@ -33,6 +33,9 @@ class Step:
     page_out_before: bool = False
     # Hand the C heap's free pages back first: the sessions before it are gone.
     trim_heap_before: bool = False
+    # Move the float weights only this process holds to the run's temporary file first (io.spill), so that they
+    # are paged out with the input's: before the first quantization, which memoizes each weight's source tensor.
+    spill_before: bool = False
 
 
 STEPS: tuple[Step, ...] = (
@@ -40,12 +43,12 @@ STEPS: tuple[Step, ...] = (
     Step("smooth", smooth),
     Step("calibrate", calibrate),
     Step("magnitudes", magnitudes),
-    Step("rewrite", rewrite, page_out_before=True),
-    Step("verify", verify),
+    Step("rewrite", rewrite, page_out_before=True, spill_before=True),
+    Step("verify", verify, trim_heap_before=True),
     Step("recipe", recipe),
     Step("sensitivity", sensitivity, trim_heap_before=True),
     Step("fallback", fall_back),
-    Step("check_speed", check_speed, page_out_before=True),
+    Step("check_speed", check_speed, page_out_before=True, trim_heap_before=True),
     Step("save", save, page_out_before=True),
 )
 
@@ -54,8 +57,11 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
     """steps: STEPS as it is when called (a test may add one)."""
     peaks = {}
     for step in STEPS if steps is None else steps:
+        if step.spill_before:
+            state.spill.spill([state.reference, state.unconverted, state.work, state.quantized_from])
         if step.page_out_before and state.reference is not None:
             page_out(state.reference)
+            state.spill.page_out()
         if step.trim_heap_before:
             trim_heap()
         start = time.perf_counter()

@@ -15,6 +15,7 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip
+from onnxq.io import SpillFile
 from onnxq.report import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.search.probing import CandidateCheck
@@ -86,6 +87,8 @@ class RunState:
     float_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     gate_failures: list[str] = dataclasses.field(default_factory=list)
     written: list[Path] = dataclasses.field(default_factory=list)
+    # Float weights only this process held (smoothed, folded, given in memory), moved to a temporary file.
+    spill: SpillFile = dataclasses.field(default_factory=SpillFile)
 
     @property
     def as_given(self) -> ir.Model:

@@ -20,20 +20,23 @@ import onnx_ir as ir
 from onnxq.calibration.batching import Batches, samples_in, take
 from onnxq.calibration.specs import Batch
 from onnxq.config import VerifyConfig
-from onnxq.io import page_out
+from onnxq.io import model_size_bytes, page_out
 from onnxq.verify.task_measures import TASK_BARS, OutputTask
 from onnxq.verify.stability import float_stability
 from onnxq.verify.task_rules import choose_tasks, output_facts
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["Reference", "OutputStore"]
+__all__ = ["Reference", "OutputStore", "store_budget"]
 
 logger = logging.getLogger(__name__)
 
 # A verification batch's float outputs, at most (Reference._fitted): a larger batch is cut.
 OUTPUT_BUDGET = 64 << 20
-# Float outputs kept in memory up to this size; the rest go to a temporary folder.
+# Float outputs kept in memory up to this size; the rest go to a temporary folder. A model's own share is an
+# eighth of its float weights (at least MIN_MEMORY_BYTES): a language model's logits outweigh its weights
+# (SmolLM2-135M: 1.2 GB of logits for 653 MB of weights), and kept whole they were a third of the run's peak.
 MEMORY_BYTES = 1 << 30
+MIN_MEMORY_BYTES = 64 << 20
 
 
 class OutputStore:
@@ -92,20 +95,29 @@ class OutputStore:
         self._files.clear()
 
 
+def store_budget(model: ir.Model | None) -> int:
+    """Bytes of float outputs kept in memory for a model: an eighth of its float weights, within [MIN_MEMORY_BYTES,
+    MEMORY_BYTES]; MEMORY_BYTES when the model is not loaded here."""
+    if model is None:
+        return MEMORY_BYTES
+    return int(min(MEMORY_BYTES, max(MIN_MEMORY_BYTES, model_size_bytes(model) // 8)))
+
+
 class Reference:
     """The float model's outputs on the verification batches (CPU, no graph optimizations), computed once."""
 
     def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch],
-                 memory_bytes: int = MEMORY_BYTES, graph: ir.Model | None = None, synthetic: bool = False) -> None:
+                 memory_bytes: int | None = None, graph: ir.Model | None = None, synthetic: bool = False) -> None:
         """graph: the float model loaded, when float_model is a path (what its outputs are: verify.task_rules).
-        synthetic: the inputs are made up (no data given): no task metric is chosen on them."""
+        synthetic: the inputs are made up (no data given): no task metric is chosen on them.
+        memory_bytes: outputs kept in memory (the rest spill to disk); None: store_budget of the model."""
         self.float_model = float_model
         self.synthetic = synthetic
         self.graph = float_model if isinstance(float_model, ir.Model) else graph
         self.session = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
         self.batches = self._fitted(batches if isinstance(batches, Batches) else Batches.held(batches))
-        self.store = OutputStore(memory_bytes)
+        self.store = OutputStore(store_budget(self.graph) if memory_bytes is None else memory_bytes)
         self.limit: int | None = None  # a head: only the first `limit` batches
         self._samples: int | None = None
         self._stability: dict[tuple, dict[str, float]] = {}  # shared with heads (copy.copy): keyed by limit

@@ -7,7 +7,7 @@ import os
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.io import OrtModel
+from onnxq.io import OrtModel, page_out
 from onnxq.io.sessions import session_options
 
 __all__ = ["ModelSource", "make_session"]
@@ -16,9 +16,14 @@ ModelSource = str | os.PathLike | ir.Model
 
 
 def make_session(model: ModelSource, *, optimize: bool, provider: str = "CPUExecutionProvider",
-                 threads: int | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
-    """A session on one provider; with profile_prefix, ORT profiles every node it runs."""
-    options = session_options(optimize=optimize, threads=threads, profile_prefix=profile_prefix)
+                 threads: int | None = None, profile_prefix: str | None = None,
+                 timed: bool = False) -> ort.InferenceSession:
+    """A session on one provider; with profile_prefix, ORT profiles every node it runs; timed: its latency is
+    reported (io.sessions.session_options)."""
+    options = session_options(optimize=optimize, threads=threads, profile_prefix=profile_prefix, timed=timed)
     if isinstance(model, ir.Model):
-        return OrtModel(model).session(options, [provider])
+        session = OrtModel(model).session(options, [provider])
+        if optimize:  # ORT copied the weights: their memory-mapped pages need not stay resident beside its copy
+            page_out(model)
+        return session
     return ort.InferenceSession(str(model), options, providers=[provider])

@@ -69,3 +69,25 @@ def test_a_head_shares_the_outputs_and_counts_its_samples(rng):
     assert len(list(reference)) == 4 and len(runs) == 4  # the head's two are not computed again
     assert reference.head(13) is reference and reference.head(1000) is reference
     assert reference.head(1).samples == 4
+
+
+def test_the_memory_budget_is_an_eighth_of_the_model_within_bounds(rng, monkeypatch):
+    """A model's float outputs kept in memory: an eighth of its weights, at least MIN_MEMORY_BYTES, at most
+    MEMORY_BYTES — a language model's logits outweigh its weights. The rest go to disk, read back the same."""
+    reference_module = __import__("onnxq.verify.reference", fromlist=["store_budget"])
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 256])
+    y = tape.op("MatMul", [x, weight(tape, rng, "w", (256, 256))])  # 256 kB of weights
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    assert reference_module.store_budget(model) == reference_module.MIN_MEMORY_BYTES
+    assert reference_module.store_budget(None) == reference_module.MEMORY_BYTES
+    monkeypatch.setattr(reference_module, "MIN_MEMORY_BYTES", 0)
+    assert reference_module.store_budget(model) == 256 * 256 * 4 // 8
+    batches = [{"x": rng.normal(0, 1, (16, 256)).astype(np.float32)} for _ in range(4)]  # 16 kB of outputs each
+    reference = Reference(model, batches)
+    reference.prefetch()
+    assert len(reference.store) == 4 and reference.store.spilled == 2  # 32 kB kept in memory, the rest on disk
+    for batch, got in reference:
+        np.testing.assert_allclose(got[0], batch["x"] @ model.graph.initializers["w"].const_value.numpy(),
+                                   rtol=1e-5, atol=1e-4)  # ORT's sums against numpy's: float32 rounding

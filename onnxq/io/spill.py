@@ -1,0 +1,102 @@
+"""Float weights that exist only in this process's memory — computed by the run (SmoothQuant's scaled weights, a
+transpose folded at preparation) or given as an in-memory model — moved to a temporary data file and read back
+memory-mapped, like an input's own external data: between phases they are paged out (io.memory.page_out) instead
+of staying resident beside the sessions and the quantized weights. On SmolLM2-135M's default run (SmoothQuant)
+they were 618 MB of anonymous memory held from smoothing to the end, for a 653 MB model.
+
+The file lives for one run: `close` loads what the run's returned model still reads from it (the weights of nodes
+kept float) back into memory, then deletes it."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxq.io.memory import page_out
+
+__all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+# Below this many bytes of in-memory float weights a model's memory is the interpreter's and ORT's own: no file.
+SPILL_MIN_BYTES = 64 << 20
+# Smaller tensors (norms, biases, scales) stay in memory: each spilled tensor maps the file once.
+SPILL_TENSOR_MIN_BYTES = 1 << 20
+# Offsets aligned for any dtype numpy maps and for AVX-512 loads.
+_ALIGN = 64
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+_NAME = "spilled-weights.bin"
+
+
+class SpillFile:
+    """One run's temporary data file of spilled float weights (created on first use)."""
+
+    def __init__(self) -> None:
+        self._folder: Path | None = None
+        self._offset = 0
+        self._spilled: list[ir.ExternalTensor] = []
+
+    def spill(self, models: Iterable[ir.Model | None]) -> int:
+        """Move every in-memory float initializer of at least SPILL_TENSOR_MIN_BYTES of the models (bodies
+        included) to the file; a tensor the models share is written once and shared. Nothing when they hold
+        under SPILL_MIN_BYTES of such weights; what a full disk refuses stays in memory. Returns the bytes
+        spilled."""
+        holders = [(value, value.const_value) for model in models if model is not None for graph in model.graphs()
+                   for value in graph.initializers.values() if _spillable(value.const_value)]
+        fresh = {id(t): t for _, t in holders}  # the holders keep each alive: ids stay unique for this call
+        if sum(t.nbytes for t in fresh.values()) < SPILL_MIN_BYTES and not self._spilled:
+            return 0
+        twins = {}
+        for key, tensor in fresh.items():
+            try:
+                twins[key] = self._write(tensor)
+            except OSError as e:
+                logger.warning("float weights kept in memory: the temporary file refused them (%s)", e)
+                break
+        for value, tensor in holders:
+            value.const_value = twins.get(id(tensor), tensor)
+        return sum(t.nbytes for t in twins.values())
+
+    def page_out(self) -> None:
+        for tensor in self._spilled:
+            page_out(tensor)
+
+    def close(self, keep: ir.Model | None) -> None:
+        """Load the spilled tensors `keep` still reads into memory, then delete the file."""
+        if self._folder is None:
+            return
+        spilled = {id(t) for t in self._spilled}
+        if keep is not None:
+            for graph in keep.graphs():
+                for value in graph.initializers.values():
+                    if id(value.const_value) in spilled:
+                        value.const_value = ir.Tensor(np.array(value.const_value.numpy()),
+                                                      name=value.const_value.name)
+        self._spilled.clear()
+        shutil.rmtree(self._folder, ignore_errors=True)
+        self._folder = None
+
+    def _write(self, tensor: ir.TensorProtocol) -> ir.ExternalTensor:
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="onnxq-spill-"))
+        self._offset += -self._offset % _ALIGN
+        data = tensor.tobytes()
+        with open(self._folder / _NAME, "ab") as file:
+            file.truncate(self._offset)  # the alignment's padding
+            file.write(data)
+        twin = ir.ExternalTensor(_NAME, self._offset, len(data), tensor.dtype, shape=tensor.shape, name=tensor.name,
+                                 base_dir=self._folder)
+        self._offset += len(data)
+        self._spilled.append(twin)
+        return twin
+
+
+def _spillable(tensor: ir.TensorProtocol | None) -> bool:
+    return (tensor is not None and not isinstance(tensor, ir.ExternalTensor) and tensor.dtype in _FLOATS
+            and tensor.nbytes >= SPILL_TENSOR_MIN_BYTES)

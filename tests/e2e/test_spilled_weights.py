@@ -1,0 +1,104 @@
+"""Float weights only the process holds (SmoothQuant's scaled weights, a transpose folded at preparation, a model
+given in memory) go to a temporary file and come back memory-mapped (io.spill): the quantized model is the same
+bit for bit, the weights are shared and written once, and the file is gone when the run ends, the returned model
+holding its own copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from decoder_model import genai_decoder, token_windows
+
+import onnxq
+from onnxq.io import spill as spill_module
+from onnxq.io.spill import SpillFile
+
+ANY_SPEED = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False))
+
+
+def _spill_everything(monkeypatch) -> list[tuple[int, object]]:
+    """Every float initializer spilled, however small (the defaults spill from 64 MB); the run's spill files
+    recorded as (bytes spilled, folder)."""
+    monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
+    monkeypatch.setattr(spill_module, "SPILL_TENSOR_MIN_BYTES", 0)
+    seen = []
+    spill, close = SpillFile.spill, SpillFile.close
+
+    def recording_spill(self, models):
+        written = spill(self, models)
+        seen.append((written, self._folder))
+        return written
+
+    def recording_close(self, keep):
+        seen.append((0, self._folder))
+        close(self, keep)
+
+    monkeypatch.setattr(SpillFile, "spill", recording_spill)
+    monkeypatch.setattr(SpillFile, "close", recording_close)
+    return seen
+
+
+def _quantize(path, out):
+    return onnxq.quantize(path, token_windows(np.random.default_rng(1), 32, 16), output=out,
+                          verify_data=token_windows(np.random.default_rng(2), 8, 16), config=ANY_SPEED)
+
+
+def _initializers(path) -> dict[str, bytes]:
+    return {t.name: t.SerializeToString() for t in onnx.load(str(path)).graph.initializer}
+
+
+def test_spilled_weights_give_the_same_model_and_leave_no_file(tmp_path, monkeypatch):
+    """The genai decoder under its language-model defaults (SmoothQuant auto scales every projection's weight;
+    the tied table's transpose is folded): spilled or not, the same file and the same verification."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(vocab=1024), path)
+    kept = _quantize(path, tmp_path / "kept.onnx")
+    with monkeypatch.context() as patch:
+        seen = _spill_everything(patch)
+        spilled = _quantize(path, tmp_path / "spilled.onnx")
+    assert seen[0][0] > 100_000  # the smoothed projections and the folded table: 1024 x 64 float32 alone 262 kB
+    assert _initializers(tmp_path / "spilled.onnx") == _initializers(tmp_path / "kept.onnx")
+    assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
+    folder = seen[-1][1]
+    assert folder is not None and not folder.exists()
+    for value in spilled.model.graph.initializers.values():  # the returned model reads no deleted file
+        assert not isinstance(value.const_value, ir.ExternalTensor) or value.const_value.base_dir != str(folder)
+        value.const_value.numpy()
+
+
+def _two_models_sharing(rng) -> tuple[ir.Model, ir.Model, np.ndarray]:
+    """A 1 MiB float weight shared by two clones, a small bias, and an int64 table."""
+    weight = rng.standard_normal((512, 512)).astype(np.float32)
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 512]))
+    w = ir.Value(name="w", const_value=ir.Tensor(weight, name="w"))
+    b = ir.Value(name="b", const_value=ir.Tensor(np.ones(512, np.float32), name="b"))
+    ids = ir.Value(name="ids", const_value=ir.Tensor(np.arange(300_000, dtype=np.int64), name="ids"))
+    node = ir.node("Gemm", [x, w, b], num_outputs=1)
+    graph = ir.Graph([x], node.outputs, nodes=[node], initializers=[w, b, ids], opset_imports={"": 17})
+    model = ir.Model(graph, ir_version=9)
+    return model, model.clone(), weight
+
+
+def test_a_shared_weight_is_written_once_and_small_models_stay_in_memory(rng, monkeypatch):
+    model, twin, weight = _two_models_sharing(rng)
+    spill = SpillFile()
+    assert spill.spill([model, twin]) == 0  # 1 MiB in all: under SPILL_MIN_BYTES, nothing written
+    assert not isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
+    monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 1 << 20)
+    assert spill.spill([model, twin]) == weight.nbytes  # once for both, the bias (2 kB) and int64 ids left
+    spilled = model.graph.initializers["w"].const_value
+    assert isinstance(spilled, ir.ExternalTensor) and twin.graph.initializers["w"].const_value is spilled
+    assert not isinstance(model.graph.initializers["b"].const_value, ir.ExternalTensor)
+    assert not isinstance(model.graph.initializers["ids"].const_value, ir.ExternalTensor)
+    np.testing.assert_array_equal(spilled.numpy(), weight)
+    spill.page_out()
+    np.testing.assert_array_equal(spilled.numpy(), weight)  # paged out, read back from the file
+    folder = spilled.base_dir
+    spill.close(keep=twin)
+    kept = twin.graph.initializers["w"].const_value
+    assert not isinstance(kept, ir.ExternalTensor) and not Path(folder).exists()
+    np.testing.assert_array_equal(kept.numpy(), weight)
