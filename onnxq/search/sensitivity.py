@@ -37,7 +37,7 @@ from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.outcome import task_bar
-from onnxq.verify.reference import OUTPUT_BUDGET
+from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
 from onnxq.verify.task_rules import choose_tasks, measured, measured_kind, output_facts
@@ -247,7 +247,8 @@ class _SwitchRuns:
         self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
         local_outputs = [name for twin in twins if twin[2] for name in twin[2:]]
         self.batches = self._fitted(names + local_outputs)
-        self.references, self.task_references = [], []
+        # The all-off outputs, on disk beyond the float reference's budget (a decoder's logits: 25 MB a window).
+        self.references, self.task_references = OutputStore(store_budget(model), recomputable=False), []
         # A body's twins have no local error (their values are not graph outputs): None.
         self.local = [MetricsAccumulator() if twin[2] else None for twin in twins]
         measured = [accumulator for accumulator in self.local if accumulator is not None]

@@ -43,38 +43,43 @@ class OutputStore:
     """Outputs batch by batch, in order: in memory up to `memory_bytes`, then as .npy files in a temporary folder
     (read back memory-mapped). A write that fails (a full disk) stops the storing: later batches are recomputed."""
 
-    def __init__(self, memory_bytes: int) -> None:
+    def __init__(self, memory_bytes: int, recomputable: bool = True) -> None:
+        """recomputable False: outputs that cannot be recomputed (search.sensitivity's) — a write that fails keeps
+        them in memory instead."""
         self.memory_bytes = memory_bytes
-        self._memory: list[list[np.ndarray]] = []
-        self._files: list[list[Path]] = []
+        self.recomputable = recomputable
+        self._batches: list[tuple[bool, list]] = []  # (on disk, the arrays or their files), in order
         self._bytes = 0
         self._folder: tempfile.TemporaryDirectory | None = None
         self.stopped = False
 
     def __len__(self) -> int:
-        return len(self._memory) + len(self._files)
+        return len(self._batches)
 
     @property
     def spilled(self) -> int:
         """Batches kept on disk."""
-        return len(self._files)
+        return sum(on_disk for on_disk, _ in self._batches)
 
     def __getitem__(self, index: int) -> list[np.ndarray]:
-        if index < len(self._memory):
-            return self._memory[index]
-        return [np.load(path, mmap_mode="r") for path in self._files[index - len(self._memory)]]
+        on_disk, items = self._batches[index]
+        return [np.load(path, mmap_mode="r") for path in items] if on_disk else items
 
     def append(self, outputs: list[np.ndarray]) -> None:
         if self.stopped:
             return
         size = sum(o.nbytes for o in outputs)
-        if not self._files and self._bytes + size <= self.memory_bytes:
-            self._memory.append(outputs)
+        if not self.spilled and self._bytes + size <= self.memory_bytes:
+            self._batches.append((False, outputs))
             self._bytes += size
             return
         try:
-            self._files.append(self._write(outputs))
+            self._batches.append((True, self._write(outputs)))
         except OSError as e:
+            if not self.recomputable:
+                logger.warning("outputs kept in memory: the disk refused them (%s)", e)
+                self._batches.append((False, outputs))
+                return
             logger.warning("float reference outputs not kept on disk (%s): recomputed for each check", e)
             self.stopped = True
 
@@ -92,7 +97,7 @@ class OutputStore:
         if self._folder is not None:
             self._folder.cleanup()
             self._folder = None
-        self._files.clear()
+        self._batches = [entry for entry in self._batches if not entry[0]]
 
 
 def store_budget(model: ir.Model | None) -> int:

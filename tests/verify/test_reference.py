@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 from conftest import to_model, weight
 
-from onnxq.verify.reference import Reference
+from onnxq.verify.reference import OutputStore, Reference
 
 
 def _counting_reference(rng, batches, memory_bytes=1 << 30):
@@ -59,6 +59,21 @@ def test_a_failed_write_stops_storing_and_the_rest_is_recomputed(rng, tmp_path, 
     reference.prefetch()
     assert reference.store.stopped and len(runs) == 2  # stopped at the batch that could not be kept
     assert len([o for _, o in reference]) == 3 and len(runs) == 4  # batch 0 kept; 1 (again) and 2 computed
+
+
+def test_outputs_that_cannot_be_recomputed_stay_in_memory_when_the_disk_refuses_them(rng, tmp_path, monkeypatch):
+    """The sensitivity's all-off outputs (search.sensitivity): no session can recompute them later."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    store = OutputStore(300, recomputable=False)
+    batches = [[rng.normal(0, 1, (4, 16)).astype(np.float32)] for _ in range(4)]
+    store.append(batches[0])
+    store.append(batches[1])  # over the budget: on disk
+    monkeypatch.setattr(np, "save", lambda *_a, **_k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    store.append(batches[2])
+    store.append(batches[3])
+    assert not store.stopped and len(store) == 4 and store.spilled == 1
+    for i, expected in enumerate(batches):
+        np.testing.assert_array_equal(store[i][0], expected[0])
 
 
 def test_a_head_shares_the_outputs_and_counts_its_samples(rng):
