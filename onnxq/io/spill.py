@@ -9,6 +9,7 @@ kept float) back into memory, then deletes it."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import shutil
 import tempfile
@@ -85,6 +86,7 @@ class SpillFile:
     def _write(self, tensor: ir.TensorProtocol) -> ir.ExternalTensor:
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="onnxq-spill-"))
+            atexit.register(shutil.rmtree, self._folder, ignore_errors=True)  # a run_steps without close
         self._offset += -self._offset % _ALIGN
         data = tensor.tobytes()
         with open(self._folder / _NAME, "ab") as file:

@@ -48,12 +48,21 @@ def check_speed(state: RunState) -> bool:
     else:
         if state.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
             _speed_by_kind(state, providers)
-        state.speed = time_both(state.as_given, state.work, state.batches.first(), providers)
+        state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers)
         _note_slower(state, searched=True)
         timed = True
     if timed and state.plans and language_model_logits(state.reference) is not None:
         _time_decoding(state)
     return timed
+
+
+def _timed_batch(state: RunState):
+    """The verification's first batch as the float reference cut it (at most verify.reference.OUTPUT_BUDGET bytes
+    of outputs): a language model's 8 windows of 128 tokens hold 201 MB of logits, in each timed session's arena
+    and output — the run's peak (SmolLM2: 2.56 GB) — where 2 windows time the same prefill kernels."""
+    reference = state.float_outputs
+    first = None if reference is None else reference.batches.first()
+    return state.batches.first() if first is None else first
 
 
 def _time_decoding(state: RunState) -> None:
@@ -68,7 +77,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
         state.notes.append("speed: not timed by default, the float weights being over "
                            f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False
-    state.speed = time_both(state.as_given, state.work, state.batches.first(), providers, DEFAULT_ROUNDS,
+    state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
                             DEFAULT_BUDGET_S)
     slower = _slower_here(state)
     if slower is None:
@@ -77,7 +86,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
     state.notes.append(f"speed: the quantized model ran {slower.speedup:.2f}x float on this CPU, so the kinds of node "
                        "that run slower quantized were searched (verify.never_slower; --allow-slower only says so)")
     _speed_by_kind(state, providers)
-    state.speed = time_both(state.as_given, state.work, state.batches.first(), providers, DEFAULT_ROUNDS,
+    state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
                             DEFAULT_BUDGET_S)
     _note_slower(state, searched=True)
     return True
@@ -111,7 +120,7 @@ def _speed_by_kind(state: RunState, providers: list[str]) -> None:
     where = "this CPU" if deciding == _CPU else short(deciding)
     if state.builder.effective_config.compute_dtype == "float16":
         _choose_compute(state, deciding, where)
-    section, chosen = choose_kinds(state.builder, state.plans, state.work, state.batches.first(), deciding)
+    section, chosen = choose_kinds(state.builder, state.plans, state.work, _timed_batch(state), deciding)
     state.sections.append(section)
     if chosen is None:
         return
@@ -127,7 +136,7 @@ def _speed_by_kind(state: RunState, providers: list[str]) -> None:
 
 def _choose_compute(state: RunState, provider: str, where: str) -> None:
     """float32 arithmetic where float16 runs slower on the deployment provider, measured."""
-    timing, wide = choose_compute(state.builder, state.work, state.batches.first(), provider)
+    timing, wide = choose_compute(state.builder, state.work, _timed_batch(state), provider)
     state.sections.append(timing)
     if wide is None:
         return
