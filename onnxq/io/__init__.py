@@ -11,5 +11,5 @@ from onnxq.io.reads import regular_file
 from onnxq.io.spill import SpillFile
 
 __all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "OrtModel", "page_out",
-           "trim_heap", "SpillFile", "RunFiles", "run_files", "write_output", "regular_file", "RenamedNode", "LOAD_NOTES",
-           "MAX_IR_VERSION"]
+           "trim_heap", "SpillFile", "RunFiles", "run_files", "write_output", "regular_file", "RenamedNode",
+           "LOAD_NOTES", "MAX_IR_VERSION"]
