@@ -14,7 +14,7 @@ import numpy as np
 from onnxq.calibration.specs import Batch, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["samples_in", "take", "concatenate", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter",
+__all__ = ["samples_in", "take", "pieces", "concatenate", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter",
            "Holdout", "Batches"]
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ def take(batch: Batch, index: slice | np.ndarray) -> Batch:
     constant are kept whole."""
     axes = getattr(batch, "axes", {})
     return laid_out({k: _along(v, axes.get(k, 0), index) for k, v in batch.items()}, axes)
+
+
+def pieces(batch: Batch, size: int, start: int = 0) -> Iterator[Batch]:
+    """The batch's samples from `start` on, `size` at a time (a batch cut to bound one run's outputs)."""
+    for begin in range(start, samples_in(batch), size):
+        yield take(batch, slice(begin, begin + size))
 
 
 def _along(array: np.ndarray, axis: int | None, index: slice | np.ndarray) -> np.ndarray:

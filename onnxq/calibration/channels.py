@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import samples_in, take
+from onnxq.calibration.batching import pieces, take
 from onnxq.calibration.specs import Batch, sample_axis
 from onnxq.calibration.runner import Exposed
 from onnxq.errors import CalibrationDataError
@@ -147,8 +147,8 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
             size = max(1, VALUES_BUDGET // max(sum(first[n].nbytes for n in exposed.names), 1))
             yield first
             start = 1
-        for begin in range(start, samples_in(batch), size):
-            yield values(take(batch, slice(begin, begin + size)))
+        for piece in pieces(batch, size, start):
+            yield values(piece)
 
 
 def _any_batch_size(exposed: Exposed, batch: Batch) -> bool:

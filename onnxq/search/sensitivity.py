@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import samples_in, take
+from onnxq.calibration.batching import pieces, samples_in, take
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
@@ -271,7 +271,7 @@ class _SwitchRuns:
             return self.batches
         one = sum(np.asarray(v).nbytes for v in self.session.run(fetched, self._feed(take(first, slice(0, 1)), set())))
         size = max(1, OUTPUT_BUDGET // max(one, 1))
-        return [take(b, slice(i, i + size)) for b in self.batches for i in range(0, samples_in(b), size)]
+        return [piece for b in self.batches for piece in pieces(b, size)]
 
     def _feed(self, batch: Batch, on: set[int]) -> dict:
         return {**batch, **{s: np.array(i in on) for i, s in enumerate(self.switches)}}

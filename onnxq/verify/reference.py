@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import Batches, samples_in, take
+from onnxq.calibration.batching import Batches, pieces, samples_in, take
 from onnxq.calibration.specs import Batch
 from onnxq.config import VerifyConfig
 from onnxq.io import model_size_bytes, page_out
@@ -142,7 +142,7 @@ class Reference:
             return batches
         logger.info("verification batches of %d sample(s): the outputs of one take %d bytes", size,
                     sum(np.asarray(o).nbytes for o in one))
-        return Batches(lambda: (take(b, slice(i, i + size)) for b in batches for i in range(0, samples_in(b), size)))
+        return Batches(lambda: (piece for b in batches for piece in pieces(b, size)))
 
     def __iter__(self) -> Iterator[tuple[Batch, list[np.ndarray]]]:
         samples = 0
