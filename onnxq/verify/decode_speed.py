@@ -76,7 +76,7 @@ def decode_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batc
     if tokens.ndim != 2 or tokens.shape[1] < 4:
         return None
     steps = min(steps, tokens.shape[1] // 2)
-    sessions = [make_session(m, optimize=True, provider=provider, timed=True) for m in (float_model, quant_model)]
+    sessions = [make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
     pairs = cache_pairs([i.name for i in sessions[0].get_inputs()], [o.name for o in sessions[0].get_outputs()])
     if not pairs:
         return None

@@ -16,11 +16,9 @@ ModelSource = str | os.PathLike | ir.Model
 
 
 def make_session(model: ModelSource, *, optimize: bool, provider: str = "CPUExecutionProvider",
-                 threads: int | None = None, profile_prefix: str | None = None,
-                 timed: bool = False) -> ort.InferenceSession:
-    """A session on one provider; with profile_prefix, ORT profiles every node it runs; timed: its latency is
-    reported (io.sessions.session_options)."""
-    options = session_options(optimize=optimize, threads=threads, profile_prefix=profile_prefix, timed=timed)
+                 threads: int | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
+    """A session on one provider; with profile_prefix, ORT profiles every node it runs."""
+    options = session_options(optimize=optimize, threads=threads, profile_prefix=profile_prefix)
     if isinstance(model, ir.Model):
         session = OrtModel(model).session(options, [provider])
         if optimize:  # ORT copied the weights: their memory-mapped pages need not stay resident beside its copy

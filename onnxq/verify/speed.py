@@ -59,7 +59,7 @@ def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch
     checks = []
     for provider in providers:
         start_all = time.perf_counter()
-        sessions = [make_session(m, optimize=True, provider=provider, timed=True) for m in (float_model, quant_model)]
+        sessions = [make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
         for s in sessions:  # warm-up: first runs allocate and pack weights
             s.run(None, batch)
             s.run(None, batch)

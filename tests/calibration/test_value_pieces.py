@@ -7,7 +7,6 @@ import onnx_ir as ir
 from conftest import to_model, weight
 
 from onnxq.calibration import channels
-from onnxq.io.sessions import session_options
 
 
 def _model(rng, batch_dim="batch"):
@@ -41,10 +40,3 @@ def test_a_model_with_a_fixed_batch_size_runs_whole_batches(rng, monkeypatch):
     monkeypatch.setattr(channels, "VALUES_BUDGET", 1)
     batches = [{"x": rng.normal(0, 1, (4, 32)).astype(np.float32)}]
     assert [len(p["hidden"]) for p in _values(_model(rng, batch_dim=4), batches)] == [4]
-
-
-def test_only_timed_sessions_keep_the_memory_arena():
-    """An arena keeps a session's largest buffers for its life; onnxq holds several sessions at once."""
-    assert not session_options(optimize=False).enable_cpu_mem_arena
-    assert not session_options(optimize=True).enable_cpu_mem_arena
-    assert session_options(optimize=True, timed=True).enable_cpu_mem_arena
