@@ -60,7 +60,8 @@ def _timed_batch(state: RunState):
     """The verification's first batch as the float reference cut it (at most verify.reference.OUTPUT_BUDGET bytes
     of outputs): a language model's 8 windows of 128 tokens held 201 MB of logits in each timed session's arena
     and output, the run's peak (SmolLM2-135M, measured with ORT's arena off: 2.56 GB; 2.01 GB, elsewhere, with 2
-    windows). The same prefill kernels on fewer tokens: 1.91x float there against 2.14-2.26x on 8 windows (separate runs)."""
+    windows). The same prefill kernels on fewer tokens: 1.91x float there against 2.14-2.26x on 8 windows
+    (separate runs)."""
     reference = state.float_outputs
     first = None if reference is None else reference.batches.first()
     return state.batches.first() if first is None else first
