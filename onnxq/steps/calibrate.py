@@ -3,10 +3,17 @@ moments of its activations (weight-only GPTQ, activation-aware clipping). Its fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import onnx_ir as ir
+
+from onnxq.calibration.error_choice import ERROR_SAMPLES, error_ranges
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
+from onnxq.calibration.range_choice import saturated_ranges
 from onnxq.calibration.stream import check_reusable
 from onnxq.errors import ConfigError
-from onnxq.calibration.range_choice import saturated_ranges
+from onnxq.io.sessions import ORT_ERRORS
+from onnxq.irquery import constant_array
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
 from onnxq.search.build import unobserved_bodies_dynamic
 from onnxq.steps.state import RunState
@@ -29,8 +36,8 @@ def calibrate(state: RunState) -> bool:
             state.reference, state.work, state.plans, config, state.stream, given.cache, given.progress)
         state.calibration_samples = state.calibration.samples
         state.notes += [note] if note else []
-    if config.calibration.range_choice == "saturation":
-        _clip_saturated(state)
+    for choose in RANGE_CHOICES[config.calibration.range_choice]:
+        choose(state)
     if config.weight_rounding == "gptq":
         state.moments = _conv_moments(state)
     state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
@@ -45,6 +52,49 @@ def _clip_saturated(state: RunState) -> None:
         readers = sorted({"+".join(c.reader) for c in state.range_choices}, key=len)
         state.notes.append(f"ranges: {len(state.range_choices)} activation(s) clipped where what reads them "
                            f"saturates (exact: the reader's outputs do not change), e.g. read by {readers[0]}")
+
+
+def _choose_by_error(state: RunState) -> None:
+    """Conv inputs' windows narrowed where their Convs lose the least output (calibration.error_choice): the data
+    is read again, its first samples only."""
+    if state.stream is None or state.stream.source is None:
+        state.notes.append("ranges: --range-choice output-error skipped — it reads the calibration data, and a "
+                           "cache holds none (pass --calib too)")
+        return
+    try:
+        check_reusable(state.stream.source, "the output-error range choice")
+        chosen = error_ranges(state.work, _conv_readers(state), state.ranges, state.stream.batches(), state.config)
+    except ConfigError:
+        state.notes.append("ranges: --range-choice output-error skipped — the calibration data is a one-shot "
+                           "iterator (pass a list or a callable)")
+        return
+    except ORT_ERRORS as e:  # a model that takes only whole batches of a fixed size, cut short
+        state.notes.append(f"ranges: --range-choice output-error skipped — {str(e).splitlines()[0][:160]}")
+        return
+    state.ranges.update({c.name: c.after for c in chosen})
+    if chosen:
+        state.notes.append(f"ranges: {len(chosen)} Conv input(s) narrowed to the window whose quantization error "
+                           f"costs their Convs the least output ({ERROR_SAMPLES} calibration samples; "
+                           "calibration.error_choice)")
+
+
+def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
+    """Main-graph Convs planned with a calibrated activation and a constant weight, by the activation they read."""
+    readers: dict[str, list[ir.Node]] = {}
+    for plan in state.plans:
+        node = plan.node
+        if node.op_type == "Conv" and not plan.scope and plan.activations and plan.weights \
+                and node.inputs[0].name in state.ranges and constant_array(node.inputs[1]) is not None:
+            readers.setdefault(node.inputs[0].name, []).append(node)
+    return readers
+
+
+# What each range_choice does after the method's windows, in order (config.calibration.range_choice).
+RANGE_CHOICES: dict[str, tuple[Callable[[RunState], None], ...]] = {
+    "method": (),
+    "saturation": (_clip_saturated,),
+    "output-error": (_clip_saturated, _choose_by_error),
+}
 
 
 def _conv_moments(state: RunState) -> WeightMoments | None:
