@@ -5,8 +5,9 @@ samples — the tensor quantized on it, and the error (tensor − its quantized 
 kept. A narrower window clips outliers and gains a finer step; which wins is the layer's to say, not a percentile's.
 
 Measured before the fallback (README, "Calibration methods"): PP-OCRv4's recognizer strings 0.656 → 0.703, the
-direction classifier's SQNR 49.2 → 51.0 dB, the detector's IoU 0.9848 → 0.9854. Runs after the saturation clip
-(calibration.range_choice), whose window it narrows further or keeps."""
+direction classifier's SQNR 49.2 → 51.9 dB, the detector's IoU 0.9848 → 0.9860; with it, the fallback quantizes
+89 % of the detector's MACs instead of 66 %. Runs after the saturation clip (calibration.range_choice), whose window
+it narrows further or keeps."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ __all__ = ["ErrorChoice", "SHRINKS", "ERROR_SAMPLES", "error_ranges"]
 
 # The method's window times each factor (1.0 first: a tie keeps the method's window).
 SHRINKS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
-# Calibration samples the errors are measured on (each costs its Convs' compute once per factor): two are too few
-# for heavy tails, whose rare values a narrow window clips (tests/calibration/test_error_choice.py).
+# Calibration samples the errors are measured on (each costs its Convs' compute once per factor): a handful would
+# miss the rare values that a narrow window clips, and choose it where held-out data pays for the clipping.
 ERROR_SAMPLES = 16
 
 

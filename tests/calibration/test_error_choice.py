@@ -17,7 +17,7 @@ C = 16
 
 
 def _model(rng) -> ir.Model:
-    """x → 1×1 Conv → Relu → 3×3 Conv → y: the Relu's output (heavy-tailed) is the second Conv's input."""
+    """x → 1×1 Conv → Relu → 3×3 Conv → y: x and the Relu's output are the Convs' inputs."""
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["b", C, 32, 32])
     first = tape.op("Conv", [x, weight(tape, rng, "w1", (C, C, 1, 1))], name="first")
