@@ -14,8 +14,8 @@ import numpy as np
 from onnxq.calibration.specs import Batch, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["samples_in", "take", "pieces", "concatenate", "fixed_batch_size", "exact_batches", "first_samples", "SampleCounter",
-           "Holdout", "Batches"]
+__all__ = ["samples_in", "take", "pieces", "concatenate", "fixed_batch_size", "exact_batches", "first_samples",
+           "SampleCounter", "Holdout", "Batches"]
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,12 @@ it narrows further or keeps."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import samples_in, take
 from onnxq.calibration.channels import values_per_batch
 from onnxq.config import QuantConfig
 from onnxq.io.sessions import session_options
@@ -44,15 +43,16 @@ class ErrorChoice:
 
 def error_ranges(model: ir.Model, readers: Mapping[str, list[ir.Node]], ranges: Mapping[str, tuple[float, float]],
                  batches: Iterable, config: QuantConfig) -> list[ErrorChoice]:
-    """readers: the Convs (each with a constant weight) reading each activation, by its name. The activations whose
-    least-error window is narrower than their range, measured on the first ERROR_SAMPLES calibration samples."""
+    """readers: the Convs (each with a constant weight) reading each activation, by its name; batches: the samples
+    to measure on (the first ERROR_SAMPLES of the calibration data). The activations whose least-error window is
+    narrower than their range."""
     if not readers:
         return []
     convs = {id(n): _ConvRun(n) for nodes in readers.values() for n in nodes}
     # Per tensor and reader: Σ output error energy per factor, and Σ output energy, over every piece.
     errors = {name: np.zeros((len(nodes), len(SHRINKS))) for name, nodes in readers.items()}
     signals = {name: np.zeros((len(nodes), 1)) for name, nodes in readers.items()}
-    for values in values_per_batch(model, list(readers), _first_samples(batches, ERROR_SAMPLES)):
+    for values in values_per_batch(model, list(readers), batches):
         for name, nodes in readers.items():
             found, signal = _energies(values[name], ranges[name], [convs[id(n)] for n in nodes], config)
             errors[name] += found
@@ -65,16 +65,6 @@ def error_ranges(model: ir.Model, readers: Mapping[str, list[ir.Node]], ranges: 
             lo, hi = ranges[name]
             choices.append(ErrorChoice(name, (lo, hi), (lo * best, hi * best), tuple(map(float, relative))))
     return choices
-
-
-def _first_samples(batches: Iterable, count: int) -> Iterator:
-    """The batches' first `count` samples (the last batch cut)."""
-    for batch in batches:
-        if count <= 0:
-            return
-        size = samples_in(batch)
-        yield batch if size <= count else take(batch, slice(0, count))
-        count -= size
 
 
 def _energies(x: np.ndarray, window: tuple[float, float], convs: list[_ConvRun],

@@ -3,16 +3,17 @@ moments of its activations (weight-only GPTQ, activation-aware clipping). Its fi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
 
+from onnxq.calibration.batching import first_samples, fixed_batch_size
 from onnxq.calibration.error_choice import ERROR_SAMPLES, error_ranges
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.range_choice import saturated_ranges
 from onnxq.calibration.stream import check_reusable
 from onnxq.errors import ConfigError
-from onnxq.io.sessions import ORT_ERRORS
+from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import constant_array
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
 from onnxq.search.build import unobserved_bodies_dynamic
@@ -63,14 +64,12 @@ def _choose_by_error(state: RunState) -> None:
         return
     try:
         check_reusable(state.stream.source, "the output-error range choice")
-        chosen = error_ranges(state.work, _conv_readers(state), state.ranges, state.stream.batches(), state.config)
     except ConfigError:
         state.notes.append("ranges: --range-choice output-error skipped — the calibration data is a one-shot "
                            "iterator (pass a list or a callable)")
         return
-    except ORT_ERRORS as e:  # a model that takes only whole batches of a fixed size, cut short
-        state.notes.append(f"ranges: --range-choice output-error skipped — {str(e).splitlines()[0][:160]}")
-        return
+    samples = first_samples(state.stream.batches(), ERROR_SAMPLES, fixed_batch_size(state.specs))
+    chosen = error_ranges(state.work, _conv_readers(state), state.ranges, samples, state.config)
     state.ranges.update({c.name: c.after for c in chosen})
     if chosen:
         state.notes.append(f"ranges: {len(chosen)} Conv input(s) narrowed to the window whose quantization error "
@@ -78,13 +77,17 @@ def _choose_by_error(state: RunState) -> None:
                            "calibration.error_choice)")
 
 
+def _static_convs(state: RunState) -> Iterator[NodePlan]:
+    """The plans of main-graph Convs with a quantized activation and quantized weights."""
+    return (p for p in state.plans if p.node.op_type == "Conv" and not p.scope and p.activations and p.weights)
+
+
 def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
-    """Main-graph Convs planned with a calibrated activation and a constant weight, by the activation they read."""
+    """Main-graph static Convs with a calibrated activation and a constant weight, by the activation they read."""
     readers: dict[str, list[ir.Node]] = {}
-    for plan in state.plans:
+    for plan in _static_convs(state):
         node = plan.node
-        if node.op_type == "Conv" and not plan.scope and plan.activations and plan.weights \
-                and node.inputs[0].name in state.ranges and constant_array(node.inputs[1]) is not None:
+        if node.inputs[0].name in state.ranges and constant_array(node.inputs[1]) is not None:
             readers.setdefault(node.inputs[0].name, []).append(node)
     return readers
 
@@ -102,9 +105,8 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     pass over the calibration data, whose first chunk runs now. None where no Conv is planned, and, with a note,
     where the data can be read only once (the ranges took it)."""
     readers: dict[WeightKey, dict[str, None]] = {}
-    for plan in state.plans:
-        if plan.node.op_type == "Conv" and not plan.scope and plan.activations and plan.weights:
-            readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    for plan in _static_convs(state):
+        readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
     if not readers or state.stream is None or not state.config.per_channel:
         return None
     try:
