@@ -6,7 +6,9 @@ slower than float and less accurate.
 Measured on onnxruntime 1.31.1 (tests/handlers/test_float_only.py keeps checking it): DequantizeLinear →
 ConvTranspose → QuantizeLinear stays three nodes at ORT_ENABLE_ALL, per-tensor and per-channel weights alike, and
 com.microsoft QLinearConvTranspose is not a registered op in the CPU build (its kernel is XNNPACK's). ORT's only
-integer recurrent kernel is DynamicQuantizeLSTM (handlers/lstm.py); GRU and RNN have none.
+integer recurrent kernel is DynamicQuantizeLSTM (handlers/lstm.py); GRU and RNN have none. A ConvTranspose whose
+kernel equals its stride never gets here: the preparation makes it a 1×1 Conv + DepthToSpace
+(passes/conv_transpose_as_conv.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
 None), in order: an old opset converted, Identity / Cast / layout ops of weights folded, loop-invariant weights
-carried through a Loop read as constants, BatchNormalization folded into Conv, MatMul + Add of a bias made a Gemm
-(2-D activations). The model as given is never changed; it stays the verification's reference."""
+carried through a Loop read as constants, a kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace,
+BatchNormalization folded into Conv, MatMul + Add of a bias made a Gemm (2-D activations). The model as given is
+never changed; it stays the verification's reference."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.io import LOAD_NOTES
+from onnxq.passes.conv_transpose_as_conv import conv_transposes_as_convs
 from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.fold_matmul_add import folded_matmul_adds
 from onnxq.passes.fold_constant_weights import folded_constant_weights
@@ -17,7 +19,8 @@ from onnxq.passes.upgrade import upgraded
 
 __all__ = ["PREPARATIONS", "prepared"]
 
-PREPARATIONS = (upgraded, folded_constant_weights, captured_loop_invariants, folded_batchnorms, folded_matmul_adds)
+PREPARATIONS = (upgraded, folded_constant_weights, captured_loop_invariants, conv_transposes_as_convs, folded_batchnorms,
+                folded_matmul_adds)
 
 
 def prepared(model: ir.Model) -> tuple[ir.Model, list[str]]:

@@ -21,9 +21,12 @@ def _model(nodes, inits, x_shape) -> onnx.ModelProto:
 
 def _conv_then_transpose(rng) -> onnx.ModelProto:
     return _model([helper.make_node("Conv", ["x", "w1"], ["h"], name="conv", pads=[1, 1, 1, 1]),
-                   helper.make_node("ConvTranspose", ["h", "w2"], ["y"], name="up", strides=[2, 2])],
+                   # Overlapping 3×3 blocks at stride 2: not the kernel = stride kind made a Conv
+                   # (passes/conv_transpose_as_conv.py).
+                   helper.make_node("ConvTranspose", ["h", "w2"], ["y"], name="up", strides=[2, 2],
+                                    pads=[1, 1, 1, 1], output_padding=[1, 1])],
                   {"w1": rng.normal(0, 0.2, (8, 3, 3, 3)).astype(np.float32),
-                   "w2": rng.normal(0, 0.2, (8, 4, 2, 2)).astype(np.float32)}, ["n", 3, 16, 16])
+                   "w2": rng.normal(0, 0.2, (8, 4, 3, 3)).astype(np.float32)}, ["n", 3, 16, 16])
 
 
 def test_conv_transpose_is_left_float_with_the_reason(rng, tmp_path):
