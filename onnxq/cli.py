@@ -119,10 +119,11 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
                    help="how activation ranges are chosen from the calibration data (default percentile)")
     p.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
     p.add_argument("--range-choice", choices=["saturation", "method", "output-error"],
-                   help="saturation (default): narrow a range where the per-element ops reading the tensor (an "
-                        "affine and a hardswish, a ReLU6) map every value beyond to one output — exact; method: the "
-                        "method's range as it is; output-error: saturation, then each Conv input's window narrowed "
-                        "where the Convs reading it lose the least output (measured on 16 calibration samples)")
+                   help="output-error (default): saturation, then each Conv input's window narrowed where the "
+                        "Convs reading it lose the least output (measured on 16 calibration samples); saturation: "
+                        "only narrow a range where the per-element ops reading the tensor (an affine and a "
+                        "hardswish, a ReLU6) map every value beyond to one output — exact; method: the method's "
+                        "range as it is")
     p.add_argument("--calib-cache", type=path_arg, metavar="JSON",
                    help="calibration summary: read if it exists (no calibration pass), else written after "
                         "calibrating; see python -m onnxq calibrate / merge")

@@ -83,9 +83,9 @@ def test_a_one_shot_iterator_skips_it_with_a_note(rng, tmp_path):
     assert any("output-error skipped" in n and "one-shot" in n for n in result.report.notes)
 
 
-def test_the_command_line_asks_for_it():
+def test_it_is_the_default_and_the_command_line_chooses_another():
     from onnxq.cli import build_parser
     from onnxq.cli_args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
-    assert parse().calibration.range_choice == "saturation"
-    assert parse("--range-choice", "output-error").calibration.range_choice == "output-error"
+    assert parse().calibration.range_choice == "output-error"
+    assert parse("--range-choice", "saturation").calibration.range_choice == "saturation"

@@ -90,9 +90,9 @@ def test_a_tensor_also_read_as_it_is_keeps_its_window(rng, tmp_path, residual):
     assert not any("saturates" in n for n in result.report.notes)
 
 
-def test_the_command_line_turns_it_off():
+def test_the_command_line_chooses_the_method_window():
     from onnxq.cli import build_parser
     from onnxq.cli_args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
-    assert parse().calibration.range_choice == "saturation"
+    assert parse().calibration.range_choice == "output-error"
     assert parse("--range-choice", "method").calibration.range_choice == "method"
