@@ -92,7 +92,7 @@ class CalibrationConfig:
     # PP-OCRv4's detector and PP-OCR's direction classifier (README, Calibration methods). output-error: the
     # saturation clip, then each Conv input's window narrowed (the method's times 1 … 0.3) to the one whose error
     # costs its Convs the least output energy on 16 calibration samples (calibration.error_choice): the default since
-    # the whole zoo ran with it (README, Calibration methods: the detector 66 % → 89 % quantized, no model lost).
+    # the whole zoo ran with it (README, Calibration methods: the detector 66 % → 89 % quantized, every task bar met).
     range_choice: Literal["saturation", "method", "output-error"] = "output-error"
     percentile: float = 99.999
     # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
