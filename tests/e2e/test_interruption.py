@@ -59,8 +59,10 @@ def test_ctrl_c_during_calibration_exits_130_with_one_line_and_no_file(samples_d
     child = _start("calibrate", _calibration_run(samples_dir, tmp_path))
     _wait_for_mark(child)
     child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)
-    assert child.returncode == 130
+    out, err = child.communicate(timeout=60)
+    # A rare CI run exited 0 here (once in the twenty-second session; 13 runs alone and under load passed): the
+    # child's own words say where the interrupt went.
+    assert child.returncode == 130, (out[-2000:], err[-2000:])
     assert err.strip().splitlines() == ["onnxq: interrupted; nothing was written"]
     assert list(tmp_path.iterdir()) == []
 
