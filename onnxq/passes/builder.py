@@ -22,7 +22,7 @@ from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize
 Hessians = Callable[[str], "np.ndarray | None"]
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node",
-           "replace_node_with", "quantize_weight_array"]
+           "replace_node_with", "rewrite_each", "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
 _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
@@ -172,6 +172,22 @@ def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme, 
                                  None if pair_limit_axis is None else PAIR_LIMIT)
         quantized = from_gemm_view(codes, array.shape)
     return quantized, qparams
+
+
+def rewrite_each(model: ir.Model, find, rewrite) -> tuple[ir.Model, int]:
+    """(a clone with rewrite(builder, node, found) applied to every main-graph node where find(node) is truthy, how
+    many), or (the model itself, 0) where there is none: a preparation never edits the model it is given."""
+    if not any(find(node) for node in model.graph):
+        return model, 0
+    clone = model.clone()
+    builder = GraphBuilder(clone.graph)
+    count = 0
+    for node in list(clone.graph):
+        found = find(node)
+        if found:
+            rewrite(builder, node, found)
+            count += 1
+    return clone, count
 
 
 def replace_node(graph: ir.Graph, node: ir.Node, *results: ir.Value | None) -> None:

@@ -18,23 +18,16 @@ import onnx_ir as ir
 
 from onnxq.handlers.plan import constant_float
 from onnxq.irquery import attribute
-from onnxq.passes.builder import GraphBuilder, replace_node
+from onnxq.passes.builder import GraphBuilder, replace_node, rewrite_each
 
 __all__ = ["conv_transposes_as_convs"]
 
 
 def conv_transposes_as_convs(model: ir.Model) -> tuple[ir.Model, str | None]:
     """(a clone with every kernel = stride ConvTranspose made Conv → DepthToSpace, a note), or (the model, None)."""
-    if not any(_block_size(node) for node in model.graph):
+    rewritten, count = rewrite_each(model, _block_size, _rewrite)
+    if not count:
         return model, None
-    rewritten = model.clone()
-    builder = GraphBuilder(rewritten.graph)
-    count = 0
-    for node in list(rewritten.graph):
-        block = _block_size(node)
-        if block:
-            _rewrite(builder, node, block)
-            count += 1
     return rewritten, (f"{count} ConvTranspose node(s) with kernel = stride made a 1x1 Conv + DepthToSpace (the same "
                        "products; ORT has an integer Conv and no integer ConvTranspose)")
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.irquery import attribute
-from onnxq.passes.builder import GraphBuilder, replace_node
+from onnxq.passes.builder import GraphBuilder, replace_node, rewrite_each
 
 __all__ = ["folded_batchnorms"]
 
@@ -18,16 +18,9 @@ __all__ = ["folded_batchnorms"]
 def folded_batchnorms(model: ir.Model) -> tuple[ir.Model, str | None]:
     """(a clone with every foldable Conv → BatchNormalization made one Conv, a note for the report), or (the model
     itself, None) when there is none."""
-    if not any(_foldable(node) is not None for node in model.graph):
+    folded, count = rewrite_each(model, _foldable, lambda builder, bn, conv: _fold(builder, conv, bn))
+    if not count:
         return model, None
-    folded = model.clone()
-    builder = GraphBuilder(folded.graph)
-    count = 0
-    for node in list(folded.graph):
-        conv = _foldable(node)
-        if conv is not None:
-            _fold(builder, conv, node)
-            count += 1
     return folded, (f"{count} BatchNormalization node(s) folded into the Conv before them (quantized as one Conv); "
                     "verified against the model as given")
 
