@@ -21,6 +21,8 @@ from onnxq.passes.smooth_weights import reads_channels_last, weight_by_input_cha
 
 __all__ = ["Candidate", "smoothable_groups", "choose_smoothing", "SmoothChoice", "static_error"]
 
+_SLICE_BYTES = 16 << 20  # a weight's output channels at a time in the error of a choice (_weight_error)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Candidate:
@@ -74,7 +76,7 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
     for candidate in candidates:
         stat = stats[candidate.activation.name]
         weights = [weight_by_input_channel(p.node) for p in candidate.plans]
-        weight_absmax = np.max([np.abs(w).max(axis=(1, 2)) for w in weights], axis=0)
+        weight_absmax = np.max([_input_channel_absmax(w) for w in weights], axis=0)
         grid = ALPHA_GRID if candidate.channel_axis == -1 else CONV_ALPHA_GRID
         tried = (alpha,) if alpha is not None else (None, *grid)
         errors, products = {}, _FloatProducts(stat.rows, weights)
@@ -132,9 +134,34 @@ def _output_error(products: _FloatProducts, scales: np.ndarray | None, per_token
         x_q = dequantize(quantize(x, qparams), qparams)
     total = 0.0
     for w, reference, energy in zip(products.weights, products.references, products.energies):
-        w_s = w if scales is None else w * scales[:, None, None]
+        total += float(_weight_error(x_q, w, reference, scales) / energy)
+    return total
+
+
+def _weight_error(x_q: np.ndarray, w: np.ndarray, reference: np.ndarray, scales: np.ndarray | None) -> float:
+    """|x_q·Q(s·W) − X·W|² with W [K, N, taps] quantized per output channel: a slice of output channels at a time
+    (each has its own scale, and the error is a sum over them), so that a vocabulary-sized lm_head (113 MB for
+    SmolLM2) is not copied whole four times over."""
+    k, n, taps = w.shape
+    step = _slice(w)
+    error = 0.0
+    for start in range(0, n, step):
+        part = w[:, start:start + step]
+        w_s = part if scales is None else part * scales[:, None, None]
         w_absmax = np.abs(w_s).max(axis=(0, 2))
         qparams = choose_qparams(-w_absmax, w_absmax, np.dtype(np.int8), True, axis=1)
-        w_q = dequantize(quantize(w_s, qparams), qparams).reshape(w.shape[0], -1)
-        total += float(np.sum((x_q @ w_q - reference) ** 2) / energy)
-    return total
+        w_q = dequantize(quantize(w_s, qparams), qparams).reshape(k, -1)
+        error += float(np.sum((x_q @ w_q - reference[:, start * taps:(start + part.shape[1]) * taps]) ** 2))
+    return error
+
+
+def _input_channel_absmax(w: np.ndarray) -> np.ndarray:
+    """max |W| per input channel of W [K, N, taps], a slice of output channels at a time (as _weight_error)."""
+    step = _slice(w)
+    return np.max([np.abs(w[:, start:start + step]).max(axis=(1, 2)) for start in range(0, w.shape[1], step)],
+                  axis=0)
+
+
+def _slice(w: np.ndarray) -> int:
+    """Output channels of W [K, N, taps] in _SLICE_BYTES of float32."""
+    return max(1, _SLICE_BYTES // max(w.shape[0] * w.shape[2] * 4, 1))

@@ -53,10 +53,10 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
 
 
 def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
-                 cached: CalibrationSummary | None) -> tuple[SmoothedActivation, ...]:
+                 cached: CalibrationSummary | None, stored=None) -> tuple[SmoothedActivation, ...]:
     """SmoothQuant on the float graph `work` (in place) — AWQ's activation-aware scales for weight-only blocks —
     from the per-channel statistics of a calibration cache (of the float model) or, without one, of the
-    calibration data."""
+    calibration data. stored: where each scaled weight goes once made (passes.smooth.SmoothPass)."""
     candidates = awq_groups(plans, work) if config.weight_only else smoothable_groups(plans)
     if cached is not None:
         missing = [c.activation.name for c in candidates if c.activation.name not in cached.channels]
@@ -73,6 +73,6 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
         groups, choices = choose_awq(candidates, stats, _alpha(config), form)
     else:
         groups, choices = choose_smoothing(candidates, stats, _alpha(config))
-    absorbed = SmoothPass(groups, insert_mul=not config.weight_only)(work).absorbed
+    absorbed = SmoothPass(groups, insert_mul=not config.weight_only, stored=stored)(work).absorbed
     return tuple(SmoothedActivation(c.activation, None if absorbed.get(c.activation) == NOT_ABSORBED else c.alpha,
                                     absorbed.get(c.activation), c.errors) for c in choices)

@@ -64,6 +64,18 @@ class SpillFile:
             value.const_value = twins.get(id(tensor), tensor)
         return sum(t.nbytes for t in twins.values())
 
+    def stored(self, tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+        """One float weight a pass has just computed, moved to the file at once when it is spillable (else, or
+        when the disk refuses it, the tensor as it is): a pass that makes many (SmoothQuant's scaled weights, a
+        second copy of the model) then holds one at a time, not all until the next spill."""
+        if not _spillable(tensor):
+            return tensor
+        try:
+            return self._write(tensor)
+        except OSError as e:
+            logger.warning("a float weight kept in memory: the temporary file refused it (%s)", e)
+            return tensor
+
     def page_out(self) -> None:
         for tensor in self._spilled:
             page_out(tensor)

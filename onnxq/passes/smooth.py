@@ -14,7 +14,7 @@ consumer path: other readers must not see X / s.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -69,12 +69,15 @@ class SmoothPass(KeepsOutputNames):
     """Applies the groups. requires (besides KeepsOutputNames'): every group's activation and nodes in the main
     graph. ensures: KeepsOutputNames'. The result says what absorbed each activation's 1 / s (for the report)."""
 
-    def __init__(self, groups: Sequence[SmoothGroup], insert_mul: bool = True) -> None:
+    def __init__(self, groups: Sequence[SmoothGroup], insert_mul: bool = True,
+                 stored: Callable[[ir.TensorProtocol], ir.TensorProtocol] | None = None) -> None:
         """insert_mul False: a group no producer absorbs is left as it was (weight-only scaling, whose model would
-        pay the Mul on every token for no integer kernel)."""
+        pay the Mul on every token for no integer kernel). stored: where each scaled weight goes once made (the
+        run's spill file: io.SpillFile.stored); None keeps them in memory."""
         super().__init__()
         self.groups = groups
         self.insert_mul = insert_mul
+        self.stored = stored
 
     def requires(self, model: ir.Model) -> None:
         super().requires(model)
@@ -98,18 +101,21 @@ class SmoothPass(KeepsOutputNames):
                 _insert_mul(builder, group, inv_s)
                 taker = "inserted Mul"
             for node in group.nodes:
-                _scale_weight(builder, node, s)
+                scaled = _scale_weight(builder, node, s)
+                if self.stored is not None:
+                    scaled.const_value = self.stored(scaled.const_value)
             absorbed[group.activation.name or ""] = taker
         RemoveUnusedNodesPass()(model)
         model.graph.sort()
         return SmoothResult(model, modified=bool(self.groups), absorbed=absorbed)
 
 
-def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> None:
+def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> ir.Value:
     value = node.inputs[1]
-    weight = ir.convenience.get_const_tensor(value).numpy().astype(np.float32)
-    scaled = scale_input_channels(node, weight, s)
-    node.replace_input_with(1, builder.initializer(f"{value.name or 'weight'}_smoothed", scaled))
+    weight = ir.convenience.get_const_tensor(value).numpy().astype(np.float32, copy=False)  # read, not written
+    scaled = builder.initializer(f"{value.name or 'weight'}_smoothed", scale_input_channels(node, weight, s))
+    node.replace_input_with(1, scaled)
+    return scaled
 
 
 def _only_feeds(value: ir.Value, readers: set[ir.Node]) -> bool:

@@ -22,7 +22,8 @@ def weight_by_input_channel(node: ir.Node) -> np.ndarray:
     """The node's constant weight as float32 [K, N, taps]: K input channels, N output channels (quantized each on
     its own scale), taps per output channel (1 for MatMul / Gemm). A grouped Conv's weight is spread over all K
     input channels, zero outside each output channel's group."""
-    weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32)
+    # No copy of a float32 weight (it may be memory-mapped): every caller reads it and writes new arrays.
+    weight = ir.convenience.get_const_tensor(node.inputs[1]).numpy().astype(np.float32, copy=False)
     if reads_channels_last(node):
         rows = weight.T if node.op_type == "Gemm" and attribute(node, "transB") else weight
         return rows[:, :, None]

@@ -8,7 +8,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.io import OrtModel, page_out
-from onnxq.io.sessions import session_options
+from onnxq.io.sessions import ExactSession, session_options
 
 __all__ = ["ModelSource", "make_session"]
 
@@ -24,4 +24,4 @@ def make_session(model: ModelSource, *, optimize: bool, provider: str = "CPUExec
         if optimize:  # ORT copied the weights: their memory-mapped pages need not stay resident beside its copy
             page_out(model)
         return session
-    return ort.InferenceSession(str(model), options, providers=[provider])
+    return (ort.InferenceSession if optimize else ExactSession)(str(model), options, providers=[provider])

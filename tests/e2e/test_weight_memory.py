@@ -66,10 +66,12 @@ def test_unoptimized_sessions_compute_on_the_memory_map_without_a_copy(mapped):
     assert after["RssAnon"] - before["RssAnon"] < 0.15 * weights  # measured ~1 MiB
     assert after["RssFile"] - before["RssFile"] > 0.9 * weights  # the map, read once for both
     assert after["RssFile"] - before["RssFile"] < 1.1 * weights
-    # With optimizations ORT owns its copy (optimizers may read the data): here the copy is counted.
+    # With optimizations ORT owns its copy (optimizers may read the data): here the copy is counted — once. ORT
+    # reads it from a data file written for the session, so the packed layout replaces it (handed over with
+    # add_external_initializers, both stayed: measured 1.6x the weights, against 1.0x now).
     copied = _session(shared, optimize=True)
-    copied.run(None, {"x": x})
-    assert _rss()["RssAnon"] - after["RssAnon"] > 0.9 * weights
+    np.testing.assert_allclose(copied.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+    assert 0.9 * weights < _rss()["RssAnon"] - after["RssAnon"] < 1.25 * weights
     del copied
 
 
@@ -134,3 +136,29 @@ def test_a_weight_is_quantized_once_per_run_for_every_graph_made_from_it(rng):
     outside = quantized(model.clone())
     assert outside is not first
     np.testing.assert_array_equal(outside, first)
+
+
+def test_exact_sessions_give_their_run_memory_back():
+    """A session without optimizations (the reference, the exact quantization, the sensitivity) returns its
+    arena's buffers when a run ends: a language model's logits are fetched batch after batch (measured: 72 MB kept
+    after SmolLM2 runs that kept 221 MB with ORT's default)."""
+    from onnxq.verify import make_session
+
+    width = 4096
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["n", width])
+    w = tape.initializer(ir.tensor(np.eye(width, dtype=np.float32)[:, :1024], name="w"))
+    y = tape.op("Relu", [tape.op("MatMul", [tape.op("Tile", [x, tape.initializer(
+        ir.tensor(np.array([1, 1], np.int64), name="reps"))]), w])])
+    model = ir.Model(ir.Graph([x], [y], nodes=tape.nodes, initializers=tape.initializers,
+                              opset_imports={"": 17}), ir_version=8)
+    session = make_session(model, optimize=False)
+    feed = {"x": np.ones((4096, width), np.float32)}  # 64 MiB in; a 64 MiB Tile and a 16 MiB MatMul inside
+    session.run(None, feed)  # the first run sizes ORT's own structures
+    before = _rss()["RssAnon"]
+    for _ in range(3):
+        out = session.run(None, feed)[0]
+        assert out.shape == (4096, 1024)
+        del out
+    # With ORT's default arena the next runs add another 84 MiB of buffers it keeps (measured); here about 4 MiB.
+    assert _rss()["RssAnon"] - before < 24 * MB

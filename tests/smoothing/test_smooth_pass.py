@@ -213,3 +213,62 @@ def test_smoothing_statistics_of_shards_merge_to_those_of_all_the_data(samples_d
         np.testing.assert_array_equal(merged.channels[name].absmax, stats.absmax)  # exact
         assert merged.channels[name].seen == stats.seen and merged.channels[name].rows.shape == stats.rows.shape
     assert merged.copy().channels.keys() == merged.channels.keys()  # through JSON and back
+
+
+def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng):
+    """A large model's scaled weights (a second copy of its products') are written to the run's spill file one by
+    one, not held until the next spill; the model computes exactly what the in-memory smoothing gives."""
+    from onnxq.io.spill import SPILL_TENSOR_MIN_BYTES, SpillFile
+
+    width = 512  # 512 × 1024 float32 weights: 2 MiB each, over the spill file's per-tensor minimum
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["b", width])
+    gamma, beta = weight(tape, rng, "gamma", (width,)), weight(tape, rng, "beta", (width,))
+    normed = tape.op("LayerNormalization", [x, gamma, beta], {"axis": -1}, name="ln")
+    outs = [tape.op("MatMul", [normed, weight(tape, rng, f"w_{n}", (width, 2 * width))], name=n) for n in "qk"]
+    model = to_model(tape, [x], outs)
+    sample = rng.normal(0, 1, (8, width)).astype(np.float32)
+    sample[:, 5] *= 30.0
+    plans, _ = plan_model(model.graph, QuantConfig(), "static")
+    candidates = smoothable_groups(plans)
+    stats = collect_channel_stats(model, {c.activation.name: c.channel_axis for c in candidates}, [{"x": sample}])
+    groups, _ = choose_smoothing(candidates, stats, 0.5)
+    in_memory, spilled, spill = model.clone(), model.clone(), SpillFile()
+    SmoothPass(_rebound(groups, in_memory))(in_memory)
+    SmoothPass(_rebound(groups, spilled), stored=spill.stored)(spilled)
+    try:
+        scaled = [v for n, v in spilled.graph.initializers.items() if n.endswith("_smoothed")
+                  and v.const_value.nbytes >= SPILL_TENSOR_MIN_BYTES]
+        assert len(scaled) == 2 and all(isinstance(v.const_value, ir.ExternalTensor) for v in scaled)
+        for name, value in in_memory.graph.initializers.items():
+            np.testing.assert_array_equal(spilled.graph.initializers[name].const_value.numpy(),
+                                          value.const_value.numpy())
+    finally:
+        spill.close(None)
+
+
+def _rebound(groups, model):
+    """The groups with their activation and nodes looked up by name in `model` (a clone of the one planned)."""
+    from onnxq.passes.smooth import SmoothGroup
+
+    values = {v.name: v for n in model.graph for v in n.outputs}
+    nodes = {n.name: n for n in model.graph}
+    return [SmoothGroup(values[g.activation.name], tuple(nodes[n.name] for n in g.nodes), g.scales) for g in groups]
+
+
+def test_the_alpha_search_error_is_the_same_a_slice_of_channels_at_a_time(rng, monkeypatch):
+    """The output error of a choice, summed over slices of output channels (each its own scale), equals the error
+    of the whole weight at once (float32 sums in another order: within 1e-5 relative)."""
+    import onnxq.smoothing as smoothing
+
+    model, x = _layer_norm_qkv(rng), _input(rng)
+    plans, _ = plan_model(model.graph, QuantConfig(), "static")
+    candidates = smoothable_groups(plans)
+    stats = collect_channel_stats(model, {c.activation.name: c.channel_axis for c in candidates}, [{"x": x}])
+    _, whole = choose_smoothing(candidates, stats, None)
+    monkeypatch.setattr(smoothing, "_SLICE_BYTES", K * 4 * 3)  # 3 output channels a slice (of 8)
+    _, sliced = choose_smoothing(candidates, stats, None)
+    assert [c.alpha for c in sliced] == [c.alpha for c in whole]
+    for a, b in zip(whole, sliced):
+        for alpha, error in a.errors.items():
+            assert b.errors[alpha] == pytest.approx(error, rel=1e-5)
