@@ -114,3 +114,22 @@ def test_missing_external_data_is_named(rng, tmp_path):
     (tmp_path / "m.onnx.data").unlink()
     with pytest.raises(ModelLoadError, match="external data file .*m.onnx.data.* is missing"):
         load_model(tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("arena", [True, False])
+def test_sessions_from_a_model_in_memory_compute_the_model_with_or_without_the_arena(rng, arena):
+    """A deployed session reads its weights from a data file written for it (and removed); an exact session shares
+    them and gives its arena back after each run — which ORT refuses for an arena it does not have, so a session
+    made without one runs as it is."""
+    from onnxq.io import OrtModel
+    from onnxq.io.sessions import session_options
+
+    model = _model(rng)
+    x = rng.normal(0, 1, (3, 64)).astype(np.float32)
+    expected = x @ model.graph.initializers["w"].const_value.numpy()
+    for optimize in (True, False):
+        options = session_options(optimize=optimize)
+        options.enable_cpu_mem_arena = arena
+        session = OrtModel(model).session(options, ["CPUExecutionProvider"])
+        for _ in range(2):
+            np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)

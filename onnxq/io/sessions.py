@@ -35,13 +35,19 @@ def session_options(*, optimize: bool, threads: int | None = None,
 
 class ExactSession(ort.InferenceSession):
     """A session without graph optimizations (calibration, the float reference, the exact quantization, the
-    sensitivity): each run gives its arena's unused memory back when it ends. ORT's arena otherwise keeps the
-    largest run's buffers for the session's life, and these sessions fetch a language model's logits and every
-    observed activation (SmolLM2's reference, 2 windows a run: 221 MB kept against 72 MB). Deployed sessions keep
-    ORT's default: they are timed as deployed."""
+    sensitivity): on the CPU with ORT's arena, each run gives the arena's unused memory back when it ends. The arena
+    otherwise keeps the largest run's buffers for the session's life, and these sessions fetch a language model's
+    logits and every observed activation (SmolLM2's reference, 2 windows a run: 221 MB kept against 72 MB).
+    Deployed sessions keep ORT's default: they are timed as deployed."""
 
-    _RUN = ort.RunOptions()
-    _RUN.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    _SHRINK = ort.RunOptions()
+    _SHRINK.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+
+    def __init__(self, model, options: ort.SessionOptions, providers: list[str]) -> None:
+        super().__init__(model, options, providers=providers)
+        # ORT refuses the shrinkage of an arena it does not have (arena off): "Did not find an arena based allocator".
+        self._run_options = self._SHRINK if options.enable_cpu_mem_arena and providers == [
+            "CPUExecutionProvider"] else None
 
     def run(self, output_names, input_feed, run_options=None):
-        return super().run(output_names, input_feed, run_options or self._RUN)
+        return super().run(output_names, input_feed, run_options or self._run_options)
