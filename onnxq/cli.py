@@ -133,7 +133,8 @@ def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:
                         "over the last axis kept, topK: the share of float answers among the quantized top K, "
                         "K = 1 … 10), e.g. cosine=0.995, sentence_embedding:cosine=0.995, logits:argmax=0.99 or "
                         "logits:top5=0.999, logits:task=0.995 (the task metric's share), logits:task=sequence (its "
-                        "kind); repeatable. Out of tolerance, the most sensitive nodes are kept float, fewest first, "
+                        "kind), maps:threshold=0.3 (where a mask's or on/off output's values count as on); "
+                        "repeatable. Out of tolerance, the most sensitive nodes are kept float, fewest first, "
                         "until the target is met (see --no-fallback)")
     p.add_argument("--no-fallback", action="store_true",
                    help="only gate: out of tolerance, keep every node quantized and exit 1")

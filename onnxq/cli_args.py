@@ -58,7 +58,7 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
 
 
 _METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement",
-            "perplexity": "max_perplexity_ratio"}
+            "perplexity": "max_perplexity_ratio", "threshold": "task_threshold"}
 
 
 def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConfig:

@@ -64,6 +64,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("Tolerance", "topk"): Range(1, TOPK_MAX, integer=True, flag="topK="),
     ("Tolerance", "min_task_agreement"): Range(0, 1, flag="task="),
     ("Tolerance", "max_perplexity_ratio"): Range(1, None, flag="perplexity="),
+    ("Tolerance", "task_threshold"): Range(None, None, flag="threshold="),
     ("VerifyConfig", "holdout_every"): Range(2, 1_000_000, integer=True),
     ("VerifyConfig", "max_samples"): Range(1, 1_000_000, integer=True),
     ("VerifyConfig", "sensitivity_samples"): Range(0, 1_000_000, integer=True),

@@ -147,6 +147,9 @@ class Tolerance:
     # verification data's next tokens may be, as a multiple of the float model's; None: the kind's default
     # (verify.task_measures.PERPLEXITY_BAR, 1.15), which replaces the numeric bars of those logits.
     max_perplexity_ratio: float | None = None
+    # Where a probability map's mask (task iou) or a binary output's decisions (task frames) turn on: None is 0.5
+    # for values in [0, 1] (else 0). A detector's own cut belongs here (DBNet thresholds its map at 0.3).
+    task_threshold: float | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self)

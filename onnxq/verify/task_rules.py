@@ -238,7 +238,16 @@ def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: 
             chosen[f.name] = OutputTask("numeric", "set by the output's tolerance (task = numeric)")
         else:
             chosen[f.name] = _forced(f, kind)
+        chosen[f.name] = _at_threshold(chosen[f.name], config.tolerance_for(f.name).task_threshold)
     return _with_state(chosen)
+
+
+def _at_threshold(task: OutputTask, threshold: float | None) -> OutputTask:
+    """A mask's or binary decisions' task at the tolerance's threshold (task_threshold), when it sets one."""
+    if threshold is None or task.kind not in ("frames", "iou") or task.class_axis is not None:
+        return task
+    return dataclasses.replace(task, threshold=threshold,
+                               rule=f"{task.rule.replace(' at 0.5', '')} at {threshold:g} (the output's tolerance)")
 
 
 

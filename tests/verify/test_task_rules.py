@@ -110,6 +110,30 @@ def test_mask_iou_and_frames_count_what_they_say():
     assert measure_task(frames, frames[[0, 1, 3, 2]], OutputTask("frames", "test", None)) == (2, 4)
 
 
+def test_a_tolerance_sets_where_a_map_and_binary_decisions_turn_on(rng):
+    """DBNet thresholds its probability map at 0.3, not 0.5: `--tolerance segmap:threshold=0.3` (TOML
+    task_threshold) moves the mask's IoU there; class scores are not thresholded and keep their task."""
+    from onnxq.cli import build_parser
+    from onnxq.cli_args import config_from_args
+
+    model = _heads(rng)
+    outputs = _outputs(model, rng)
+    args = build_parser().parse_args(["m.onnx", "--tolerance", "segmap:threshold=0.3", "--tolerance",
+                                      "speech:threshold=0.7", "--tolerance", "probs:threshold=0.2"])
+    verify = config_from_args(args).verify
+    tasks = _tasks(model, outputs, verify)
+    assert (tasks["segmap"].kind, tasks["segmap"].threshold) == ("iou", 0.3)
+    assert tasks["segmap"].rule.endswith("the mask at 0.3 (the output's tolerance)")
+    assert (tasks["speech"].kind, tasks["speech"].threshold) == ("frames", 0.7)
+    assert tasks["probs"].kind == "top1" and tasks["probs"].class_axis == -1
+    # The same outputs measured at both thresholds: a value between them counts on at 0.3 only.
+    ref, got = np.full((1, 1, 1, 2), 0.9), np.array([[[[0.9, 0.4]]]])
+    assert measure_task(ref, got, tasks["segmap"]) == (2, 2)
+    assert measure_task(ref, got, _tasks(model, outputs)["segmap"]) == (1, 2)
+    with pytest.raises(ConfigError, match="threshold="):
+        config_from_args(build_parser().parse_args(["m.onnx", "--tolerance", "threshold=nan"]))
+
+
 def test_the_agreement_between_providers_is_held_to_twice_the_bar_less_one():
     config = onnxq.VerifyConfig()
     assert agreement_bound(config, "y", OutputTask("top1", "t")).min_task_agreement == 0.98
