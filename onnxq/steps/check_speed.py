@@ -7,6 +7,10 @@ Both time the float model as loaded (state.as_given), not its file: ORT refuses 
 
 from __future__ import annotations
 
+import numpy as np
+
+from onnxq.calibration import fixed_batch_size
+from onnxq.calibration.batching import concatenate, first_samples, samples_in
 from onnxq.io.model import model_size_bytes
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_compute, choose_kinds
@@ -32,6 +36,8 @@ SPEED_MAX_BYTES = 1_000_000_000
 # verify.speed.MIN_ROUNDS) once DEFAULT_BUDGET_S has passed, for a model whose batch takes seconds.
 DEFAULT_ROUNDS = 5
 DEFAULT_BUDGET_S = 10.0
+# The timed batch's float outputs, at most (_timed_batch): the verification's own batches are smaller.
+_TIMED_OUTPUT_BYTES = 64 << 20
 # verify.never_slower searches only models whose float batch takes at least this long: below it the sessions' fixed
 # costs (every QuantizeLinear's call) dominate and the timing says nothing of the kernels — a 32-128-10 MLP times
 # 0.01 ms float, 0.013 ms quantized, and would go float on noise.
@@ -57,14 +63,23 @@ def check_speed(state: RunState) -> bool:
 
 
 def _timed_batch(state: RunState):
-    """The verification's first batch as the float reference cut it (at most verify.reference.OUTPUT_BUDGET bytes
-    of outputs): a language model's 8 windows of 128 tokens held 201 MB of logits in each timed session's arena
-    and output, the run's peak (SmolLM2-135M, measured with ORT's arena off: 2.56 GB; 2.01 GB, elsewhere, with 2
-    windows). The same prefill kernels on fewer tokens: 1.91x float there against 2.14-2.26x on 8 windows
-    (separate runs)."""
+    """The verification's first batch as the data gives it, cut to _TIMED_OUTPUT_BYTES of float outputs (at least
+    the reference's first batch, itself cut to verify.reference.OUTPUT_BUDGET): a language model's 8 windows of 128
+    tokens held 201 MB of logits in each timed session's arena and output, the run's peak (SmolLM2-135M, measured
+    with ORT's arena off: 2.56 GB; 2.01 GB, elsewhere, with 2 windows). The same prefill kernels on fewer tokens:
+    1.91x float on 2 windows against 2.14-2.26x on 8 (separate runs)."""
     reference = state.float_outputs
     first = None if reference is None else reference.batches.first()
-    return state.batches.first() if first is None else first
+    if first is None:
+        return state.batches.first()
+    if not len(reference.store):
+        return first
+    per_sample = sum(np.asarray(o).nbytes for o in reference.store[0]) / max(samples_in(first), 1)
+    # Never more than the data's own first batch: only what the reference cut off it comes back.
+    count = min(samples_in(state.batches.first()), int(_TIMED_OUTPUT_BYTES // max(per_sample, 1)))
+    if count <= samples_in(first):
+        return first
+    return concatenate(first_samples(reference.batches, count, fixed_batch_size(state.specs)))
 
 
 def _time_decoding(state: RunState) -> None:

@@ -104,7 +104,8 @@ class Operand:
     @property
     def norms(self) -> np.ndarray:
         if self._norms is None:
-            self._norms = np.linalg.norm(self.rows, axis=1)
+            rows = self.rows
+            self._norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))  # no squared copy of a batch of logits
         return self._norms
 
     @property
@@ -128,7 +129,8 @@ class Operand:
     def energy(self) -> float:
         """Σ x²."""
         if self._energy is None:
-            self._energy = float(np.square(self.values).sum())
+            flat = self.values.reshape(-1)
+            self._energy = float(np.dot(flat, flat))
         return self._energy
 
 
@@ -193,14 +195,17 @@ class MetricsAccumulator:
                                         "quantized form")
         self.nonfinite += got.nonfinite
         self.reference_nonfinite += ref.nonfinite
-        diff = np.abs(ref.values - got.values)
+        # One float64 temporary of the output's size, not four (a decoder's logits: 100 MB each per window pair).
+        diff = np.subtract(ref.values, got.values, out=np.empty_like(ref.values))  # an array even for a scalar
+        np.abs(diff, out=diff)
         if diff.size:
             largest = float(diff.max())
             self.max_abs = largest if math.isnan(largest) else max(self.max_abs, largest)
         self.sum_abs += float(diff.sum())
         self.count += diff.size
         self.signal += ref.energy
-        self.noise += float(np.square(diff).sum())
+        flat = diff.reshape(-1)
+        self.noise += float(np.dot(flat, flat))
         cos = _cosine_rows(ref, got)
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
@@ -257,7 +262,7 @@ def _ranks(rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 def _cosine_rows(a: Operand, b: Operand) -> np.ndarray:
     na, nb = a.norms, b.norms
-    dot = (a.rows * b.rows).sum(axis=1)
+    dot = np.einsum("ij,ij->i", a.rows, b.rows)
     both_zero = (na == 0) & (nb == 0)
     # Two all-zero rows agree perfectly; one zero row against a non-zero one does not.
     return np.where(both_zero, 1.0, dot / np.maximum(na * nb, 1e-300))
