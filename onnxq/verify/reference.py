@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 
 # A verification batch's float outputs, at most (Reference._fitted): a larger batch is cut. Each comparison holds
 # float64 copies of a batch's outputs and ORT's arenas keep a run's buffers: SmolLM2's verification peaked at
-# 1.77 GB with 2 windows (62 MB of outputs) a batch, at ... GB with 1 (the speed timing keeps 64 MB: steps.check_speed).
+# 1.77 GB with 2 windows (62 MB of outputs) a batch, about 1.2 GB with 1 (the speed timing keeps 64 MB of them:
+# steps.check_speed).
 OUTPUT_BUDGET = 32 << 20
 # Float outputs kept in memory up to this size; the rest go to a temporary folder. A model's own share is an
 # eighth of its float weights (at least MIN_MEMORY_BYTES): a language model's logits outweigh its weights

@@ -42,4 +42,4 @@ def test_verification_batches_are_cut_and_the_timed_batch_is_not(rng, monkeypatc
     result = onnxq.quantize(_wide_model(rng), [data], config=config, verify_data=[verify])
     assert result.report.passed
     assert checked == [64, 64, 32]  # 160 samples, 64 (32 MiB of outputs) a batch
-    assert timed == [128]  # the data's first batch (160) cut to 64 MiB of outputs
+    assert set(timed) == {128}  # the data's first batch (160) cut to 64 MiB of outputs, each time it is timed
