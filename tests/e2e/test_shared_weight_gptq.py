@@ -70,6 +70,42 @@ def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch):
         {k: v.tobytes() for k, v in _packed(over.model).items()}
 
 
+def _three_readers(rng) -> ir.Model:
+    """q, k and v read one activation (a decoder's attention input): their XᵀX is one matrix."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", WIDTH])
+    outs = []
+    for name in "qkv":
+        w = tape.initializer(ir.tensor(rng.normal(0, 0.1, (WIDTH, WIDTH)).astype(np.float32), name=f"w_{name}"))
+        outs.append(tape.op("MatMul", [x, w], name=name))
+        outs[-1].name = f"out_{name}"
+    return ir.Model(ir.Graph([x], outs, nodes=tape.nodes, initializers=tape.initializers, opset_imports={"": 17}),
+                    ir_version=8)
+
+
+def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng, monkeypatch):
+    made = []
+    original = moments_module.WeightMoments.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(moments_module.WeightMoments, "__init__", recording)
+    model, data = _three_readers(rng), {"x": rng.normal(0, 1, (64, WIDTH)).astype(np.float32)}
+    config = onnxq.QuantConfig(weights=onnxq.QScheme("int4", symmetric=True),
+                               verify=onnxq.VerifyConfig(sensitivity_samples=0, fallback=False))
+    shared = onnxq.quantize(model, data, config=config)
+    matrices = [made[0].get((f"w_{n}", False)) for n in "qkv"]
+    assert matrices[0] is matrices[1] is matrices[2] and not matrices[0].flags.writeable
+    monkeypatch.setattr(moments_module.WeightMoments, "_shared", lambda self, key: key)  # one matrix per weight
+    apart = onnxq.quantize(model, data, config=config)
+    assert made[1].get(("w_q", False)) is not made[1].get(("w_k", False))
+    assert len(_packed(shared.model)) == 3
+    assert {k: v.tobytes() for k, v in _packed(shared.model).items()} == \
+        {k: v.tobytes() for k, v in _packed(apart.model).items()}
+
+
 def test_over_the_budget_a_one_shot_iterator_is_refused(monkeypatch):
     monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 8)
     with pytest.raises(ConfigError, match="one-shot iterator"):
