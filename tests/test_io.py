@@ -133,3 +133,23 @@ def test_sessions_from_a_model_in_memory_compute_the_model_with_or_without_the_a
         session = OrtModel(model).session(options, ["CPUExecutionProvider"])
         for _ in range(2):
             np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_deployed_session_without_a_writable_temporary_folder_still_computes_the_model(rng, monkeypatch):
+    """The data file a deployed session reads its weights from cannot be written (a full disk): the weights are
+    handed over in memory instead (a copy ORT keeps), with a warning — never a failed run."""
+    import tempfile
+
+    from onnxq.io import OrtModel
+    from onnxq.io.sessions import session_options
+
+    model = _model(rng)
+    x = rng.normal(0, 1, (3, 64)).astype(np.float32)
+    expected = x @ model.graph.initializers["w"].const_value.numpy()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", full_disk)
+    session = OrtModel(model).session(session_options(optimize=True), ["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,8 @@ from onnxq.io.model import inline_external_tensors, prepare_for_save
 from onnxq.io.sessions import ExactSession
 
 __all__ = ["OrtModel"]
+
+logger = logging.getLogger(__name__)
 
 _INLINE_TYPES = (ir.DataType.STRING, ir.DataType.INT4, ir.DataType.UINT4)
 
@@ -46,7 +49,7 @@ class OrtModel:
         inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
         self.names: list[str] = []
         self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
-        offset = 0  # each tensor's place in the data file a deployed session reads (_written_for_ort)
+        offset = 0  # each tensor's place in the data file a deployed session reads (_owned_session)
         for name, value in light.graph.initializers.items():
             tensor = value.const_value
             # Small tensors, strings and 4-bit types (ORT makes no OrtValue from their numpy arrays) stay in the
@@ -82,14 +85,21 @@ class OrtModel:
         return session
 
     def _owned_session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-        """A session that loads the weights itself, from a data file written for it and removed once it exists."""
-        with tempfile.TemporaryDirectory(prefix="onnxq-session-", ignore_cleanup_errors=True) as folder:
-            with open(Path(folder) / _PLACEHOLDER, "wb") as file:
-                for array in self.arrays:
-                    array.tofile(file)
-                    file.write(bytes(-array.nbytes % _ALIGNMENT))
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
-            return ort.InferenceSession(self.proto_bytes, options, providers=providers)
+        """A session that loads the weights itself, from a data file written for it and removed once it exists; the
+        weights handed over (a copy ORT keeps beside its packed one) when the disk refuses the file."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="onnxq-session-", ignore_cleanup_errors=True) as folder:
+                with open(Path(folder) / _PLACEHOLDER, "wb") as file:
+                    for array in self.arrays:
+                        array.tofile(file)
+                        file.write(bytes(-array.nbytes % _ALIGNMENT))
+                options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+                return ort.InferenceSession(self.proto_bytes, options, providers=providers)
+        except OSError as e:  # raised while writing, before the options were touched
+            logger.warning("a deployed session's weights handed over in memory: the temporary file failed (%s)", e)
+        if self.names:
+            options.add_external_initializers(self.names, [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays])
+        return ort.InferenceSession(self.proto_bytes, options, providers=providers)
 
 
 def _drop_unused_initializers(graph: ir.Graph) -> None:
