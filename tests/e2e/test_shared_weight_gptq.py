@@ -106,6 +106,36 @@ def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng
         {k: v.tobytes() for k, v in _packed(apart.model).items()}
 
 
+def test_the_matrices_go_to_the_spill_file_after_the_rewrite_and_the_fallback_reads_them_back(rng, monkeypatch):
+    """After the rewrite only a fallback probe reads XᵀX again: a large model's matrices are spilled (memory-mapped,
+    shared ones written once) and the 8-bit tier the fallback quantizes from them is the same as from memory."""
+    import importlib
+
+    import onnxq.io.spill as spill_module
+
+    made = []
+    original = moments_module.WeightMoments.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(moments_module.WeightMoments, "__init__", recording)
+    model, data = _three_readers(rng), {"x": rng.normal(0, 1, (64, WIDTH)).astype(np.float32)}
+    config = onnxq.QuantConfig(weights=onnxq.QScheme("int4", symmetric=True),
+                               verify=onnxq.VerifyConfig(tolerance=onnxq.Tolerance(min_cosine=0.9999)))
+    in_memory = onnxq.quantize(model, data, config=config, verify_data=data)
+    monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
+    monkeypatch.setattr(spill_module, "SPILL_TENSOR_MIN_BYTES", 0)
+    spilled = onnxq.quantize(model, data, config=config, verify_data=data)
+    matrices = [made[1].get((f"w_{n}", False)) for n in "qkv"]
+    assert matrices[0] is matrices[1] is matrices[2] and not matrices[0].flags.owndata  # one map, shared
+    assert in_memory.report.fallback is not None and in_memory.report.fallback.kept_int8  # the 8-bit tier ran
+    assert {k: v.tobytes() for k, v in _packed(spilled.model).items()} == \
+        {k: v.tobytes() for k, v in _packed(in_memory.model).items()}
+    assert ir.to_proto(spilled.model).SerializeToString() == ir.to_proto(in_memory.model).SerializeToString()
+
+
 def test_over_the_budget_a_one_shot_iterator_is_refused(monkeypatch):
     monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 8)
     with pytest.raises(ConfigError, match="one-shot iterator"):
