@@ -104,8 +104,7 @@ class WeightMoments:
         for key, matrix in self._held.items():
             if id(matrix) not in moved:
                 tensor = stored(ir.Tensor(matrix, name=f"moments_{len(moved)}"))
-                moved[id(matrix)] = matrix if tensor is None or not isinstance(tensor, ir.ExternalTensor) else \
-                    tensor.numpy()
+                moved[id(matrix)] = tensor.numpy() if isinstance(tensor, ir.ExternalTensor) else matrix
             self._held[key] = moved[id(matrix)]
 
     def _plan(self, budget: int) -> list[_Chunk]:
