@@ -13,13 +13,14 @@ import atexit
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxq.io.memory import page_out
+from onnxq.io.model import model_size_bytes
 
 __all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES"]
 
@@ -63,6 +64,11 @@ class SpillFile:
         for value, tensor in holders:
             value.const_value = twins.get(id(tensor), tensor)
         return sum(t.nbytes for t in twins.values())
+
+    def storing(self, model: ir.Model) -> Callable[[ir.TensorProtocol], ir.TensorProtocol] | None:
+        """`stored` for what a pass computes from this model, when the model is large enough to spill at all (at
+        least SPILL_MIN_BYTES of weights, the rule of `spill`); None keeps a small model's in memory."""
+        return self.stored if model_size_bytes(model) >= SPILL_MIN_BYTES else None
 
     def stored(self, tensor: ir.TensorProtocol) -> ir.TensorProtocol:
         """One float weight a pass has just computed, moved to the file at once when it is spillable (else, or

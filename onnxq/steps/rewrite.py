@@ -3,8 +3,6 @@ output format's lowering and the compute precision (its float16 section joins th
 
 from __future__ import annotations
 
-from onnxq.io import model_size_bytes
-from onnxq.io import spill
 from onnxq.passes.apply import apply_plans
 from onnxq.steps.state import RunState
 
@@ -19,8 +17,9 @@ def rewrite(state: RunState) -> bool:
         state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")
     if rewritten.float16 is not None:
         state.sections.append(rewritten.float16)
-    if state.moments is not None and model_size_bytes(state.reference) >= spill.SPILL_MIN_BYTES:
-        state.moments.spill(state.spill.stored)  # only a fallback probe reads them from here on
+    stored = state.spill.storing(state.reference)
+    if state.moments is not None and stored is not None:
+        state.moments.spill(stored)  # only a fallback probe reads them from here on
     if rewritten.separated_adds:
         state.notes.append(f"{len(rewritten.separated_adds)} Add after a quantized MatMul written as Sum (e.g. after "
                            f"{rewritten.separated_adds[0]}): ORT would fuse MatMul + Add into a float Gemm")

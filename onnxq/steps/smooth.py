@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from onnxq.io import model_size_bytes
-from onnxq.io.spill import SPILL_MIN_BYTES
 from onnxq.ranges import smoothing_cache
 from onnxq.smoothing_steps import check_recipe, smooth_model
 from onnxq.steps.state import RunState
@@ -21,7 +19,7 @@ def smooth(state: RunState) -> bool:
     cached, note = smoothing_cache(state.reference, state.work, config, state.stream, given.cache)
     state.notes += [note] if note else []
     # A large model's scaled weights (a second copy of its products') go to the run's spill file as they are made.
-    stored = state.spill.stored if model_size_bytes(state.work) >= SPILL_MIN_BYTES else None
-    state.smoothing = smooth_model(state.work, state.plans, config, state.stream, cached, stored)
+    state.smoothing = smooth_model(state.work, state.plans, config, state.stream, cached,
+                                   state.spill.storing(state.work))
     state.quantized_from = state.work.clone()
     return True

@@ -50,8 +50,9 @@ def test_a_shared_weight_is_fitted_to_every_reader_and_stored_once():
     np.testing.assert_array_equal(packed["W_fwd_int4"].reshape(WIDTH, -1), pack_codes(codes, 4))
 
 
-def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch):
-    x = {"x": rnn_inputs(24, STEPS, WIDTH)}
+@pytest.fixture
+def made(monkeypatch) -> list:
+    """Every WeightMoments the runs make, in order."""
     made = []
     original = moments_module.WeightMoments.__init__
 
@@ -60,6 +61,11 @@ def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch):
         made.append(self)
 
     monkeypatch.setattr(moments_module.WeightMoments, "__init__", recording)
+    return made
+
+
+def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch, made):
+    x = {"x": rnn_inputs(24, STEPS, WIDTH)}
     within = _quantize(x)
     monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 8)  # one weight's Hessian at a time
     over = _quantize(lambda: iter([x]))  # re-readable: a callable
@@ -83,15 +89,7 @@ def _three_readers(rng) -> ir.Model:
                     ir_version=8)
 
 
-def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng, monkeypatch):
-    made = []
-    original = moments_module.WeightMoments.__init__
-
-    def recording(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(moments_module.WeightMoments, "__init__", recording)
+def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng, monkeypatch, made):
     model, data = _three_readers(rng), {"x": rng.normal(0, 1, (64, WIDTH)).astype(np.float32)}
     config = onnxq.QuantConfig(weights=onnxq.QScheme("int4", symmetric=True),
                                verify=onnxq.VerifyConfig(sensitivity_samples=0, fallback=False))
@@ -106,21 +104,12 @@ def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng
         {k: v.tobytes() for k, v in _packed(apart.model).items()}
 
 
-def test_the_matrices_go_to_the_spill_file_after_the_rewrite_and_the_fallback_reads_them_back(rng, monkeypatch):
+def test_the_matrices_go_to_the_spill_file_after_the_rewrite_and_the_fallback_reads_them_back(rng, monkeypatch,
+                                                                                                  made):
     """After the rewrite only a fallback probe reads XᵀX again: a large model's matrices are spilled (memory-mapped,
     shared ones written once) and the 8-bit tier the fallback quantizes from them is the same as from memory."""
-    import importlib
-
     import onnxq.io.spill as spill_module
 
-    made = []
-    original = moments_module.WeightMoments.__init__
-
-    def recording(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(moments_module.WeightMoments, "__init__", recording)
     model, data = _three_readers(rng), {"x": rng.normal(0, 1, (64, WIDTH)).astype(np.float32)}
     config = onnxq.QuantConfig(weights=onnxq.QScheme("int4", symmetric=True),
                                verify=onnxq.VerifyConfig(tolerance=onnxq.Tolerance(min_cosine=0.9999)))
