@@ -57,7 +57,7 @@ def to_float16(model: ir.Model, magnitudes: Mapping[str, float] | None = None) -
     """Rewrite the main graph in place (subgraphs stay float32 with the nodes that own them). magnitudes: max |x|
     per value name observed on data (calibration.magnitudes); without them only constants are checked."""
     graph = model.graph
-    plan = plan_float16(graph, model.opset_imports.get("", 1), magnitudes)
+    plan = plan_float16(graph, model.opset_imports, magnitudes)
     if not plan.converted:
         return Float16Result(0, plan.kept, 0)
     joins = _Joins(graph, plan)

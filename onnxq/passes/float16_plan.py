@@ -1,7 +1,8 @@
 """Which nodes of a graph compute in float16 and which stay float32, with why: the plan for passes.float16.
 
-A node computes in float16 when its operator has a float16 form for its float operands (the ONNX schema's type
-constraint at the model's opset; a short table for the com.microsoft operators onnxq writes) and nothing it reads
+A node computes in float16 when its operator has a float16 form for its float operands (the type constraint of
+its schema at the model's opset: ONNX's, else onnxruntime's, which types com.microsoft's operators and the builders'
+SimplifiedLayerNormalization; passes.op_signatures) and nothing it reads
 or makes is beyond float16: a constant with values past ±65504 or nonzero values below its smallest subnormal
 (2⁻²⁴: an epsilon of 1e-12 would become 0), or an activation observed past FLOAT16_SAFE (when magnitudes on data are given).
 Only its operands whose type variable admits float16 change (Resize's scales stay float32). Nodes that own
@@ -18,8 +19,9 @@ import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
-import onnx
 import onnx_ir as ir
+
+from onnxq.passes.op_signatures import Signature, signature
 
 __all__ = ["FLOAT16_MAX", "FLOAT16_SAFE", "Operands", "Kept", "Float16Plan", "plan_float16", "element_types"]
 
@@ -29,14 +31,7 @@ FLOAT16_SAFE = FLOAT16_MAX / 4
 _TINY = 2.0 ** -24  # float16's smallest subnormal
 _SMALLEST_NORMAL = 2.0 ** -14
 _FLOAT = ir.DataType.FLOAT
-_MS = "com.microsoft"
 
-# com.microsoft operators onnxq writes, and which of their operands are the float type (T1 / T2) that follows the
-# activation: MatMulNBits' A, scales, zero points (when float) and bias; GatherBlockQuantized's scales.
-CONTRIB_FLOAT_OPERANDS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "MatMulNBits": ((0, 2, 3, 5), (0,)),
-    "GatherBlockQuantized": ((2,), (0,)),
-}
 # Float values made from attributes: the attribute would have to change too.
 _FROM_ATTRIBUTES = frozenset({"Range", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",
                               "RandomUniformLike", "EyeLike", "Multinomial", "Bernoulli"})
@@ -65,17 +60,18 @@ class Float16Plan:
     types: dict[ir.Value, ir.DataType]  # every element type known or propagated
 
 
-def plan_float16(graph: ir.Graph, opset: int, magnitudes: Mapping[str, float] | None = None) -> Float16Plan:
-    """magnitudes: max |x| observed per value name (calibration.magnitudes); None: constants are checked,
-    activations not."""
-    types = element_types(graph, opset)
+def plan_float16(graph: ir.Graph, opsets: Mapping[str, int], magnitudes: Mapping[str, float] | None = None
+                 ) -> Float16Plan:
+    """opsets: the model's opset per domain. magnitudes: max |x| observed per value name (calibration.magnitudes);
+    None: constants are checked, activations not."""
+    types = element_types(graph, opsets)
     converted: dict[ir.Node, Operands] = {}
     kept: dict[str, Kept] = {}
     for node in graph:
         floats = [v for v in (*node.inputs, *node.outputs) if v is not None and types.get(v) == _FLOAT]
         if not floats or node.op_type == "Constant":  # a constant: its float16 readers take a float16 copy
             continue
-        operands = _float16_operands(node, opset, types)
+        operands = _float16_operands(node, opsets, types)
         reason = _keep_reason(node, operands, magnitudes or {})
         if reason is None:
             converted[node] = operands
@@ -122,59 +118,42 @@ def _constant_problem(value: ir.Value) -> Kept | None:
     return None
 
 
-def _float16_operands(node: ir.Node, opset: int, types: Mapping[ir.Value, ir.DataType]) -> Operands | None:
-    """The float32 operands whose type admits float16 (None: no rule for this operator, or a value of unknown type
-    bound to the same type variable as one of them)."""
-    if node.domain == _MS:
-        rule = CONTRIB_FLOAT_OPERANDS.get(node.op_type)
-        if rule is None:
-            return None
-        return Operands(*(tuple(i for i in indices if i < len(values) and values[i] is not None
-                                and types.get(values[i]) == _FLOAT)
-                          for indices, values in zip(rule, (node.inputs, node.outputs))))
-    schema = _schema(node, opset)
-    if schema is None or not (schema.inputs or schema.outputs):
+def _float16_operands(node: ir.Node, opsets: Mapping[str, int], types: Mapping[ir.Value, ir.DataType]
+                      ) -> Operands | None:
+    """The float32 operands whose type admits float16 (None: no signature for this operator, or a value of unknown
+    type bound to the same type variable as one of them)."""
+    sig = _signature(node, opsets)
+    if sig is None:
         return None
-    admits = {c.type_param_str for c in schema.type_constraints if "tensor(float16)" in c.allowed_type_strs}
-    operands = Operands(_admitted(node.inputs, schema.inputs, admits, types),
-                        _admitted(node.outputs, schema.outputs, admits, types))
-    return None if _untyped_partner(node, schema, operands, types) else operands
+    admits = {name for name, allowed in sig.admits.items() if "tensor(float16)" in allowed}
+    operands = Operands(_admitted(node.inputs, sig.input_type, admits, types),
+                        _admitted(node.outputs, sig.output_type, admits, types))
+    return None if _untyped_partner(node, sig, operands, types) else operands
 
 
-def _untyped_partner(node: ir.Node, schema: onnx.defs.OpSchema, operands: Operands,
-                     types: Mapping[ir.Value, ir.DataType]) -> bool:
+def _untyped_partner(node: ir.Node, sig: Signature, operands: Operands, types: Mapping[ir.Value, ir.DataType]
+                     ) -> bool:
     """Whether a value of unknown type shares a type variable with a converted one: ONNX binds them to one type,
     and which that is cannot be told, so the node stays float32 (a Cast joins it wherever needed)."""
-    converted = {_param(schema.inputs, i).type_str for i in operands.inputs} | \
-                {_param(schema.outputs, i).type_str for i in operands.outputs}
-    for values, params in ((node.inputs, schema.inputs), (node.outputs, schema.outputs)):
+    converted = {sig.input_type(i) for i in operands.inputs} | {sig.output_type(i) for i in operands.outputs}
+    for values, type_of in ((node.inputs, sig.input_type), (node.outputs, sig.output_type)):
         for i, value in enumerate(values):
-            if value is not None and value not in types and _param(params, i).type_str in converted:
+            if value is not None and value not in types and type_of(i) in converted:
                 return True
     return False
 
 
-def _admitted(values, params, admits: set[str], types: Mapping[ir.Value, ir.DataType]) -> tuple[int, ...]:
+def _admitted(values, type_of, admits: set[str], types: Mapping[ir.Value, ir.DataType]) -> tuple[int, ...]:
     """The positions of float32 values whose formal parameter's type admits float16."""
-    return tuple(i for i, v in enumerate(values)
-                 if v is not None and types.get(v) == _FLOAT and _param(params, i).type_str in admits)
+    return tuple(i for i, v in enumerate(values) if v is not None and types.get(v) == _FLOAT and type_of(i) in admits)
 
 
-def _schema(node: ir.Node, opset: int) -> onnx.defs.OpSchema | None:
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    try:
-        return onnx.defs.get_schema(node.op_type, opset, "")
-    except onnx.defs.SchemaError:
-        return None
+def _signature(node: ir.Node, opsets: Mapping[str, int]) -> Signature | None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return signature(domain, node.op_type, opsets.get(domain, 1))
 
 
-def _param(params, index: int):
-    """The formal parameter at a position (the last one when it is variadic)."""
-    return params[min(index, len(params) - 1)]
-
-
-def element_types(graph: ir.Graph, opset: int) -> dict[ir.Value, ir.DataType]:
+def element_types(graph: ir.Graph, opsets: Mapping[str, int]) -> dict[ir.Value, ir.DataType]:
     """Every value's element type: as stated, from its constant, or propagated through the node that makes it."""
     types: dict[ir.Value, ir.DataType] = {}
     for value in (*graph.inputs, *graph.initializers.values()):
@@ -188,30 +167,28 @@ def element_types(graph: ir.Graph, opset: int) -> dict[ir.Value, ir.DataType]:
                 if known is not None:  # a value of the graph around a subgraph, typed where it is made
                     types[value] = known
         for index, value in enumerate(node.outputs):
-            known = value.dtype or _propagated(node, index, opset, types)
+            known = value.dtype or _propagated(node, index, opsets, types)
             if known is not None:
                 types[value] = known
     return types
 
 
-def _propagated(node: ir.Node, index: int, opset: int, types: Mapping[ir.Value, ir.DataType]) -> ir.DataType | None:
-    """An output's type from its node: Cast's `to`, a Constant's value, a com.microsoft operator's rule, or the
-    schema (a concrete type, or a type variable bound by an input of known type)."""
+def _propagated(node: ir.Node, index: int, opsets: Mapping[str, int], types: Mapping[ir.Value, ir.DataType]
+                ) -> ir.DataType | None:
+    """An output's type from its node: Cast's `to`, a Constant's value, or the signature (a concrete type, or a
+    type variable bound by an input of known type)."""
     if node.op_type == "Cast" and "to" in node.attributes:
         return ir.DataType(node.attributes["to"].as_int())
     if node.op_type == "Constant" and "value" in node.attributes:
         return node.attributes["value"].as_tensor().dtype
-    if node.domain == _MS and node.op_type in CONTRIB_FLOAT_OPERANDS:
-        first = CONTRIB_FLOAT_OPERANDS[node.op_type][0][0]
-        return types.get(node.inputs[first]) if first < len(node.inputs) and node.inputs[first] else None
-    schema = _schema(node, opset)
-    if schema is None or not schema.outputs:
+    sig = _signature(node, opsets)
+    if sig is None or not sig.outputs:
         return None
-    type_str = _param(schema.outputs, index).type_str
+    type_str = sig.output_type(index)
     if type_str.startswith("tensor("):
         return _CONCRETE.get(type_str)
     for i, value in enumerate(node.inputs):
-        if value is not None and value in types and schema.inputs and _param(schema.inputs, i).type_str == type_str:
+        if value is not None and value in types and sig.inputs and sig.input_type(i) == type_str:
             return types[value]
     return None
 

@@ -8,7 +8,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
-from onnxq.targets.ort_kernels import cpu_kernel_registered
+from onnxq.passes.op_signatures import defined
 
 __all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS", "onnx_opset"]
 
@@ -113,20 +113,10 @@ def _check_operators(model: ir.Model) -> None:
         if node.op_type in QUANTIZED_OPS and node.domain in ("", "ai.onnx", "com.microsoft"):
             quantized[node.op_type] = quantized.get(node.op_type, 0) + 1
             continue
-        if node.domain in ("", "ai.onnx") and not _onnx_defines(node.op_type, opset) \
-                and not cpu_kernel_registered("", node.op_type, opset):
+        if node.domain in ("", "ai.onnx") and not defined("", node.op_type, opset):
             raise UnsupportedModelError(
                 f"node {node.name or node.op_type!r} uses {node.op_type!r}, which is neither an ONNX operator at "
-                f"opset {opset} nor one onnxruntime {ort.__version__} runs — fix the export")
+                f"opset {opset} nor one onnxruntime {ort.__version__} defines — fix the export")
     if quantized:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(quantized.items()))
         raise UnsupportedModelError(f"the model is already quantized (it has {ops}) — pass the float model")
-
-
-
-def _onnx_defines(op_type: str, opset: int) -> bool:
-    try:
-        onnx.defs.get_schema(op_type, opset, "")
-    except onnx.defs.SchemaError:
-        return False
-    return True

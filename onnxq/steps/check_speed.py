@@ -58,7 +58,7 @@ def check_speed(state: RunState) -> bool:
         _note_slower(state, searched=True)
         timed = True
     if timed and state.plans and language_model_logits(state.reference) is not None:
-        _time_decoding(state)
+        _time_decoding(state, providers)
     return timed
 
 
@@ -82,9 +82,12 @@ def _timed_batch(state: RunState):
     return concatenate(first_samples(reference.batches, count, fixed_batch_size(state.specs)))
 
 
-def _time_decoding(state: RunState) -> None:
-    """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill)."""
-    decode = time_decoding(state.as_given, state.work, state.batches.first(), state.specs)
+def _time_decoding(state: RunState, providers: list[str]) -> None:
+    """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill): on the provider
+    the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU."""
+    deployed = [p for p in target_providers(state.config.target) if p in providers]
+    decode = time_decoding(state.as_given, state.work, state.batches.first(), state.specs,
+                           provider=(deployed or [_CPU])[0])
     if decode is not None:
         state.sections.append(decode)
 

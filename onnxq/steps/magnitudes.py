@@ -27,7 +27,7 @@ def magnitudes(state: RunState) -> bool:
     if state.config.compute_dtype != "float16":
         return False
     model = state.quantized_from
-    types = element_types(model.graph, model.opset_imports.get("", 1))
+    types = element_types(model.graph, model.opset_imports)
     names = [v.name for node in model.graph for v in node.outputs if v.name and types.get(v) == ir.DataType.FLOAT]
     state.magnitudes = largest_magnitudes(model, names, itertools.islice(_batches(state), MAGNITUDE_BATCHES))
     return True

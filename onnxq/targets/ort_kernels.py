@@ -14,12 +14,8 @@ unfused on CUDA. The CPU provider registers every op onnxq writes for every type
 from __future__ import annotations
 
 import dataclasses
-import functools
 
-import onnxruntime as ort
-
-__all__ = ["INTEGER_KERNELS", "MEMCPY_OPS", "KernelTypes", "KERNEL_TABLES", "has_kernel", "ANY_TYPE",
-           "cpu_kernel_registered"]
+__all__ = ["INTEGER_KERNELS", "MEMCPY_OPS", "KernelTypes", "KERNEL_TABLES", "has_kernel", "ANY_TYPE"]
 
 # Kernels that compute a product on integers or low-bit weights.
 INTEGER_KERNELS = frozenset({
@@ -93,17 +89,3 @@ def has_kernel(provider: str, domain: str, op_type: str, element_type: str | Non
     if entry.types is ANY_TYPE or element_type in entry.types:
         return True
     return None if element_type is None else False
-
-
-@functools.cache
-def _cpu_kernels() -> frozenset[tuple[str, str, int, int]]:
-    defs = ort.capi.onnxruntime_pybind11_state.get_all_opkernel_def()
-    return frozenset((d.domain, d.op_name, *d.version_range) for d in defs if d.provider == "CPUExecutionProvider")
-
-
-def cpu_kernel_registered(domain: str, op_type: str, version: int) -> bool:
-    """Whether this onnxruntime's CPU provider has a kernel for the op at that opset version: asked of ORT itself
-    (its kernel definitions), since ORT runs ops that onnx.defs does not define — in the ONNX domain too, such as
-    SimplifiedLayerNormalization, which onnxruntime-genai's model builder writes into every model."""
-    domain = "" if domain == "ai.onnx" else domain
-    return any(d == domain and op == op_type and low <= version <= high for d, op, low, high in _cpu_kernels())

@@ -3,8 +3,11 @@ caches and the position ids a first step takes, says so, and writes a file with 
 that decodes with its cache as the float model does. Errors stay one short line however many inputs the model has.
 """
 
+import dataclasses
+
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
@@ -135,6 +138,43 @@ def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path
     assert [i.name for i in quantized.graph.input] == [i.name for i in model.graph.input]
     assert [o.name for o in quantized.graph.output] == [o.name for o in model.graph.output]
     assert sum(n.op_type == "GroupQueryAttention" for n in quantized.graph.node) == LAYERS
+
+
+def test_an_onnxruntime_genai_decoder_for_cuda_computes_in_float16_through_the_builder_s_ops(rng, tmp_path):
+    """--target cuda on the builder's file: its norms, GroupQueryAttention and the MatMulNBits between them compute
+    in float16 (typed by ORT's schemas: CUDA's GroupQueryAttention has no float32 kernel), the caches and logits keep
+    their float32 I/O, and the file is checked by its exact float16 arithmetic within the gate (it was refused:
+    "MatMulNBits' T1 bound to float and float16")."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(), path)
+    config = dataclasses.replace(ANY_SPEED, target="cuda")
+    report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                            verify_data=token_windows(rng, 8, 16), config=config).report
+    assert report.passed and report.section("precision").kept == {}
+    quantized = load_model(tmp_path / "q.onnx")
+    fused = [n for n in quantized.graph if n.op_type in ("GroupQueryAttention", "SkipSimplifiedLayerNormalization",
+                                                          "SimplifiedLayerNormalization", "MatMulNBits")]
+    assert len(fused) == 3 * LAYERS + 9 + 1  # per layer GQA and two norms; 9 products; the final norm
+    assert all(n.outputs[0].dtype == ir.DataType.FLOAT16 for n in fused)
+    assert all(v.dtype == ir.DataType.FLOAT for v in (*quantized.graph.inputs, *quantized.graph.outputs)
+               if v.dtype not in (ir.DataType.INT64, ir.DataType.INT32))
+
+
+@pytest.mark.cuda
+def test_an_onnxruntime_genai_decoder_for_cuda_runs_its_attention_there_and_is_timed_decoding_there(rng, tmp_path):
+    """On a GPU machine: GroupQueryAttention (no float32 CUDA kernel) and every MatMulNBits run on CUDA, the file
+    passes there, and the decode line is CUDA's, the provider the target deploys to."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(), path)
+    config = dataclasses.replace(ANY_SPEED, target="cuda", verify=dataclasses.replace(
+        ANY_SPEED.verify, providers=("cpu", "cuda")))
+    report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                            verify_data=token_windows(rng, 8, 16), config=config).report
+    cuda = next(p for p in report.verification.providers if p.provider == "CUDAExecutionProvider")
+    assert report.passed and cuda.passed and cuda.placement.source == "profiled"
+    ran = {(r.op_type, r.provider) for r in cuda.placement.runs if r.op_type in ("GroupQueryAttention", "MatMulNBits")}
+    assert ran == {("GroupQueryAttention", "CUDAExecutionProvider"), ("MatMulNBits", "CUDAExecutionProvider")}
+    assert report.section("decode_speed").provider == "CUDAExecutionProvider"
 
 
 @pytest.mark.parametrize("changes, mode, granularity, smooth, level", [

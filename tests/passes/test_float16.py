@@ -44,7 +44,7 @@ def _run(model: ir.Model, feeds: dict) -> list[np.ndarray]:
 
 def test_what_float16_cannot_hold_stays_float32_and_the_rest_converts(rng):
     model = _encoder_block(rng)
-    plan = plan_float16(model.graph, 18)
+    plan = plan_float16(model.graph, {"": 18})
     assert {name: kept.kind for name, kept in plan.kept.items()} == {
         "add_eps": "small constants float16 makes 0", "mask": "constants past float16's range"}
     assert {n.name for n in plan.converted} == {"mm", "mean", "centre", "square", "var", "sqrt", "normalize",
@@ -161,18 +161,43 @@ def test_the_emulation_rounds_each_float16_value_and_is_float32(rng):
 
 
 def test_a_value_of_unknown_type_keeps_its_partners_float32(rng):
-    """FusedMatMul (com.microsoft, no float16 rule here) leaves its output untyped; the Add binding it to a float
-    value under one type variable cannot be float16 alone: it stays float32, and ORT runs the model."""
+    """ConstantOfShape takes its element type from an attribute, which no schema binds: its output is untyped, and
+    the Add binding it to a float value under one type variable cannot be float16 alone: it stays float32, and ORT
+    runs the model."""
     tape = ir.tape.Tape()
-    x = ir.val("x", FLOAT, ["batch", 8])
-    fused = tape.op("FusedMatMul", [x, weight(tape, rng, "w", (8, 8))], domain="com.microsoft", name="fused")
+    x = ir.val("x", FLOAT, [4, 8])
+    ones = tape.op("ConstantOfShape", [_constant(tape, "shape", [4, 8], np.int64)],
+                   attributes={"value": ir.tensor(np.array([1.0], np.float32))}, name="ones")
     scaled = tape.op("Mul", [x, _constant(tape, "two", 2.0)], name="scaled")
-    y = tape.op("Add", [fused, scaled], name="sum")
+    y = tape.op("Add", [ones, scaled], name="sum")
     y.name = "y"
     model = to_model(tape, [x], [y])
-    model.opset_imports["com.microsoft"] = 1
     feeds = {"x": rng.normal(0, 1, (4, 8)).astype(np.float32)}
     want = _run(model, feeds)[0]
     result = to_float16(model)
-    assert set(result.kept) == {"fused", "sum"} and result.converted == 1  # the Mul
+    assert set(result.kept) == {"sum"} and result.converted == 1  # the Mul
     np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-3, atol=2e-2)
+
+
+def test_operators_onnx_does_not_define_are_typed_by_onnxruntime_s_schemas(rng):
+    """onnxruntime-genai's builder writes SimplifiedLayerNormalization (ONNX domain, ORT's) before every product:
+    typed by ORT's schema, it and the MatMulNBits reading it go float16 together (typed by onnx.defs alone, the
+    norm's output was unknown, the MatMulNBits' scales went float16 without its input, and ORT refused the file:
+    T1 bound to float and float16)."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, ["batch", 32])
+    normed = tape.op("SimplifiedLayerNormalization", [x, _constant(tape, "gamma", np.ones(32))],
+                     attributes={"axis": -1, "epsilon": 1e-6}, name="norm")
+    packed = tape.initializer(ir.tensor(rng.integers(0, 255, (16, 1, 32), dtype=np.uint8), name="packed"))
+    scales = _constant(tape, "scales", rng.uniform(0.01, 0.02, 16))
+    y = tape.op("MatMulNBits", [normed, packed, scales], domain="com.microsoft", name="product",
+                attributes={"K": 32, "N": 16, "bits": 8, "block_size": 32})
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    model.opset_imports["com.microsoft"] = 1
+    feeds = {"x": rng.normal(0, 1, (4, 32)).astype(np.float32)}
+    want = _run(model, feeds)[0]
+    result = to_float16(model)
+    assert result.kept == {} and result.converted == 2
+    assert model.graph.node("product").inputs[0].dtype == HALF
+    np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-2, atol=2e-2)
