@@ -4,8 +4,8 @@ unrolled RNN's cell, read once per time step) is fitted to all of its inputs and
 its im2col rows (numerics.im2col: one per output position, K over kernel taps and the group's input channels), one
 matrix per group ([G, K, K]; a depthwise Conv's are 9 × 9).
 
-Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose K×K float64
-accumulators fit it, one pass over the calibration data per chunk, and only the chunk in use is held. Within the
+Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose K×K accumulators
+fit it, one pass over the calibration data per chunk, and only the chunk in use is held. Within the
 budget (the usual case) that is one pass and every matrix stays for the sensitivity and fallback probes that
 quantize again; beyond it a later request for an earlier chunk's matrix runs its pass again."""
 
@@ -28,9 +28,14 @@ __all__ = ["WeightKey", "WeightMoments", "weight_key", "conv_geometry", "BUDGET_
 
 logger = logging.getLogger(__name__)
 
-# float64 accumulators held at once: 1 GiB is 4 matrices of K = 4096 (an LSTM's shared cells in one pass), 30
-# layers of a 576-wide language model's q/k/v/gate/up inputs.
+# Accumulators held at once: 1 GiB is 16 float32 matrices of K = 4096 (an LSTM's shared cells in one pass), or a
+# 576-wide language model's 30 layers (0.4 GB).
 BUDGET_BYTES = 1 << 30
+# XᵀX is summed in float32, as GPTQ's reference code does: each batch's product by BLAS's blocked sums, a few hundred
+# batches added after (relative error ~1e-6, against GPTQ's 1 % damping); float64 held SmolLM2's 0.8 GB of matrices
+# through calibration and the rewrite, the 4-bit run's peak. GPTQ takes each matrix in float64 as it uses it. The
+# diagonals (activation-aware clipping) stay float64: K values each.
+_MATRIX_DTYPE = np.float32
 
 # (weight initializer name, read transposed): the matrix's K axis is its rows, or its columns for Gemm transB.
 WeightKey = tuple[str, bool]
@@ -112,7 +117,7 @@ class WeightMoments:
         chunks, keys, held, shared = [], [], 0, set()
         for key in self.readers:
             groups = self._convs[key].group if key in self._convs else 1
-            own = groups * (widths[key] ** 2 * 8 if self.full else widths[key] * 8)
+            own = groups * (widths[key] ** 2 * np.dtype(_MATRIX_DTYPE).itemsize if self.full else widths[key] * 8)
             size = 0 if self._shared(key) in shared else own  # a matrix the chunk already makes costs nothing
             if keys and held + size > budget:
                 chunks.append(keys)
@@ -193,7 +198,7 @@ class WeightMoments:
         if geometry is None:
             # Rows of K (the weight's width): a body's value comes out flattened (calibration.bodies).
             flat = np.concatenate([p.reshape(-1, self._widths[key]) for p in parts])
-            squares = (flat.T.astype(np.float64) @ flat if self.full
+            squares = (flat.T @ flat if self.full  # float32 rows: _MATRIX_DTYPE
                        else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
             return squares, flat.shape[0]
         total, count = 0.0, 0
@@ -201,7 +206,7 @@ class WeightMoments:
             for sample in part.reshape(-1, *part.shape[-(len(geometry.kernel) + 1):]):
                 rows = im2col_groups(sample[None], geometry)  # [rows, G, K]
                 if self.full:  # one BLAS product per group (einsum would not use BLAS here: 7x slower)
-                    by_group = rows.transpose(1, 0, 2).astype(np.float64)
+                    by_group = rows.transpose(1, 0, 2).astype(_MATRIX_DTYPE, copy=False)
                     total = total + np.matmul(by_group.transpose(0, 2, 1), by_group)
                 else:
                     total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)

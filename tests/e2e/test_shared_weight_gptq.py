@@ -67,7 +67,7 @@ def made(monkeypatch) -> list:
 def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch, made):
     x = {"x": rnn_inputs(24, STEPS, WIDTH)}
     within = _quantize(x)
-    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 8)  # one weight's Hessian at a time
+    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 4)  # one float32 XᵀX at a time
     over = _quantize(lambda: iter([x]))  # re-readable: a callable
     (in_budget, chunked) = made
     assert (in_budget.chunks, in_budget.passes, in_budget.most_held) == (1, 1, 4)
@@ -126,7 +126,7 @@ def test_the_matrices_go_to_the_spill_file_after_the_rewrite_and_the_fallback_re
 
 
 def test_over_the_budget_a_one_shot_iterator_is_refused(monkeypatch):
-    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 8)
+    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 4)
     with pytest.raises(ConfigError, match="one-shot iterator"):
         _quantize(iter([{"x": rnn_inputs(8, STEPS, WIDTH)}]))
 
