@@ -194,7 +194,10 @@ def _interrupt(signum, frame) -> None:
 
 
 def _run(argv: list[str], verbose: bool) -> int:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    # -v is onnxq's progress: the libraries' INFO stays out (onnx_ir logs a stack trace for every op onnx.defs does
+    # not define: 30 a SmolLM2 builder file, per pass).
+    logging.getLogger("onnxq").setLevel(logging.INFO if verbose else logging.WARNING)
     if argv and argv[0] in SUBCOMMANDS:
         return SUBCOMMANDS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)

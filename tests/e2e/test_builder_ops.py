@@ -3,6 +3,9 @@ SimplifiedLayerNormalization (ONNX domain in ORT) and com.microsoft's SkipSimpli
 model. onnxq asks ORT's own schemas, accepts them, leaves them float and quantizes around them; an op
 neither defines is still refused in one line."""
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -86,3 +89,16 @@ def test_an_op_neither_onnx_nor_ort_defines_is_refused_in_one_line(rng, tmp_path
     assert code == 2 and not (tmp_path / "q.onnx").exists()
     assert err.count("\n") == 0 and f"uses {op!r}, which is neither an ONNX operator at opset 21 nor one " \
                                    f"onnxruntime {ort.__version__} defines — fix the export" in err
+
+
+def test_v_shows_onnxq_s_progress_not_the_libraries_info(rng, tmp_path):
+    """onnx_ir logs a stack trace at INFO for every op onnx.defs does not define, in every pass: -v printed 30 of
+    them for a SmolLM2 builder file before onnxq's own lines. -v is onnxq's progress."""
+    path = tmp_path / "block.onnx"
+    onnx.save(_builder_block(rng), path)
+    np.savez(tmp_path / "calib.npz", x=rng.normal(0, 1, (8, 16, D)).astype(np.float32))
+    run = subprocess.run([sys.executable, "-m", "onnxq", str(path), "--calib", str(tmp_path / "calib.npz"), "-o",
+                          str(tmp_path / "q.onnx"), "-v", "--no-sensitivity", "--no-speed"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "Failed to get schema" not in run.stderr and "Stack" not in run.stderr
