@@ -120,6 +120,11 @@ class Sensitivity:
     # Ranked on ORT's deployed kernels on this CPU, or on the exact quantization (ORT_DISABLE_ALL), and why.
     kernels: str = "exact"
     kernels_reason: str = ""
+    # Whether every node was ranked alone; else (groups only) `nodes` holds the nodes alone in their group.
+    per_node: bool = True
+    # Each node's own output error, quantized twin against float on float inputs (dB): measured for every node
+    # in the one all-off pass, whether or not it was ranked alone (what orders a group's members for the fallback).
+    local_sqnr_db: Mapping[str, float] = dataclasses.field(default_factory=dict)
     key = "sensitivity"  # report.Section
 
     def to_dict(self) -> dict:
@@ -180,7 +185,8 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     by name: the order is deterministic): each planned node of `plans` quantized alone, as `builder` quantizes it,
     against builder's float graph.
 
-    per_node False ranks only the groups: one run per group instead of one per node. deployed: the kernel each
+    per_node False ranks the groups, and alone only the nodes alone in their group: one run per group instead of
+    one per node. deployed: the kernel each
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
     kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
     which, and why; why_exact: the reason when deployed is None). tasks: each output's task metric as the
@@ -192,15 +198,16 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
         builder.effective_config.verify,
         output_facts(builder.float_model, runner.names, runner.references[0], samples_in(runner.batches[0])))
     budgets = _budgets(builder, runner.tasks)
-    nodes = []
-    for i, (node_name, op_type, *_) in enumerate(twins if per_node else ()):
-        outputs, task = runner.errors({i})
-        local = runner.local[i]
-        nodes.append(NodeSensitivity(node_name, op_type, outputs, math.nan if local is None else local.result().sqnr_db,
-                                     _harm(outputs, budgets, task), task))
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
         members.setdefault(group_pattern(node_name), []).append(i)
+    local = [math.nan if a is None else a.result().sqnr_db for a in runner.local]
+    alone = {index[0] for index in members.values() if len(index) == 1}  # ranked alone even when groups only
+    nodes = []
+    for i, (node_name, op_type, *_) in enumerate(twins):
+        if per_node or i in alone:
+            outputs, task = runner.errors({i})
+            nodes.append(NodeSensitivity(node_name, op_type, outputs, local[i], _harm(outputs, budgets, task), task))
     groups = []
     for pattern, index in members.items():
         if len(index) > 1:
@@ -210,7 +217,8 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     return Sensitivity(samples=sum(samples_in(b) for b in batches),
                        nodes=ranked(nodes),
                        groups=tuple(sorted(groups, key=lambda g: (-g.harm, g.pattern))),
-                       kernels=runner.kernels, kernels_reason=runner.kernels_reason)
+                       kernels=runner.kernels, kernels_reason=runner.kernels_reason, per_node=per_node,
+                       local_sqnr_db={twin[0]: sqnr for twin, sqnr in zip(twins, local)})
 
 
 def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:

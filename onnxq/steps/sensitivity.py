@@ -34,7 +34,9 @@ def sensitivity(state: RunState) -> bool:
     if not plans:
         return False
     samples = first_samples(state.batches, _ranked_samples(state), fixed_batch_size(state.specs))
-    per_node = wants_fallback(state) or len(plans) <= config.verify.sensitivity_max_nodes
+    # Over the limit the fallback bisects the groups' ranking too (search.fallback.fallback_ranking): a run per
+    # node over every verification sample is what a large model cannot afford.
+    per_node = len(plans) <= config.verify.sensitivity_max_nodes
     if not per_node:
         state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
                            f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")

@@ -185,3 +185,31 @@ def test_a_model_over_the_weight_limit_ranks_on_the_exact_quantization(samples_d
     monkeypatch.setattr(onnxq.steps.sensitivity, "DEPLOYED_MAX_WEIGHT_BYTES", 1000)  # mlp's weights: ~100 kB
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz").report
     assert report.sensitivity.kernels == "exact" and "would hold their own copy" in report.sensitivity.kernels_reason
+
+
+def test_over_the_node_limit_the_fallback_bisects_the_groups_ranking(samples_dir):
+    """Over verify.sensitivity_max_nodes the fallback no longer ranks every node alone on every sample (SmolLM2:
+    152 products on 48 windows, unfinished in 45 minutes): the group's members share its harm, worst own error
+    first, and the bisection meets the tolerance from that ranking."""
+    config = _config(sensitivity_max_nodes=2, tolerance=onnxq.Tolerance(min_sqnr_db=36.0, task="numeric"))
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=config).report
+    sensitivity, fallback = report.sensitivity, report.fallback
+    assert not sensitivity.per_node and sensitivity.nodes == () and len(sensitivity.groups) == 1
+    assert set(sensitivity.local_sqnr_db) == {"/fc0/Gemm", "/fc1/Gemm", "/fc2/Gemm"}
+    assert fallback.met and report.passed and 1 <= len(fallback.kept_float) <= 2
+    worst_first = sorted(sensitivity.local_sqnr_db, key=sensitivity.local_sqnr_db.get)
+    assert [name for name, _ in fallback.kept_float] == worst_first[:len(fallback.kept_float)]
+
+
+def test_the_groups_ranking_shares_each_group_s_harm_beside_the_nodes_alone():
+    from onnxq.search.fallback import fallback_ranking
+    from onnxq.search.sensitivity import GroupSensitivity, NodeSensitivity, Sensitivity
+
+    head = NodeSensitivity("lm_head", "MatMul", {}, 30.0, 0.5)
+    groups = (GroupSensitivity("l*/down", ("l0/down", "l1/down", "l2/down"), {}, 0.9),
+              GroupSensitivity("l*/up", ("l0/up", "l1/up"), {}, 0.2))
+    local = {"l0/down": 25.0, "l1/down": 18.0, "l2/down": math.nan, "l0/up": 40.0, "l1/up": 35.0, "lm_head": 30.0}
+    sensitivity = Sensitivity(8, (head,), groups, per_node=False, local_sqnr_db=local)
+    assert fallback_ranking(sensitivity) == [("lm_head", 0.5), ("l1/down", 0.3), ("l0/down", 0.3),
+                                             ("l2/down", 0.3), ("l1/up", 0.1), ("l0/up", 0.1)]
+    assert fallback_ranking(dataclasses.replace(sensitivity, per_node=True)) == [("lm_head", 0.5)]
