@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.passes.op_signatures import Signature, signature
+from onnxq.passes.op_signatures import Signature, canonical_domain, signature
 
 __all__ = ["FLOAT16_MAX", "FLOAT16_SAFE", "Operands", "Kept", "Float16Plan", "plan_float16", "element_types"]
 
@@ -149,8 +149,7 @@ def _admitted(values, type_of, admits: set[str], types: Mapping[ir.Value, ir.Dat
 
 
 def _signature(node: ir.Node, opsets: Mapping[str, int]) -> Signature | None:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    return signature(domain, node.op_type, opsets.get(domain, 1))
+    return signature(node.domain, node.op_type, opsets.get(canonical_domain(node.domain), 1))
 
 
 def element_types(graph: ir.Graph, opsets: Mapping[str, int]) -> dict[ir.Value, ir.DataType]:

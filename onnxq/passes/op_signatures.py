@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import onnx
 import onnxruntime as ort
 
-__all__ = ["Signature", "signature", "defined"]
+__all__ = ["Signature", "signature", "defined", "canonical_domain"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +39,7 @@ def _at(params: tuple[str, ...], index: int) -> str:
 def signature(domain: str, op_type: str, version: int) -> Signature | None:
     """The signature at the domain's opset version; None for an operator neither registry knows, or one without
     formal parameters."""
-    domain = "" if domain == "ai.onnx" else domain
-    schema = _onnx_schema(domain, op_type, version) or _ort_schema(domain, op_type, version)
+    schema = _schema(domain, op_type, version)
     if schema is None or not (schema.inputs or schema.outputs):
         return None
     return Signature(tuple(_type_str(p) for p in schema.inputs), tuple(_type_str(p) for p in schema.outputs),
@@ -52,8 +51,17 @@ def defined(domain: str, op_type: str, version: int) -> bool:
     kernel definitions (get_all_opkernel_def): onnxruntime-gpu 1.31.1 loads every provider library for those, and
     where TensorRT's cannot load (no libnvinfer: pip's onnxruntime-gpu alone) the process dies (SIGSEGV on an H100,
     2026-11-27). A defined op without a CPU kernel is then named by ORT's own error when the session is made."""
-    domain = "" if domain == "ai.onnx" else domain
-    return (_onnx_schema(domain, op_type, version) or _ort_schema(domain, op_type, version)) is not None
+    return _schema(domain, op_type, version) is not None
+
+
+def canonical_domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def _schema(domain: str, op_type: str, version: int):
+    """ONNX's schema for the ONNX domain, else ORT's."""
+    domain = canonical_domain(domain)
+    return _onnx_schema(domain, op_type, version) or _ort_schema(domain, op_type, version)
 
 
 def _type_str(param) -> str:

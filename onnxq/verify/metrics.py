@@ -129,8 +129,7 @@ class Operand:
     def energy(self) -> float:
         """Σ x²."""
         if self._energy is None:
-            flat = self.values.reshape(-1)
-            self._energy = float(np.dot(flat, flat))
+            self._energy = _sum_of_squares(self.values)
         return self._energy
 
 
@@ -204,8 +203,7 @@ class MetricsAccumulator:
         self.sum_abs += float(diff.sum())
         self.count += diff.size
         self.signal += ref.energy
-        flat = diff.reshape(-1)
-        self.noise += float(np.dot(flat, flat))
+        self.noise += _sum_of_squares(diff)
         cos = _cosine_rows(ref, got)
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
@@ -258,6 +256,12 @@ def _ranks(rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
     """Per row, how many classes score strictly higher than the given answer's class."""
     chosen = rows[np.arange(len(rows)), answers]
     return np.count_nonzero(rows > chosen[:, None], axis=1)
+
+
+def _sum_of_squares(values: np.ndarray) -> float:
+    """Σ x², without a squared copy of the array (a batch of a decoder's logits)."""
+    flat = values.reshape(-1)
+    return float(np.dot(flat, flat))
 
 
 def _cosine_rows(a: Operand, b: Operand) -> np.ndarray:

@@ -140,16 +140,21 @@ def test_an_onnxruntime_genai_decoder_quantizes_from_token_windows(rng, tmp_path
     assert sum(n.op_type == "GroupQueryAttention" for n in quantized.graph.node) == LAYERS
 
 
+def _genai_decoder_for_cuda(rng, tmp_path, verify: onnxq.VerifyConfig):
+    """The builder-style decoder quantized for --target cuda (written to tmp_path / "q.onnx"): its report."""
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(), path)
+    config = dataclasses.replace(ANY_SPEED, target="cuda", verify=verify)
+    return onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                          verify_data=token_windows(rng, 8, 16), config=config).report
+
+
 def test_an_onnxruntime_genai_decoder_for_cuda_computes_in_float16_through_the_builder_s_ops(rng, tmp_path):
     """--target cuda on the builder's file: its norms, GroupQueryAttention and the MatMulNBits between them compute
     in float16 (typed by ORT's schemas: CUDA's GroupQueryAttention has no float32 kernel), the caches and logits keep
     their float32 I/O, and the file is checked by its exact float16 arithmetic within the gate (it was refused:
     "MatMulNBits' T1 bound to float and float16")."""
-    path = tmp_path / "model.onnx"
-    onnx.save(genai_decoder(), path)
-    config = dataclasses.replace(ANY_SPEED, target="cuda")
-    report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
-                            verify_data=token_windows(rng, 8, 16), config=config).report
+    report = _genai_decoder_for_cuda(rng, tmp_path, ANY_SPEED.verify)
     assert report.passed and report.section("precision").kept == {}
     quantized = load_model(tmp_path / "q.onnx")
     fused = [n for n in quantized.graph if n.op_type in ("GroupQueryAttention", "SkipSimplifiedLayerNormalization",
@@ -164,12 +169,7 @@ def test_an_onnxruntime_genai_decoder_for_cuda_computes_in_float16_through_the_b
 def test_an_onnxruntime_genai_decoder_for_cuda_runs_its_attention_there_and_is_timed_decoding_there(rng, tmp_path):
     """On a GPU machine: GroupQueryAttention (no float32 CUDA kernel) and every MatMulNBits run on CUDA, the file
     passes there, and the decode line is CUDA's, the provider the target deploys to."""
-    path = tmp_path / "model.onnx"
-    onnx.save(genai_decoder(), path)
-    config = dataclasses.replace(ANY_SPEED, target="cuda", verify=dataclasses.replace(
-        ANY_SPEED.verify, providers=("cpu", "cuda")))
-    report = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
-                            verify_data=token_windows(rng, 8, 16), config=config).report
+    report = _genai_decoder_for_cuda(rng, tmp_path, dataclasses.replace(ANY_SPEED.verify, providers=("cpu", "cuda")))
     cuda = next(p for p in report.verification.providers if p.provider == "CUDAExecutionProvider")
     assert report.passed and cuda.passed and cuda.placement.source == "profiled"
     ran = {(r.op_type, r.provider) for r in cuda.placement.runs if r.op_type in ("GroupQueryAttention", "MatMulNBits")}
