@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from onnxq.calibration.channels import ChannelStats
 from onnxq.handlers.plan import NodePlan
+from onnxq.io.memory import page_out
 from onnxq.irquery import attribute
 from onnxq.numerics import choose_qparams, dequantize, quantize
 from onnxq.numerics.per_token import per_token_quantize
@@ -88,6 +89,8 @@ def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, Channe
             value_range = None if per_row else _smoothed_range(stat, scales)
             errors[a] = _output_error(products, scales, per_row, value_range)
         best = min(tried, key=lambda a: errors[a])
+        for plan in candidate.plans:  # read once here: a memory-mapped weight need not stay resident
+            page_out(ir.convenience.get_const_tensor(plan.node.inputs[1]))
         choices.append(SmoothChoice(candidate.activation.name, best, errors))
         if best is not None:
             groups.append(SmoothGroup(candidate.activation, tuple(p.node for p in candidate.plans),

@@ -13,7 +13,9 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from onnxq.io.memory import page_out
 from onnxq.io.model import inline_external_tensors, prepare_for_save
+from onnxq.io.segments import SegmentedSession, plan_segments, segment_budget
 from onnxq.io.sessions import ExactSession
 
 __all__ = ["OrtModel"]
@@ -37,7 +39,9 @@ class OrtModel:
       pre-packing replaces them with the kernels' own layout, as deployed). They are written to a temporary data
       file that ORT reads and that is removed once the session exists: an initializer ORT loaded itself is freed
       once its kernels have packed it, while one handed over (add_external_initializers) stays beside the packed
-      copy — measured on SmolLM2's W8A8 file (163 MB of int8 weights): 258 MB for the session against 447 MB."""
+      copy — measured on SmolLM2's W8A8 file (163 MB of int8 weights): 258 MB for the session against 447 MB.
+    A large model's session without optimizations runs a segment of nodes at a time (io.segments), each segment's
+    memory-mapped weights paged out once it has run."""
 
     _MIN_EXTERNAL_BYTES = 1024
 
@@ -49,6 +53,7 @@ class OrtModel:
         inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
         self.names: list[str] = []
         self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
+        self._mapped: dict[str, ir.ExternalTensor] = {}  # initializers read from a memory map: paged out by name
         offset = 0  # each tensor's place in the data file a deployed session reads (_owned_session)
         for name, value in light.graph.initializers.items():
             tensor = value.const_value
@@ -61,15 +66,43 @@ class OrtModel:
                 continue
             self.names.append(name)
             self.arrays.append(np.ascontiguousarray(tensor.numpy()))
+            if isinstance(tensor, ir.ExternalTensor):
+                self._mapped[name] = tensor
             value.const_value = ir.ExternalTensor(_PLACEHOLDER, offset, tensor.nbytes, tensor.dtype,
                                                   shape=tensor.shape, name=name)
             offset += -(-tensor.nbytes // _ALIGNMENT) * _ALIGNMENT
         self.proto_bytes = ir.serde.serialize_model(light).SerializeToString()
+        budget = segment_budget(sum(a.nbytes for a in self.arrays))
+        self._segments = plan_segments(light.graph, budget) if budget is not None else []
+        self._light = light if len(self._segments) > 1 else None  # the graph the segments are cut from
 
     def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
         if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
             return self._owned_session(options, providers)
-        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays]
+        if self._light is not None and providers == ["CPUExecutionProvider"]:
+            return SegmentedSession(self._light, self._segments, self._segment_session(options, providers),
+                                    self._page_out)
+        return self._exact_session(self.proto_bytes, dict(zip(self.names, self.arrays)), options, providers)
+
+    def _segment_session(self, options: ort.SessionOptions, providers: list[str]):
+        """What makes one segment's session: the options of the whole model's, the segment's initializers."""
+        arrays = dict(zip(self.names, self.arrays))
+
+        def make(model: ir.Model, initializers) -> ort.InferenceSession:
+            proto = ir.serde.serialize_model(model).SerializeToString()
+            return self._exact_session(proto, {n: arrays[n] for n in initializers if n in arrays},
+                                       _options_like(options), providers)
+        return make
+
+    def _page_out(self, names) -> None:
+        for name in names:
+            if name in self._mapped:
+                page_out(self._mapped[name])
+
+    @staticmethod
+    def _exact_session(proto: bytes, arrays: dict[str, np.ndarray], options: ort.SessionOptions,
+                       providers: list[str]) -> ort.InferenceSession:
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()]
         # ORT checks that an external location exists before it sees that add_initializer supplies the tensor; the
         # placeholder is an empty file, so a read of it would fail loudly, never give wrong data.
         options.add_session_config_entry("session.model_external_initializers_file_folder_path",
@@ -78,10 +111,10 @@ class OrtModel:
         # The default order runs every node whose inputs are all initializers first: every weight's
         # DequantizeLinear, holding all the float weights at once. Priority order keeps them next to their use.
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-        for name, value in zip(self.names, values):
+        for name, value in zip(arrays, values):
             options.add_initializer(name, value)
-        session = ExactSession(self.proto_bytes, options, providers=providers)
-        session._onnxq_buffers = (self.arrays, values)  # the session reads these buffers: tie their lifetime to it
+        session = ExactSession(proto, options, providers=providers)
+        session._onnxq_buffers = (arrays, values)  # the session reads these buffers: tie their lifetime to it
         return session
 
     def _owned_session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
@@ -90,9 +123,10 @@ class OrtModel:
         try:
             with tempfile.TemporaryDirectory(prefix="onnxq-session-", ignore_cleanup_errors=True) as folder:
                 with open(Path(folder) / _PLACEHOLDER, "wb") as file:
-                    for array in self.arrays:
+                    for name, array in zip(self.names, self.arrays):
                         array.tofile(file)
                         file.write(bytes(-array.nbytes % _ALIGNMENT))
+                        self._page_out([name])  # copied: a memory-mapped source need not stay resident
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
                 return ort.InferenceSession(self.proto_bytes, options, providers=providers)
         except OSError as e:  # raised while writing, before the options were touched
@@ -100,6 +134,21 @@ class OrtModel:
         if self.names:
             options.add_external_initializers(self.names, [ort.OrtValue.ortvalue_from_numpy(a) for a in self.arrays])
         return ort.InferenceSession(self.proto_bytes, options, providers=providers)
+
+
+def _options_like(options: ort.SessionOptions) -> ort.SessionOptions:
+    """Fresh options for a segment's session (each session adds its own initializers to them): what io.sessions
+    sets, less the arena and the threads' spinning."""
+    fresh = ort.SessionOptions()
+    for name in ("log_severity_level", "graph_optimization_level", "intra_op_num_threads"):
+        setattr(fresh, name, getattr(options, name))
+    # A session's threads spin for a while after its run, taking the cores from the next segment's (SmolLM2 on 2
+    # cores: a run 1.5x slower).
+    fresh.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # No arena: each segment's would keep its largest run's buffers beside the others' (SmolLM2's default run, all
+    # its exact sessions segmented: verification 1.38 -> 1.18 GB, sensitivity 1.62 -> 1.40 GB).
+    fresh.enable_cpu_mem_arena = False
+    return fresh
 
 
 def _drop_unused_initializers(graph: ir.Graph) -> None:

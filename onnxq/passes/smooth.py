@@ -21,6 +21,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.config import QScheme
+from onnxq.io.memory import page_out
 from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import KeepsOutputNames
@@ -112,8 +113,10 @@ class SmoothPass(KeepsOutputNames):
 
 def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> ir.Value:
     value = node.inputs[1]
-    weight = ir.convenience.get_const_tensor(value).numpy().astype(np.float32, copy=False)  # read, not written
+    source = ir.convenience.get_const_tensor(value)
+    weight = source.numpy().astype(np.float32, copy=False)  # read, not written
     scaled = builder.initializer(f"{value.name or 'weight'}_smoothed", scale_input_channels(node, weight, s))
+    page_out(source)  # a memory-mapped weight's pages: read once, replaced by the scaled one
     node.replace_input_with(1, scaled)
     return scaled
 

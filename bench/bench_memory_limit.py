@@ -1,0 +1,110 @@
+"""A model larger than the memory it is given (issue 33): onnxq's command line in a child process confined to a
+memory cgroup whose limit is under the model's size — its weights are read from the external data file as each
+segment of the graph runs (onnxq.io.segments), the file pages the kernel takes back under the limit.
+
+    sudo python bench/bench_memory_limit.py [--limit-ratio 0.85] [--layers 34] [--width 4096] [--dir /tmp/onnxq-limit]
+    sudo python bench/bench_memory_limit.py --model M.onnx --calib C.npz [--verify-data V.npz] --limit-mb 1000
+
+Without --model: the 2.28 GB chain of MatMuls of tests/e2e/large_model.py (34 × 4096² float32 weights, external
+data), 16 seeded calibration samples, onnxq's defaults (verification and sensitivity included). Needs to write a
+cgroup (v1: /sys/fs/cgroup/memory, v2: /sys/fs/cgroup with the memory controller): root, outside most containers'
+restrictions. Prints the exit code, wall time, the cgroup's peak charge (resident memory and page cache), the
+child's peak RSS, how often the limit was hit, and whether the kernel killed the child for memory (OOM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+from common import machine  # noqa: E402
+from large_model import model_bytes, write_large_model  # noqa: E402
+
+
+class MemoryCgroup:
+    """A memory cgroup of its own, v1 or v2, removed on exit."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        name = f"onnxq-bench-{os.getpid()}"
+        v1 = Path("/sys/fs/cgroup/memory")
+        self.v1 = v1.is_dir()
+        self.path = (v1 if self.v1 else Path("/sys/fs/cgroup")) / name
+        self.path.mkdir()
+        (self.path / ("memory.limit_in_bytes" if self.v1 else "memory.max")).write_text(str(limit_bytes))
+
+    def enter(self) -> None:
+        """Called in the child before it runs onnxq."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def figures(self) -> dict:
+        if self.v1:
+            return {"peak_charge_mb": int((self.path / "memory.max_usage_in_bytes").read_text()) / 2**20,
+                    "limit_hits": int((self.path / "memory.failcnt").read_text()),
+                    "oom_killed": "oom_kill 0" not in (self.path / "memory.oom_control").read_text()}
+        events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
+        peak = self.path / "memory.peak"
+        return {"peak_charge_mb": int(peak.read_text()) / 2**20 if peak.exists() else None,
+                "limit_hits": int(events.get("max", 0)), "oom_killed": int(events.get("oom_kill", 0)) > 0}
+
+    def remove(self) -> None:
+        self.path.rmdir()
+
+
+def run_limited(args: list[str], limit_bytes: int, folder: Path) -> dict:
+    group = MemoryCgroup(limit_bytes)
+    try:
+        start = time.perf_counter()
+        with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
+            child = subprocess.Popen([sys.executable, "-m", "onnxq", *args], stdout=out, stderr=err,
+                                     preexec_fn=group.enter, cwd=HERE.parent)
+            _, status, usage = os.wait4(child.pid, 0)
+        return {"exit": os.waitstatus_to_exitcode(status), "seconds": round(time.perf_counter() - start, 1),
+                "peak_rss_mb": usage.ru_maxrss / 1024, "limit_mb": limit_bytes / 2**20, **group.figures()}
+    finally:
+        group.remove()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default="/tmp/onnxq-limit")
+    parser.add_argument("--layers", type=int, default=34)
+    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--model", help="a model of your own instead of the chain of MatMuls")
+    parser.add_argument("--calib")
+    parser.add_argument("--verify-data")
+    parser.add_argument("--limit-ratio", type=float, default=0.85, help="the limit as a share of the model's bytes")
+    parser.add_argument("--limit-mb", type=float, help="the limit in MiB (instead of --limit-ratio)")
+    options = parser.parse_args()
+    folder = Path(options.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if options.model:
+        model, calibration = Path(options.model), options.calib
+    else:
+        model = write_large_model(folder, layers=options.layers, width=options.width)
+        calibration = str(folder / "calib.npz")
+        np.savez(calibration, x=np.random.default_rng(1).standard_normal((16, options.width)).astype(np.float32))
+    size = model_bytes(model)
+    limit = int(options.limit_mb * 2**20) if options.limit_mb else int(options.limit_ratio * size)
+    args = [str(model), "--calib", calibration, "-o", str(folder / "quantized.onnx"), "--report",
+            str(folder / "report.json")] + (["--verify-data", options.verify_data] if options.verify_data else [])
+    result = {"machine": machine(), "model_mb": size / 2**20, **run_limited(args, limit, folder)}
+    if result["exit"] in (0, 1):
+        report = json.loads((folder / "report.json").read_text())
+        result["passed"], result["memory"] = report["passed"], report.get("memory")
+    else:
+        result["stderr_tail"] = (folder / "stderr").read_text()[-600:]
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
