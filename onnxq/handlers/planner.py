@@ -12,6 +12,7 @@ from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
 from onnxq.handlers.unplanned import unplanned_weights
+from onnxq.io.memory import page_out
 from onnxq.irquery import bodies
 from onnxq.targets import needs_pair_limit
 
@@ -78,6 +79,9 @@ def _plan_nodes(nodes: Iterable[ir.Node], config: QuantConfig, mode: str,
             continue
         reason = config.exclusion_reason(node.name or "", node.op_type)
         result = handler(node, per_token_ctx if node.name in per_token_nodes else ctx)
+        for value in node.inputs:  # a planner reads the weights once: their memory-mapped pages need not stay
+            if value is not None and value.const_value is not None:
+                page_out(value.const_value)
         if result is None:
             continue
         if reason is not None:

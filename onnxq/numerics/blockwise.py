@@ -16,11 +16,12 @@ feeding k: E[(x · (w - ŵ))²] summed over independent channels), else plain sq
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
 __all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise", "pack_nibbles",
-           "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS"]
+           "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS", "by_rows"]
 
 BITS = (4, 8)
 SYMMETRIC_ZERO_POINT = 8  # at 4 bits
@@ -53,6 +54,26 @@ class BlockQuantized:
         return self.codes.shape[1]
 
 
+# Output channels of a weight worked on at a time: each is quantized on its own, so the result is the same, and the
+# clip search's temporaries (several copies of the rows) stay bounded — SmolLM2's 49152 × 576 tied table took 200 MB
+# a ratio whole.
+_ROW_SLICE_BYTES = 16 << 20
+
+
+def by_rows(quantize: Callable[[np.ndarray], BlockQuantized], weight: np.ndarray,
+            row_bytes: int) -> BlockQuantized:
+    """quantize(weight [K, N]) over slices of its N output channels of at most _ROW_SLICE_BYTES (row_bytes each),
+    joined: for quantizers that treat every output channel on its own."""
+    k, n = weight.shape
+    rows = max(1, _ROW_SLICE_BYTES // max(row_bytes, 1))
+    if n <= rows:
+        return quantize(weight)
+    parts = [quantize(weight[:, start:start + rows]) for start in range(0, n, rows)]
+    zero_points = None if parts[0].zero_points is None else np.concatenate([p.zero_points for p in parts])
+    return BlockQuantized(np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]),
+                          zero_points, k, parts[0].block_size, parts[0].bits)
+
+
 def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None = None,
                        clip_ratios: tuple[float, ...] = CLIP_RATIOS, bits: int = 4) -> BlockQuantized:
     """weight: float [K, N] (MatMul's B). importance: [K] non-negative weights of the error per input channel."""
@@ -60,6 +81,12 @@ def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, imp
         raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
+    return by_rows(lambda rows: _quantize_rows(rows, block_size, symmetric, importance, clip_ratios, bits), weight,
+                   4 * weight.shape[0])
+
+
+def _quantize_rows(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None,
+                   clip_ratios: tuple[float, ...], bits: int) -> BlockQuantized:
     k, n = weight.shape
     n_blocks = -(-k // block_size)
     blocks = np.zeros((n, n_blocks * block_size), np.float32)

@@ -7,9 +7,11 @@ weighted by diag(H). Pure numpy; float64 for the Cholesky factors.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, block_scales, symmetric_zero_point
+from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, block_scales, by_rows, symmetric_zero_point
 
 __all__ = ["gptq_blockwise", "gptq_channelwise", "DAMPING"]
 
@@ -24,25 +26,45 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     """weight: float [K, N] (MatMul's B); hessian: [K, K], XᵀX / n of the activation feeding it.
 
     act_order: columns taken in order of decreasing XᵀX diagonal (the paper's "act order"), the block scales then
-    fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K."""
+    fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K.
+    Every output channel is fitted on its own (the errors spread along its row only), so they are taken a slice at a
+    time (numerics.blockwise.by_rows): W in float64 whole was 226 MB for SmolLM2's lm_head."""
+    h, dead = _regularized(hessian)
+    order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(weight.shape[0])
+    h_inv = _upper_cholesky_of_inverse(h[np.ix_(order, order)] if act_order else h)
+    fit = _Fit(h_inv, order, np.diag(hessian).astype(np.float32), dead, block_size, symmetric, tuple(clip_ratios),
+               act_order, bits)
+    return by_rows(lambda rows: _gptq_rows(rows, fit), weight, 8 * weight.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fit:
+    """What every slice of output channels shares: H⁻¹'s factor in the columns' order, the error weights, the
+    channels never active, the block format."""
+    h_inv: np.ndarray
+    order: np.ndarray
+    importance: np.ndarray
+    dead: np.ndarray
+    block_size: int
+    symmetric: bool
+    clip_ratios: tuple[float, ...]
+    act_order: bool
+    bits: int
+
+
+def _gptq_rows(weight: np.ndarray, fit: _Fit) -> BlockQuantized:
+    """GPTQ on the output channels of weight [K, n] (a slice of W's)."""
     k, n = weight.shape
+    block_size, h_inv, order = fit.block_size, fit.h_inv, fit.order
     n_blocks = -(-k // block_size)
-    w, h = _regularized(weight, hessian)
-    importance = np.diag(hessian).astype(np.float32)
+    w = np.array(weight.T, dtype=np.float64)
+    w[:, fit.dead] = 0.0  # nothing to fit
     scales = np.ones((n, n_blocks), np.float32)
-    zero_points = None if symmetric else np.zeros((n, n_blocks), np.uint8)
-    order = np.arange(k)
-    if act_order:
-        order = np.argsort(-np.diag(h), kind="stable")
-        blocks = np.zeros((n, n_blocks * block_size), np.float32)
-        blocks[:, :k] = w
-        channel_weight = np.zeros(n_blocks * block_size, np.float32)
-        channel_weight[:k] = importance
-        scales, zero_points = block_scales(blocks.reshape(n, n_blocks, block_size), symmetric,
-                                           channel_weight.reshape(1, n_blocks, block_size), clip_ratios, bits)
-        w, h = w[:, order], h[np.ix_(order, order)]
-    h_inv = _upper_cholesky_of_inverse(h)
-    middle, top = symmetric_zero_point(bits), (1 << bits) - 1
+    zero_points = None if fit.symmetric else np.zeros((n, n_blocks), np.uint8)
+    if fit.act_order:
+        scales, zero_points = _static_groups(w, fit)
+        w = w[:, order]
+    middle, top = symmetric_zero_point(fit.bits), (1 << fit.bits) - 1
     codes = np.zeros((n, n_blocks * block_size), np.uint8)
     lazy = max(_LAZY, block_size)  # a multiple of block_size: no block straddles two lazy batches
     for start in range(0, k, lazy):
@@ -53,16 +75,11 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
         for i in range(end - start):
             column = order[start + i]
             block = column // block_size
-            if not act_order and column % block_size == 0:  # this block's parameters, from the weights so far
-                stop = min(column + block_size, k)
-                group = np.zeros((n, 1, block_size), np.float32)
-                group[:, 0, :stop - column] = w1[:, i:i + stop - column]
-                weights = np.zeros((1, 1, block_size), np.float32)
-                weights[0, 0, :stop - column] = importance[column:stop]
-                s, z = block_scales(group, symmetric, weights, clip_ratios, bits)
-                scales[:, block] = s[:, 0]
+            if not fit.act_order and column % block_size == 0:  # this block's parameters, from the weights so far
+                s, z = _block_parameters(w1[:, i:i + block_size], column, fit)
+                scales[:, block] = s
                 if zero_points is not None:
-                    zero_points[:, block] = z[:, 0]
+                    zero_points[:, block] = z
             scale = scales[:, block].astype(np.float64)
             zero_point = middle if zero_points is None else zero_points[:, block].astype(np.float64)
             code = np.clip(np.rint(w1[:, i] / scale) + zero_point, 0, top)
@@ -73,19 +90,41 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
         w[:, end:] -= errors @ h_inv[start:end, end:]
     pad = middle if zero_points is None else zero_points[:, -1:]
     codes[:, k:] = pad  # padding past K dequantizes to 0
-    return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size, bits)
+    return BlockQuantized(codes.reshape(n, n_blocks, block_size), scales, zero_points, k, block_size, fit.bits)
 
 
-def _regularized(weight: np.ndarray, hessian: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """W as [N, K] (a row per output channel, as in the paper) and H, float64: channels never active zeroed (nothing
-    to fit) with a unit diagonal, and H damped."""
-    w = np.array(weight.T, dtype=np.float64)
+def _block_parameters(columns: np.ndarray, column: int, fit: _Fit) -> tuple[np.ndarray, np.ndarray | None]:
+    """The scale (and zero point) per row of the block starting at `column`, from its columns as updated so far
+    (the lazy batch's columns from there on: a block never straddles two batches)."""
+    k = len(fit.importance)
+    stop = min(column + fit.block_size, k)
+    group = np.zeros((columns.shape[0], 1, fit.block_size), np.float32)
+    group[:, 0, :stop - column] = columns[:, :stop - column]
+    weights = np.zeros((1, 1, fit.block_size), np.float32)
+    weights[0, 0, :stop - column] = fit.importance[column:stop]
+    s, z = block_scales(group, fit.symmetric, weights, fit.clip_ratios, fit.bits)
+    return s[:, 0], None if z is None else z[:, 0]
+
+
+def _static_groups(w: np.ndarray, fit: _Fit) -> tuple[np.ndarray, np.ndarray | None]:
+    """act_order's block scales, fixed beforehand on the original weights w [n, K]."""
+    n, k = w.shape
+    n_blocks = -(-k // fit.block_size)
+    blocks = np.zeros((n, n_blocks * fit.block_size), np.float32)
+    blocks[:, :k] = w
+    channel_weight = np.zeros(n_blocks * fit.block_size, np.float32)
+    channel_weight[:k] = fit.importance
+    return block_scales(blocks.reshape(n, n_blocks, fit.block_size), fit.symmetric,
+                        channel_weight.reshape(1, n_blocks, fit.block_size), fit.clip_ratios, fit.bits)
+
+
+def _regularized(hessian: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """H in float64, channels never active (nothing to fit) with a unit diagonal, damped; and which those are."""
     h = np.array(hessian, dtype=np.float64)
     dead = np.diag(h) <= 0
     h[dead, dead] = 1.0
-    w[:, dead] = 0.0
     h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
-    return w, h
+    return h, dead
 
 
 def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:

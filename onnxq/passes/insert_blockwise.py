@@ -20,6 +20,7 @@ from onnxq.calibration.moments import WeightMoments, weight_key
 from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
+from onnxq.io.memory import page_out
 from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_quantization
@@ -96,6 +97,7 @@ class InsertBlockwisePass(PlannedRewritePass):
             if moments is not None and blocks.clip == "activation":
                 importance = np.diag(moments) if moments.ndim == 2 else moments
             quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
+        page_out(tensor)  # a memory-mapped float weight is not read again here
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
         return quantized
@@ -130,8 +132,10 @@ def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, sym
                       ratios: tuple[float, ...], bits: int) -> None:
     """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
     B; only the gathered rows are dequantized."""
-    table = ir.convenience.get_const_tensor(node.inputs[0]).numpy().astype(np.float32, copy=False)
+    source = ir.convenience.get_const_tensor(node.inputs[0])
+    table = source.numpy().astype(np.float32, copy=False)
     quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios, bits=bits)  # N rows, K = H
+    page_out(source)
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
     inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(codes, bits)), node.inputs[1],

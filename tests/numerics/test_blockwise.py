@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+import onnxq.numerics.blockwise as blockwise
 from onnxq.numerics.blockwise import (dequantize_blockwise, pack_codes, pack_nibbles,
                                       quantize_blockwise, unpack_nibbles)
 from onnxq.numerics.gptq import gptq_blockwise
@@ -151,3 +152,31 @@ def test_gptq_halves_the_output_error_of_round_to_nearest_on_correlated_activati
     act_order = output_error(gptq_blockwise(w, h, 32, True, act_order=True))
     assert gptq < 0.6 * rtn  # measured 0.045 vs 0.088 with this seed
     assert act_order < 0.95 * gptq  # measured 0.0405
+
+
+@pytest.mark.parametrize("symmetric,act_order,bits", [(True, False, 4), (False, True, 4), (False, False, 8)])
+def test_weights_quantized_a_slice_of_output_channels_at_a_time_are_the_same(rng, monkeypatch, symmetric, act_order,
+                                                                            bits):
+    """Every output channel is quantized on its own (the clip search per block, GPTQ's error along its row), so
+    slices of them (numerics.blockwise.by_rows, what bounds the temporaries of SmolLM2's 49152-row table) give the
+    whole weight's result: the clip search exactly; GPTQ up to the BLAS product that spreads a lazy batch's errors,
+    whose summation order could differ with the slice's height (equal here; at most 1 code in 1,000 allowed)."""
+    k, n = 96, 50
+    x = rng.standard_normal((400, k)) * rng.uniform(0.1, 3.0, k)
+    x[:, 3] = 0.0  # a channel never active
+    moments = x.T @ x / len(x)
+    weight = rng.standard_normal((k, n)).astype(np.float32)
+    whole = [quantize_blockwise(weight, 32, symmetric, np.diag(moments), bits=bits),
+             gptq_blockwise(weight, moments, 32, symmetric, act_order=act_order, bits=bits)]
+    monkeypatch.setattr(blockwise, "_ROW_SLICE_BYTES", 8 * k * 7)  # 7 rows a slice: 8 slices, the last of 1 row
+    sliced = [quantize_blockwise(weight, 32, symmetric, np.diag(moments), bits=bits),
+              gptq_blockwise(weight, moments, 32, symmetric, act_order=act_order, bits=bits)]
+    for i, (a, b) in enumerate(zip(whole, sliced)):
+        assert b.codes.shape == a.codes.shape and b.k == a.k and b.bits == a.bits
+        if i == 0:
+            np.testing.assert_array_equal(b.codes, a.codes)
+            np.testing.assert_array_equal(b.scales, a.scales)
+        else:
+            assert np.mean(b.codes != a.codes) <= 1e-3
+            np.testing.assert_allclose(b.scales, a.scales, rtol=1e-6)
+        assert (a.zero_points is None) == (b.zero_points is None) == symmetric
