@@ -12,6 +12,7 @@ import numpy as np
 from onnxq.calibration import fixed_batch_size
 from onnxq.calibration.batching import concatenate, first_samples, samples_in
 from onnxq.io.model import model_size_bytes
+from onnxq.io.segments import SEGMENT_FROM_BYTES
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_compute, choose_kinds
 from onnxq.steps.state import RunState
@@ -38,6 +39,10 @@ DEFAULT_ROUNDS = 5
 DEFAULT_BUDGET_S = 10.0
 # The timed batch's float outputs, at most (_timed_batch): the verification's own batches are smaller.
 _TIMED_OUTPUT_BYTES = 64 << 20
+# From this size of float weights the two models are timed one after the other, not both sessions at once in
+# alternation: the float and the quantized deployed sessions, each owning its weights, were the peak of SmolLM2-135M's
+# default run (653 MB of weights: 1.50 GB, 1.28 GB elsewhere) — the size from which exact sessions run in segments.
+IN_TURN_FROM_BYTES = SEGMENT_FROM_BYTES
 # verify.never_slower searches only models whose float batch takes at least this long: below it the sessions' fixed
 # costs (every QuantizeLinear's call) dominate and the timing says nothing of the kernels — a 32-128-10 MLP times
 # 0.01 ms float, 0.013 ms quantized, and would go float on noise.
@@ -54,7 +59,7 @@ def check_speed(state: RunState) -> bool:
     else:
         if state.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
             _speed_by_kind(state, providers)
-        state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers)
+        state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, in_turn=_in_turn(state))
         _note_slower(state, searched=True)
         timed = True
     if timed and state.plans and language_model_logits(state.reference) is not None:
@@ -82,12 +87,17 @@ def _timed_batch(state: RunState):
     return concatenate(first_samples(reference.batches, count, fixed_batch_size(state.specs)))
 
 
+def _in_turn(state: RunState) -> bool:
+    """Whether the float and the quantized model are timed one after the other (verify.speed.check_speed)."""
+    return model_size_bytes(state.as_given) >= IN_TURN_FROM_BYTES
+
+
 def _time_decoding(state: RunState, providers: list[str]) -> None:
     """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill): on the provider
     the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU."""
     deployed = [p for p in target_providers(state.config.target) if p in providers]
     decode = time_decoding(state.as_given, state.work, state.batches.first(), state.specs,
-                           provider=(deployed or [_CPU])[0])
+                           provider=(deployed or [_CPU])[0], in_turn=_in_turn(state))
     if decode is not None:
         state.sections.append(decode)
 
@@ -98,7 +108,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
                            f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False
     state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
-                            DEFAULT_BUDGET_S)
+                            DEFAULT_BUDGET_S, in_turn=_in_turn(state))
     slower = _slower_here(state)
     if slower is None:
         _note_slower(state, searched=False)
@@ -107,7 +117,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
                        "that run slower quantized were searched (verify.never_slower; --allow-slower only says so)")
     _speed_by_kind(state, providers)
     state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
-                            DEFAULT_BUDGET_S)
+                            DEFAULT_BUDGET_S, in_turn=_in_turn(state))
     _note_slower(state, searched=True)
     return True
 

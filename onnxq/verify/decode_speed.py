@@ -12,7 +12,7 @@ import dataclasses
 import html
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -69,27 +69,50 @@ def cache_pairs(input_names: Sequence[str], output_names: Sequence[str]) -> dict
 
 
 def decode_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch, specs: list[InputSpec],
-                 steps: int = 16, rounds: int = 3, provider: str = "CPUExecutionProvider") -> DecodeSpeed | None:
+                 steps: int = 16, rounds: int = 3, provider: str = "CPUExecutionProvider",
+                 in_turn: bool = False) -> DecodeSpeed | None:
     """None when the model has no cache to feed back, or the window is too short (under 4 tokens); a window shorter
-    than twice `steps` decodes its second half."""
+    than twice `steps` decodes its second half. in_turn: each model's session made, timed and dropped before the
+    other's (verify.speed.check_speed)."""
     tokens = np.asarray(batch.get("input_ids", np.zeros((0, 0))))
     if tokens.ndim != 2 or tokens.shape[1] < 4:
         return None
     steps = min(steps, tokens.shape[1] // 2)
-    sessions = [make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
+    window = tokens[:1]
+    prefill = window.shape[1] - steps
+    makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
+    seconds = _decoding_seconds(makers, (window, prefill, specs), rounds, in_turn)
+    if seconds is None:
+        return None
+    per_s = [steps / float(np.median(s)) for s in seconds]
+    return DecodeSpeed(provider, prefill, steps, rounds, per_s[0], per_s[1])
+
+
+def _decoding_seconds(makers: Sequence[Callable], decode: tuple, rounds: int,
+                      in_turn: bool) -> list[list[float]] | None:
+    """Each model's seconds per round of decoding: both sessions at once, in alternation, or one after the other;
+    None where the model has no cache to feed back."""
+    seconds = []
+    for group in ([[make] for make in makers] if in_turn else [list(makers)]):
+        timed = _decode_rounds([make() for make in group], decode, rounds)
+        if timed is None:
+            return None
+        seconds += timed
+    return seconds
+
+
+def _decode_rounds(sessions: list, decode: tuple, rounds: int) -> list[list[float]] | None:
+    window, prefill, specs = decode
     pairs = cache_pairs([i.name for i in sessions[0].get_inputs()], [o.name for o in sessions[0].get_outputs()])
     if not pairs:
         return None
-    window = tokens[:1]
-    prefill = window.shape[1] - steps
     for session in sessions:  # warm-up: the first runs allocate, and pack the weights
         decode_window(session, window, prefill, specs, pairs)
-    seconds: list[list[float]] = [[], []]
+    seconds: list[list[float]] = [[] for _ in sessions]
     for _ in range(rounds):
         for i, session in enumerate(sessions):
             seconds[i].append(decode_window(session, window, prefill, specs, pairs)[0])
-    per_s = [steps / float(np.median(s)) for s in seconds]
-    return DecodeSpeed(provider, prefill, steps, rounds, per_s[0], per_s[1])
+    return seconds
 
 
 def decode_window(session: ort.InferenceSession, window: np.ndarray, prefill: int, specs: list[InputSpec],

@@ -10,7 +10,7 @@ import dataclasses
 import html
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ class SpeedCheck:
     float_ms: float
     quantized_ms: float
     rounds: int
+    in_turn: bool = False  # timed one model after the other, not alternating (check_speed)
 
     @property
     def speedup(self) -> float:
@@ -41,38 +42,49 @@ class SpeedCheck:
 
     def text(self) -> str:
         verdict = "faster" if self.faster else "NOT FASTER than float"
+        turns = ", one model after the other" if self.in_turn else ""
         return (f"speed on {self.provider.replace('ExecutionProvider', '')}: float {self.float_ms:.2f} ms, quantized "
-                f"{self.quantized_ms:.2f} ms ({self.speedup:.2f}x, {verdict}; median of {self.rounds})")
+                f"{self.quantized_ms:.2f} ms ({self.speedup:.2f}x, {verdict}; median of {self.rounds}{turns})")
 
     def html(self) -> str:
         return f"<p>{html.escape(self.text())}</p>"
 
     def to_dict(self) -> dict:
         return {"provider": self.provider, "float_ms": self.float_ms, "quantized_ms": self.quantized_ms,
-                "speedup": self.speedup, "rounds": self.rounds}
+                "speedup": self.speedup, "rounds": self.rounds, "in_turn": self.in_turn}
 
 
 def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch, providers: Sequence[str],
-                rounds: int = 10, budget_s: float = math.inf) -> tuple[SpeedCheck, ...]:
+                rounds: int = 10, budget_s: float = math.inf, in_turn: bool = False) -> tuple[SpeedCheck, ...]:
     """budget_s: stop after MIN_ROUNDS rounds once this long has passed on a provider (warm-up included), so that a
-    model whose batch takes seconds is not timed for minutes; the check says how many rounds it took."""
+    model whose batch takes seconds is not timed for minutes; the check says how many rounds it took.
+    in_turn: each model's session made, timed (on half the budget) and dropped before the other's is made — for a
+    model whose two deployed sessions at once (each owning its weights) would be the run's peak memory — instead of
+    both at once, in alternation (drift on a shared machine then falls on both)."""
     checks = []
     for provider in providers:
-        start_all = time.perf_counter()
-        sessions = [make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
-        for s in sessions:  # warm-up: first runs allocate and pack weights
-            s.run(None, batch)
-            s.run(None, batch)
-        times: list[list[float]] = [[], []]
-        while len(times[0]) < rounds and (len(times[0]) < MIN_ROUNDS
-                                          or time.perf_counter() - start_all < budget_s):
-            for i, s in enumerate(sessions):
-                start = time.perf_counter()
-                s.run(None, batch)
-                times[i].append(time.perf_counter() - start)
+        makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
+        groups = [[make] for make in makers] if in_turn else [makers]
+        times = [t for group in groups for t in _rounds([make() for make in group], batch, rounds,
+                                                        budget_s / len(groups))]
         checks.append(SpeedCheck(provider, float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3),
-                                 len(times[0])))
+                                 min(len(t) for t in times), in_turn))
     return tuple(checks)
+
+
+def _rounds(sessions: list, batch: Batch, rounds: int, budget_s: float) -> list[list[float]]:
+    """Each session's seconds per run of the batch, the sessions taking turns round by round."""
+    start_all = time.perf_counter()
+    for s in sessions:  # warm-up: first runs allocate and pack weights
+        s.run(None, batch)
+        s.run(None, batch)
+    times: list[list[float]] = [[] for _ in sessions]
+    while len(times[0]) < rounds and (len(times[0]) < MIN_ROUNDS or time.perf_counter() - start_all < budget_s):
+        for i, s in enumerate(sessions):
+            start = time.perf_counter()
+            s.run(None, batch)
+            times[i].append(time.perf_counter() - start)
+    return times
 
 
 def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weight_only: bool = False) -> list[str]:

@@ -164,7 +164,7 @@ def test_the_defaults_search_the_kinds_when_the_default_timing_finds_the_model_s
     path, data = _model(tmp_path, rng)
     timings = iter([2.0, 0.8])  # the default timing's quantized ms: before the search, then after it
 
-    def time_both(float_model, quant_model, batch, providers, rounds=10, budget_s=0.0):
+    def time_both(float_model, quant_model, batch, providers, rounds=10, budget_s=0.0, in_turn=False):
         return (SpeedCheck("CPUExecutionProvider", 1.0, next(timings), rounds),)
 
     def timed(quantized, floating, batch, provider, rounds):
