@@ -51,15 +51,21 @@ class Segment:
 def plan_segments(graph: ir.Graph, budget_bytes: int) -> list[Segment]:
     """The main graph's nodes, in their (topological) order, cut wherever the next node's new initializers would take
     the segment past budget_bytes (a node over the budget alone is a segment of its own). [] where the graph cannot
-    be cut this way: an output that no node makes (an initializer or an input returned as it is)."""
+    be cut this way: an output that no node makes (an initializer or an input returned as it is), or a node listed
+    before what it reads."""
     produced_by_node = {id(v) for node in graph for v in node.outputs}
     if any(id(v) not in produced_by_node for v in graph.outputs):
         return []
     groups: list[list[ir.Node]] = [[]]
+    made: set[int] = set()
     held: set[int] = set()
     size = 0
     for node in graph:
-        new = [v for v in _reads(node, graph) if v.is_initializer() and id(v) not in held]
+        reads = _reads(node, graph)
+        if any(id(v) in produced_by_node and id(v) not in made for v in reads):
+            return []
+        made.update(id(v) for v in node.outputs)
+        new = [v for v in reads if v.is_initializer() and id(v) not in held]
         extra = sum(_nbytes(v) for v in new)
         if size and size + extra > budget_bytes:
             groups.append([])

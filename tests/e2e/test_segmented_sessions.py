@@ -82,6 +82,13 @@ def test_every_cut_is_read_from_the_graph_inputs_or_an_earlier_segment(rng):
     assert {v.name for v in model.graph.outputs} <= made
     owned = [name for segment in plan for name in segment.initializers]
     assert set(owned) == set(model.graph.initializers)
+    # A node listed before what it reads (not topologically sorted): the graph is not cut.
+    first = model.graph.node(0)
+    model.graph.remove(first)
+    model.graph.append(first)
+    assert plan_segments(model.graph, weights // 8) == []
+    model.graph.sort()
+    assert len(plan_segments(model.graph, weights // 8)) >= 4
     # An output no node makes (an initializer returned as it is): the graph is not cut.
     model.graph.outputs.append(model.graph.initializers["embed"])
     assert plan_segments(model.graph, weights // 8) == []
