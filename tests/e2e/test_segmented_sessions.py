@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxq
 import onnxq.io.segments as segments
 import onnxq.steps.sensitivity as steps_sensitivity
-from onnxq.calibration.completion import completed
 from onnxq.calibration import input_specs
+from onnxq.calibration.completion import completed
 from onnxq.io import OrtModel, load_model, page_out
 from onnxq.io.segments import SegmentedSession, plan_segments
 from onnxq.io.sessions import ORT_ERRORS, session_options
@@ -28,11 +28,15 @@ from onnxq.io.sessions import ORT_ERRORS, session_options
 MB = 2**20
 
 
-@pytest.fixture
-def cut_small(monkeypatch):
-    """Every model cut into eighths of its weights, however small."""
+def _cut_every_model(monkeypatch) -> None:
+    """Every model cut into eighths of its weights from now on, however small."""
     monkeypatch.setattr(segments, "SEGMENT_FROM_BYTES", 0)
     monkeypatch.setattr(segments, "_MIN_SEGMENT_BYTES", 0)
+
+
+@pytest.fixture
+def cut_small(monkeypatch):
+    _cut_every_model(monkeypatch)
 
 
 def _exact(model: ir.Model):
@@ -50,8 +54,7 @@ def test_a_segmented_session_gives_the_whole_session_s_outputs_bit_for_bit(build
     whole = _exact(model)
     assert not isinstance(whole, SegmentedSession)
     expected = whole.run(None, feed)
-    monkeypatch.setattr(segments, "SEGMENT_FROM_BYTES", 0)
-    monkeypatch.setattr(segments, "_MIN_SEGMENT_BYTES", 0)
+    _cut_every_model(monkeypatch)
     segmented = _exact(model)
     assert isinstance(segmented, SegmentedSession) and len(segmented._segments) >= 4
     assert [o.name for o in segmented.get_outputs()] == [o.name for o in whole.get_outputs()]
@@ -180,8 +183,7 @@ def test_a_quantization_run_with_segmented_sessions_writes_the_same_model(rng, t
         result = onnxq.quantize(source, calibration, output=tmp_path / name, verify_data=held_out, config=config)
         return onnx.load(tmp_path / name), result.report
     whole_model, whole = quantized("whole.onnx")
-    monkeypatch.setattr(segments, "SEGMENT_FROM_BYTES", 0)
-    monkeypatch.setattr(segments, "_MIN_SEGMENT_BYTES", 0)
+    _cut_every_model(monkeypatch)
     made = []
     monkeypatch.setattr(SegmentedSession, "__init__", _recorded(SegmentedSession.__init__, made))
     cut_model, cut = quantized("cut.onnx")
