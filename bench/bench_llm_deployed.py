@@ -73,7 +73,7 @@ def ready_made(float_model: Path, model: Path) -> dict:
 def decoding(float_model: Path, model: Path, steps: int, rounds: int) -> dict:
     window = {k: v[:1] for k, v in np.load(DATA / "dev_windows.npz").items()}
     specs = input_specs(load_model(float_model))
-    speed = decode_speed(float_model, model, window, specs, steps=steps, rounds=rounds)
+    speed = decode_speed((float_model, model), window, specs, steps=steps, rounds=rounds)
     return {"decode_float_tok_s": speed.float_tokens_per_s, "decode_tok_s": speed.quantized_tokens_per_s,
             "decode_ratio": speed.speedup}
 

@@ -15,6 +15,7 @@ from onnxq.errors import ModelLoadError, one_line
 from onnxq.io.naming import name_body_values, name_nodes
 from onnxq.io.outputs import run_files
 from onnxq.io.reads import regular_file
+from onnxq.io.streamed_proto import write_streamed
 from onnxq.io.tensors import check_external_data, check_tensors, densify_sparse_initializers
 
 __all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "prepare_for_save",
@@ -137,7 +138,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: Iterable[
             ir.save(model, staged, external_data=data.name)
         else:
             inline_external_tensors(model)
-            ir.save(model, staged)
+            write_streamed(model, staged)  # one file, a tensor's copies at a time (io.streamed_proto)
 
     with run_files() as files:
         for file in protected:

@@ -96,7 +96,7 @@ def _time_decoding(state: RunState, providers: list[str]) -> None:
     """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill): on the provider
     the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU."""
     deployed = [p for p in target_providers(state.config.target) if p in providers]
-    decode = time_decoding(state.as_given, state.work, state.batches.first(), state.specs,
+    decode = time_decoding((state.as_given, state.work), state.batches.first(), state.specs,
                            provider=(deployed or [_CPU])[0], in_turn=_in_turn(state))
     if decode is not None:
         state.sections.append(decode)

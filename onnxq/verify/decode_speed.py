@@ -68,19 +68,18 @@ def cache_pairs(input_names: Sequence[str], output_names: Sequence[str]) -> dict
     return pairs
 
 
-def decode_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch, specs: list[InputSpec],
-                 steps: int = 16, rounds: int = 3, provider: str = "CPUExecutionProvider",
-                 in_turn: bool = False) -> DecodeSpeed | None:
-    """None when the model has no cache to feed back, or the window is too short (under 4 tokens); a window shorter
-    than twice `steps` decodes its second half. in_turn: each model's session made, timed and dropped before the
-    other's (verify.speed.check_speed)."""
+def decode_speed(models: tuple[ModelSource, ModelSource], batch: Batch, specs: list[InputSpec], steps: int = 16,
+                 rounds: int = 3, provider: str = "CPUExecutionProvider", in_turn: bool = False) -> DecodeSpeed | None:
+    """models: the float and the quantized model. None when the model has no cache to feed back, or the window is too
+    short (under 4 tokens); a window shorter than twice `steps` decodes its second half. in_turn: each model's
+    session made, timed and dropped before the other's (verify.speed.check_speed)."""
     tokens = np.asarray(batch.get("input_ids", np.zeros((0, 0))))
     if tokens.ndim != 2 or tokens.shape[1] < 4:
         return None
     steps = min(steps, tokens.shape[1] // 2)
     window = tokens[:1]
     prefill = window.shape[1] - steps
-    makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
+    makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in models]
     seconds = _decoding_seconds(makers, (window, prefill, specs), rounds, in_turn)
     if seconds is None:
         return None

@@ -17,7 +17,7 @@ from conftest import REPO
 # when that point is reached.
 CHILD = textwrap.dedent("""
     import signal, sys, time
-    import onnx_ir
+    import onnxq.io.model
     import onnxq.progress
     from onnxq.cli import main
 
@@ -39,7 +39,7 @@ CHILD = textwrap.dedent("""
                 f.write(b"half a model")
             print("MARK", flush=True)
             time.sleep(60)
-        onnx_ir.save = stuck
+        onnxq.io.model.write_streamed = stuck  # what writes a model under 2 GB
     sys.exit(main(sys.argv[2:]))
 """)
 

@@ -54,6 +54,7 @@ def test_the_batch_timing_holds_one_session_at_a_time_in_turn(counted, in_turn, 
 def test_the_decode_timing_holds_one_session_at_a_time_in_turn(counted, in_turn, most):
     model = load_model(kv_decoder())
     windows = token_windows(np.random.default_rng(0), 1, 12)
-    timed = decode_speed.decode_speed(model, model, windows, input_specs(model), steps=4, rounds=2, in_turn=in_turn)
+    timed = decode_speed.decode_speed((model, model), windows, input_specs(model), steps=4, rounds=2,
+                                      in_turn=in_turn)
     assert counted.most == most and counted.live == 0
     assert timed.steps == 4 and timed.rounds == 2 and timed.float_tokens_per_s > 0 and timed.quantized_tokens_per_s > 0
