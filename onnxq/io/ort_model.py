@@ -72,14 +72,19 @@ class OrtModel:
                                                   shape=tensor.shape, name=name)
             offset += -(-tensor.nbytes // _ALIGNMENT) * _ALIGNMENT
         self.proto_bytes = ir.serde.serialize_model(light).SerializeToString()
-        budget = segment_budget(sum(a.nbytes for a in self.arrays))
-        self._segments = plan_segments(light.graph, budget) if budget is not None else []
-        self._light = light if len(self._segments) > 1 else None  # the graph the segments are cut from
+        self._budget = segment_budget(sum(a.nbytes for a in self.arrays))
+        self._light = light if self._budget is not None else None  # the graph segments are cut from
+
+    @functools.cached_property
+    def _segments(self) -> list:
+        """The cut of a large model (io.segments), planned when its first exact session is made; [] runs it whole."""
+        segments = plan_segments(self._light.graph, self._budget) if self._light is not None else []
+        return segments if len(segments) > 1 else []
 
     def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
         if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
             return self._owned_session(options, providers)
-        if self._light is not None and providers == ["CPUExecutionProvider"]:
+        if providers == ["CPUExecutionProvider"] and self._segments:
             return SegmentedSession(self._light, self._segments, self._segment_session(options, providers),
                                     self._page_out)
         return self._exact_session(self.proto_bytes, dict(zip(self.names, self.arrays)), options, providers)

@@ -57,11 +57,12 @@ def plan_segments(graph: ir.Graph, budget_bytes: int) -> list[Segment]:
     if any(id(v) not in produced_by_node for v in graph.outputs):
         return []
     groups: list[list[ir.Node]] = [[]]
+    reads_of: dict[int, list[ir.Value]] = {}
     made: set[int] = set()
     held: set[int] = set()
     size = 0
     for node in graph:
-        reads = _reads(node, graph)
+        reads = reads_of[id(node)] = _reads(node, graph)
         if any(id(v) in produced_by_node and id(v) not in made for v in reads):
             return []
         made.update(id(v) for v in node.outputs)
@@ -73,15 +74,15 @@ def plan_segments(graph: ir.Graph, budget_bytes: int) -> list[Segment]:
         groups[-1].append(node)
         held.update(id(v) for v in new)
         size += extra
-    return _segments(graph, groups)
+    return _segments(graph, groups, reads_of)
 
 
-def _segments(graph: ir.Graph, groups: list[list[ir.Node]]) -> list[Segment]:
+def _segments(graph: ir.Graph, groups: list[list[ir.Node]], reads_of: dict[int, list[ir.Value]]) -> list[Segment]:
     """Each group's boundary: what it reads from outside it, and what it makes that later groups or the graph's
-    outputs read."""
+    outputs read. reads_of: each node's reads (_reads), by id."""
     index_of = {id(node): i for i, group in enumerate(groups) for node in group}
     wanted_after: dict[int, int] = {id(v): len(groups) for v in graph.outputs}  # value → the last group reading it
-    reads = [[v for node in group for v in _reads(node, graph)] for group in groups]
+    reads = [[v for node in group for v in reads_of[id(node)]] for group in groups]
     for i, values in enumerate(reads):
         for v in values:
             wanted_after[id(v)] = max(wanted_after.get(id(v), -1), i)
@@ -166,9 +167,9 @@ class SegmentedSession:
         for value in graph.inputs:
             if value.name in feed and value.producer() is None and value.type is None:
                 value.dtype = ir.DataType.from_numpy(np.asarray(feed[value.name]).dtype)
-        graph_outputs = {v.name for v in self._model.graph.outputs}
+        model_io = {a.name for a in (*self._inputs, *self._outputs)}
         for value in [*graph.inputs, *graph.outputs]:
-            if value.name not in graph_outputs and value.name not in {v.name for v in self._inputs}:
+            if value.name not in model_io:
                 value.shape = None  # a cut's shape as inferred may fix dimensions the data varies
         model = ir.Model(graph, ir_version=self._model.ir_version, functions=list(self._model.functions.values()))
         self._sessions[i] = self._make(model, segment.initializers)

@@ -12,14 +12,15 @@ import dataclasses
 import html
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
 from onnxq.calibration.completion import completed
 from onnxq.calibration.specs import Batch, InputSpec
-from onnxq.verify.sessions import ModelSource, make_session
+from onnxq.verify.sessions import ModelSource
+from onnxq.verify.speed import timed_in_turns
 
 __all__ = ["DecodeSpeed", "decode_speed", "cache_pairs", "decode_window"]
 
@@ -79,28 +80,17 @@ def decode_speed(models: tuple[ModelSource, ModelSource], batch: Batch, specs: l
     steps = min(steps, tokens.shape[1] // 2)
     window = tokens[:1]
     prefill = window.shape[1] - steps
-    makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in models]
-    seconds = _decoding_seconds(makers, (window, prefill, specs), rounds, in_turn)
+    seconds = timed_in_turns(models, provider, in_turn, lambda sessions: _decode_rounds(
+        sessions, (window, prefill, specs), rounds))
     if seconds is None:
         return None
     per_s = [steps / float(np.median(s)) for s in seconds]
     return DecodeSpeed(provider, prefill, steps, rounds, per_s[0], per_s[1])
 
 
-def _decoding_seconds(makers: Sequence[Callable], decode: tuple, rounds: int,
-                      in_turn: bool) -> list[list[float]] | None:
-    """Each model's seconds per round of decoding: both sessions at once, in alternation, or one after the other;
-    None where the model has no cache to feed back."""
-    seconds = []
-    for group in ([[make] for make in makers] if in_turn else [list(makers)]):
-        timed = _decode_rounds([make() for make in group], decode, rounds)
-        if timed is None:
-            return None
-        seconds += timed
-    return seconds
-
-
 def _decode_rounds(sessions: list, decode: tuple, rounds: int) -> list[list[float]] | None:
+    """Each session's seconds per round of decoding, in alternation; None where the model has no cache to feed
+    back."""
     window, prefill, specs = decode
     pairs = cache_pairs([i.name for i in sessions[0].get_inputs()], [o.name for o in sessions[0].get_outputs()])
     if not pairs:

@@ -18,7 +18,7 @@ from onnxq.calibration.specs import Batch
 from onnxq.targets import target_providers
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["SpeedCheck", "check_speed", "slower_notes", "MIN_ROUNDS"]
+__all__ = ["SpeedCheck", "check_speed", "timed_in_turns", "slower_notes", "MIN_ROUNDS"]
 
 # A median of fewer rounds is one noisy run.
 MIN_ROUNDS = 3
@@ -62,14 +62,26 @@ def check_speed(float_model: ModelSource, quant_model: ModelSource, batch: Batch
     model whose two deployed sessions at once (each owning its weights) would be the run's peak memory — instead of
     both at once, in alternation (drift on a shared machine then falls on both)."""
     checks = []
+    share = budget_s / 2 if in_turn else budget_s
     for provider in providers:
-        makers = [lambda m=m: make_session(m, optimize=True, provider=provider) for m in (float_model, quant_model)]
-        groups = [[make] for make in makers] if in_turn else [makers]
-        times = [t for group in groups for t in _rounds([make() for make in group], batch, rounds,
-                                                        budget_s / len(groups))]
+        times = timed_in_turns((float_model, quant_model), provider, in_turn,
+                               lambda sessions: _rounds(sessions, batch, rounds, share))
         checks.append(SpeedCheck(provider, float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3),
                                  min(len(t) for t in times), in_turn))
     return tuple(checks)
+
+
+def timed_in_turns(models: Sequence[ModelSource], provider: str, in_turn: bool,
+                   timed: Callable[[list], list[list[float]] | None]) -> list[list[float]] | None:
+    """timed(sessions) — a list of times per session — over the models' deployed sessions: all at once, or (in_turn)
+    one model at a time, its session dropped before the next one is made; None when `timed` says None."""
+    times: list[list[float]] = []
+    for group in ([[model] for model in models] if in_turn else [list(models)]):
+        got = timed([make_session(model, optimize=True, provider=provider) for model in group])
+        if got is None:
+            return None
+        times += got
+    return times
 
 
 def _rounds(sessions: list, batch: Batch, rounds: int, budget_s: float) -> list[list[float]]:
