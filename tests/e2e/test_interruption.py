@@ -22,8 +22,10 @@ CHILD = textwrap.dedent("""
     from onnxq.cli import main
 
     # A terminal's Ctrl-C: a test runner started in the background (CI's `cmd &`) passes SIGINT on ignored, and
-    # Python then installs no KeyboardInterrupt for it — the child ran on through the signal.
+    # Python then installs no KeyboardInterrupt for it; a runner may also pass the signals on blocked (a CI run
+    # whose SIGINT stayed pending while the child ran on) — either way the child ran on through the signal.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     stage = sys.argv[1]
     if stage == "calibrate":
         def slow(self, samples, _first=[True]):
