@@ -56,6 +56,19 @@ def _wait_for_mark(child: subprocess.Popen) -> None:
     assert line.strip() == "MARK", child.stderr.read()
 
 
+def _communicate(child: subprocess.Popen) -> tuple[str, str]:
+    """The child's output once it ends; one that runs on a minute after the signal is killed, and the failure
+    shows its signal masks (blocked, ignored, pending) — where a runner's settings swallowed the signal."""
+    try:
+        return child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        status = Path(f"/proc/{child.pid}/status")
+        masks = [line for line in status.read_text().splitlines() if line.startswith("Sig")] if status.exists() else []
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail(f"the child ran on after the signal; its masks {masks}; stderr {err[-1000:]!r}")
+
+
 def _calibration_run(samples_dir: Path, tmp_path: Path) -> list[str]:
     return [str(samples_dir / "tiny_transformer.onnx"), "--calib", str(samples_dir / "tiny_transformer_calib.npz"),
             "--calib-batch-size", "1", "-o", str(tmp_path / "q.onnx")]
@@ -65,7 +78,7 @@ def test_ctrl_c_during_calibration_exits_130_with_one_line_and_no_file(samples_d
     child = _start("calibrate", _calibration_run(samples_dir, tmp_path))
     _wait_for_mark(child)
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=60)
+    out, err = _communicate(child)
     # On failure, the child's own words say where the interrupt went.
     assert child.returncode == 130, (out[-2000:], err[-2000:])
     assert err.strip().splitlines() == ["onnxq: interrupted; nothing was written"]
@@ -79,7 +92,7 @@ def test_a_kill_while_saving_leaves_the_output_as_it_was(samples_dir, tmp_path, 
     child = _start("save", [str(samples_dir / "mlp.onnx"), "--no-verify", "-o", str(output)])
     _wait_for_mark(child)
     child.send_signal(sig)
-    _, err = child.communicate(timeout=60)
+    _, err = _communicate(child)
     assert output.read_bytes() == b"the previous model"  # never a partial model at the output path
     leftovers = [p.name for p in tmp_path.iterdir() if p != output]
     if sig == signal.SIGTERM:  # handled: a line, exit 130, the temporary file removed
