@@ -12,6 +12,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxq.errors import ModelLoadError, one_line
+from onnxq.io.in_place import read_in_place
 from onnxq.io.naming import name_body_values, name_nodes
 from onnxq.io.outputs import run_files
 from onnxq.io.reads import regular_file
@@ -56,7 +57,8 @@ def _read(path: Path) -> onnx.ModelProto:
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{one_line(path)} is empty — pass an .onnx model file")
     try:
-        proto = onnx.load(path, load_external_data=False)
+        # A large file's own weights stay in it, memory-mapped like external data (io.in_place).
+        proto = read_in_place(path) or onnx.load(path, load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError, OSError) as e:
         raise ModelLoadError(
             f"{one_line(path)} is not a readable ONNX model ({type(e).__name__}); it may be truncated or another "

@@ -42,7 +42,9 @@ def load_and_plan(state: RunState) -> bool:
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
     if state.input_path is not None:
-        state.input_files = [state.input_path, *external_data_files(reference)]
+        # A large .onnx that keeps its weights is its own external data (io.in_place): listed once.
+        data = [p for p in external_data_files(reference) if p.resolve() != state.input_path.resolve()]
+        state.input_files = [state.input_path, *data]
     _declare_files(state)  # unusable output paths stop the run now, not after calibrating
     state.work = reference.clone()
     state.quantized_from = reference
