@@ -4,6 +4,7 @@ logits. The default bar passes the W8A8 (1.03x) and 4-bit (1.10x) models issue 3
 static one."""
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -32,6 +33,25 @@ def test_next_token_nll_is_the_direct_count(rng):
     # A mask over past and new tokens (a decode step): its last `sequence` columns are the tokens'.
     with_past = np.concatenate([np.ones((2, 3), np.int64), mask], axis=1)
     assert next_token_nll(logits, tokens, with_past) == got
+
+
+def test_a_window_s_log_softmax_is_made_a_few_positions_at_a_time_with_the_same_figures(rng):
+    """SmolLM2's window: 128 positions × 49,152 classes. Its float64 log-softmax whole held three 50 MB copies; a
+    few positions at a time hold under 20 MB, and each row's figures are its own: the same sums bit for bit."""
+    logits = rng.normal(0, 5, (1, 128, 49152)).astype(np.float32)
+    tokens = rng.integers(0, 49152, (1, 128))
+    scores = logits[0, :-1].astype(np.float64)
+    top = scores.max(axis=-1, keepdims=True)
+    whole = top[:, 0] + np.log(np.exp(scores - top).sum(axis=-1)) - scores[np.arange(127), tokens[0, 1:]]
+    del scores, top
+    tracemalloc.start()
+    try:
+        got = next_token_nll(logits, tokens, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == (float(whole.sum()), 127)
+    assert peak < 32 * 2**20, peak
 
 
 def test_the_accumulator_measures_perplexity_when_the_logits_carry_their_tokens(rng):
