@@ -65,7 +65,7 @@ def _communicate(child: subprocess.Popen) -> tuple[str, str]:
         status = Path(f"/proc/{child.pid}/status")
         masks = [line for line in status.read_text().splitlines() if line.startswith("Sig")] if status.exists() else []
         child.kill()
-        out, err = child.communicate()
+        _, err = child.communicate()
         pytest.fail(f"the child ran on after the signal; its masks {masks}; stderr {err[-1000:]!r}")
 
 
