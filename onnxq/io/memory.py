@@ -7,9 +7,10 @@ import ctypes.util
 import functools
 import mmap
 
+import numpy as np
 import onnx_ir as ir
 
-__all__ = ["page_out", "trim_heap"]
+__all__ = ["page_out", "trim_heap", "memory_map"]
 
 
 def page_out(source: ir.Model | ir.TensorProtocol) -> None:
@@ -21,8 +22,23 @@ def page_out(source: ir.Model | ir.TensorProtocol) -> None:
     tensors = ([v.const_value for v in source.graph.initializers.values()] if isinstance(source, ir.Model)
                else [source])
     for tensor in tensors:
-        if isinstance(tensor, ir.ExternalTensor) and tensor.raw is not None:
-            tensor.raw.madvise(mmap.MADV_DONTNEED)
+        mapping = memory_map(tensor)
+        if mapping is not None:
+            mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def memory_map(tensor: ir.TensorProtocol | None) -> mmap.mmap | None:
+    """The memory map a tensor's bytes are read from: an external tensor's own (once read), or the one an in-memory
+    tensor's array is a view of (a weight the run's spill file holds, given to a graph through the run's memo:
+    passes.builder.remap_shared_weights); None for a tensor with memory of its own."""
+    if isinstance(tensor, ir.ExternalTensor):
+        return tensor.raw
+    base = getattr(tensor, "raw", None)
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) else None
 
 
 @functools.cache

@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.io.memory import page_out
+from onnxq.io.memory import memory_map, page_out
 from onnxq.io.model import inline_external_tensors, prepare_for_save
 from onnxq.io.segments import SegmentedSession, plan_segments, segment_budget
 from onnxq.io.sessions import ExactSession
@@ -53,7 +53,7 @@ class OrtModel:
         inline_external_tensors(light, [g for g in light.graphs() if g is not light.graph])
         self.names: list[str] = []
         self.arrays: list[np.ndarray] = []  # kept alive for as long as a session uses them
-        self._mapped: dict[str, ir.ExternalTensor] = {}  # initializers read from a memory map: paged out by name
+        self._mapped: dict[str, ir.TensorProtocol] = {}  # initializers read from a memory map: paged out by name
         offset = 0  # each tensor's place in the data file a deployed session reads (_owned_session)
         for name, value in light.graph.initializers.items():
             tensor = value.const_value
@@ -66,7 +66,7 @@ class OrtModel:
                 continue
             self.names.append(name)
             self.arrays.append(np.ascontiguousarray(tensor.numpy()))
-            if isinstance(tensor, ir.ExternalTensor):
+            if memory_map(tensor) is not None:
                 self._mapped[name] = tensor
             value.const_value = ir.ExternalTensor(_PLACEHOLDER, offset, tensor.nbytes, tensor.dtype,
                                                   shape=tensor.shape, name=name)

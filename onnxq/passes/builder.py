@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnxq.config import QScheme
 from onnxq.io import page_out
 from onnxq.irquery import OUTER_NAMES, unique_name
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from onnxq.numerics import QParams, choose_qparams, quantize
 from onnxq.numerics.gptq import gptq_channelwise
@@ -21,7 +21,8 @@ from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize
 # A Conv weight's XᵀX / n by weight name (calibration.moments), for GPTQ rounding; None: round to nearest.
 Hessians = Callable[[str], "np.ndarray | None"]
 
-__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization", "replace_node",
+__all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization",
+           "remap_shared_weights", "replace_node",
            "replace_node_with", "rewrite_each", "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
@@ -41,6 +42,19 @@ def shared_weight_quantization():
     finally:
         _MEMO.reset(token)
         _BLOCK_MEMO.reset(block_token)
+
+
+def remap_shared_weights(twins: Mapping[int, ir.TensorProtocol]) -> None:
+    """The run's memo of int8 weights takes the twins of the arrays moved to the run's spill file (io.SpillFile.
+    spill_quantized: id(array) → its memory-mapped twin), so that the arrays in memory are freed; the next graph
+    rewritten from the same weights reads them from the file."""
+    memo = _MEMO.get()
+    if memo is None or not twins:
+        return
+    for key, (tensor, quantized, qparams) in memo.items():
+        twin = twins.get(id(quantized))
+        if twin is not None:
+            memo[key] = (tensor, twin.numpy(), qparams)
 
 
 def shared_block_quantization() -> dict | None:

@@ -268,6 +268,8 @@ class _SwitchRuns:
             pairs = values[len(names):]
             for i, accumulator in enumerate(measured):
                 accumulator.add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
+            # Not alive through the next batch's run: a window's twin pairs are 150 MB on SmolLM2, held twice.
+            del values, pairs
 
     def _fitted(self, fetched: list[str]) -> list[Batch]:
         """The batches cut so that one run's fetched values (the outputs and every twin's local pair) hold at most

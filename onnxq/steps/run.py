@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from onnxq.io import model_size_bytes, page_out, trim_heap
+from onnxq.passes.builder import remap_shared_weights
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
@@ -36,6 +37,9 @@ class Step:
     # Move the float weights only this process holds to the run's temporary file first (io.spill), so that they
     # are paged out with the input's: before the first quantization, which memoizes each weight's source tensor.
     spill_before: bool = False
+    # Move the quantized model's weights (and the run's memo of them) to that file first: the rewrite's int8 weights
+    # paged out with the float ones instead of held beside every later step's sessions.
+    spill_quantized_before: bool = False
 
 
 STEPS: tuple[Step, ...] = (
@@ -44,11 +48,11 @@ STEPS: tuple[Step, ...] = (
     Step("calibrate", calibrate),
     Step("magnitudes", magnitudes),
     Step("rewrite", rewrite, page_out_before=True, spill_before=True),
-    Step("verify", verify, trim_heap_before=True),
+    Step("verify", verify, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("recipe", recipe),
-    Step("sensitivity", sensitivity, trim_heap_before=True),
+    Step("sensitivity", sensitivity, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("fallback", fall_back),
-    Step("check_speed", check_speed, page_out_before=True, trim_heap_before=True),
+    Step("check_speed", check_speed, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("save", save, page_out_before=True),
 )
 
@@ -59,6 +63,8 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
     for step in STEPS if steps is None else steps:
         if step.spill_before:
             state.spill.spill([state.reference, state.unconverted, state.work, state.quantized_from])
+        if step.spill_quantized_before and state.work is not None:
+            remap_shared_weights(state.spill.spill_quantized(state.work))
         if step.page_out_before and state.reference is not None:
             page_out(state.reference)
             state.spill.page_out()

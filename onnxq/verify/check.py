@@ -183,6 +183,7 @@ def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSessi
         if coverage is not None:
             coverage.add(batch, expected, got[_CPU], expected_task)
         comparisons.add(expected, got, floated)
+        del expected, got, floated  # not alive through the next batch's runs
 
 
 def _with_tokens(operands: Sequence[Operand], names: Sequence[str], tasks: Mapping[str, OutputTask],

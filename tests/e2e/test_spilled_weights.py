@@ -102,3 +102,36 @@ def test_a_shared_weight_is_written_once_and_small_models_stay_in_memory(rng, mo
     kept = twin.graph.initializers["w"].const_value
     assert not isinstance(kept, ir.ExternalTensor) and not Path(folder).exists()
     np.testing.assert_array_equal(kept.numpy(), weight)
+
+
+def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tmp_path, monkeypatch):
+    """From verification on, the rewrite's int8 weights — the model's and the run's memo of them, which the
+    sensitivity's twins and every probe are built from — are memory maps of the spill file, paged out between
+    steps like the float weights (SmolLM2 W8A8: 157 MB no longer held beside every later step's sessions)."""
+    from onnxq.io.memory import memory_map
+    from onnxq.passes import builder
+    from onnxq.steps import run as run_module
+
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(vocab=1024), path)
+    seen = []
+
+    def probe(state) -> bool:
+        quantized = [v.const_value for v in state.work.graph.initializers.values()
+                     if v.const_value.dtype in (ir.DataType.INT8, ir.DataType.UINT8) and v.const_value.size > 1]
+        memo = builder._MEMO.get()
+        seen.append((len(quantized), all(isinstance(t, ir.ExternalTensor) for t in quantized),
+                     len(memo), all(memory_map(ir.Tensor(q)) is not None for _, q, _ in memo.values())))
+        return False
+
+    steps = list(run_module.STEPS)
+    steps.insert(next(i for i, s in enumerate(steps) if s.name == "sensitivity") + 1, run_module.Step("probe", probe))
+    monkeypatch.setattr(run_module, "STEPS", tuple(steps))
+    with monkeypatch.context() as patch:
+        _spill_everything(patch)
+        spilled = _quantize(path, tmp_path / "spilled.onnx")
+    kept = _quantize(path, tmp_path / "kept.onnx")
+    count, external, memoized, mapped = seen[0]
+    assert count > 10 and external and memoized > 5 and mapped
+    assert _initializers(tmp_path / "spilled.onnx") == _initializers(tmp_path / "kept.onnx")
+    assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
