@@ -22,7 +22,7 @@ import onnx_ir as ir
 from onnxq.io.memory import page_out
 from onnxq.io.model import model_size_bytes
 
-__all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES"]
+__all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES", "SPILL_QUANTIZED_MIN_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 SPILL_MIN_BYTES = 64 << 20
 # Smaller tensors (norms, biases, scales) stay in memory: each spilled tensor maps the file once.
 SPILL_TENSOR_MIN_BYTES = 1 << 20
+# The same for quantized weights, a quarter of their float size: SmolLM2's int8 projections are 330-880 kB each.
+SPILL_QUANTIZED_MIN_BYTES = 64 << 10
 # Offsets aligned for any dtype numpy maps and for AVX-512 loads.
 _ALIGN = 64
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
@@ -66,11 +68,12 @@ class SpillFile:
         return sum(t.nbytes for t in twins.values())
 
     def spill_quantized(self, model: ir.Model) -> dict[int, ir.ExternalTensor]:
-        """The rewrite's in-memory weights of the model (int8 and the like, any type but strings, at least
-        SPILL_TENSOR_MIN_BYTES each) moved to the file as `spill` moves float ones, when the model holds at least
-        SPILL_MIN_BYTES of them: paged out between phases, they are no longer anonymous memory beside every later
-        step's sessions (SmolLM2's W8A8 weights: 157 MB through verification, sensitivity and timing). Returns
-        id(the array each held) → its twin, for a memo that holds the same arrays (passes.builder)."""
+        """The rewrite's in-memory weights of the model (int8 and the like: any type but strings and 4-bit ones,
+        which ORT takes inside the graph; at least SPILL_QUANTIZED_MIN_BYTES each) moved to the file as `spill`
+        moves float ones, when the model holds at least SPILL_MIN_BYTES of them: paged out between phases, they are
+        no longer anonymous memory beside every later step's sessions (SmolLM2's W8A8 weights: 157 MB through
+        verification, sensitivity and timing). Returns id(the array each held) → its twin, for a memo that holds
+        the same arrays (passes.builder.remap_shared_weights)."""
         holders = [(value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
                    if _spillable_quantized(value.const_value)]
         if sum(t.nbytes for _, t in holders) < SPILL_MIN_BYTES:
@@ -140,7 +143,7 @@ class SpillFile:
 
 def _spillable_quantized(tensor: ir.TensorProtocol | None) -> bool:
     return (isinstance(tensor, ir.Tensor) and isinstance(tensor.raw, np.ndarray) and tensor.dtype != ir.DataType.STRING
-            and tensor.dtype.itemsize >= 1 and tensor.nbytes >= SPILL_TENSOR_MIN_BYTES)  # 4-bit: ORT's graph reads
+            and tensor.dtype.itemsize >= 1 and tensor.nbytes >= min(SPILL_QUANTIZED_MIN_BYTES, SPILL_TENSOR_MIN_BYTES))
 
 
 def _spillable(tensor: ir.TensorProtocol | None) -> bool:
