@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.io.memory import page_out
+from onnxq.io.memory import memory_map, page_out
 from onnxq.io.model import model_size_bytes
 
 __all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES", "SPILL_QUANTIZED_MIN_BYTES"]
@@ -142,8 +142,10 @@ class SpillFile:
 
 
 def _spillable_quantized(tensor: ir.TensorProtocol | None) -> bool:
-    return (isinstance(tensor, ir.Tensor) and isinstance(tensor.raw, np.ndarray) and tensor.dtype != ir.DataType.STRING
-            and tensor.dtype.itemsize >= 1 and tensor.nbytes >= min(SPILL_QUANTIZED_MIN_BYTES, SPILL_TENSOR_MIN_BYTES))
+    # A view of a memory map (a graph rebuilt from the remapped memo) is on file already.
+    return (isinstance(tensor, ir.Tensor) and isinstance(tensor.raw, np.ndarray) and memory_map(tensor) is None
+            and tensor.dtype != ir.DataType.STRING and tensor.dtype.itemsize >= 1
+            and tensor.nbytes >= min(SPILL_QUANTIZED_MIN_BYTES, SPILL_TENSOR_MIN_BYTES))
 
 
 def _spillable(tensor: ir.TensorProtocol | None) -> bool:

@@ -135,3 +135,22 @@ def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tm
     assert count > 10 and external and memoized > 5 and mapped
     assert _initializers(tmp_path / "spilled.onnx") == _initializers(tmp_path / "kept.onnx")
     assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
+
+
+def test_weights_on_file_already_are_not_spilled_again(tmp_path, monkeypatch):
+    """A graph rebuilt from the remapped memo holds views of the spill file: the next step's spill leaves them."""
+    monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
+    spill = SpillFile()
+    quantized = np.arange(1 << 17, dtype=np.int8)
+    graph = ir.Graph([], [], nodes=[], initializers=[ir.Value(name="q", const_value=ir.Tensor(quantized))],
+                     opset_imports={"": 17})
+    model = ir.Model(graph, ir_version=8)
+    try:
+        twins = spill.spill_quantized(model)
+        assert list(twins) == [id(quantized)]
+        rebuilt = ir.Tensor(twins[id(quantized)].numpy())  # what a graph built from the memo holds
+        model.graph.initializers["q"].const_value = rebuilt
+        assert spill.spill_quantized(model) == {}
+        assert model.graph.initializers["q"].const_value is rebuilt and np.array_equal(rebuilt.numpy(), quantized)
+    finally:
+        spill.close(keep=None)
