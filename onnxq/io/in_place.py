@@ -16,13 +16,17 @@ the bytes are the file's own, so every figure is the one onnx.load would give (t
 
 from __future__ import annotations
 
-import math
 import mmap
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
+
+from onnxq.errors import ModelLoadError
+from onnxq.io.tensors import needed_bytes
+from onnxq.io.wire import (GRAPH_INITIALIZER, LENGTH_DELIMITED, MODEL_GRAPH, TENSOR_RAW_DATA, WireFormatError,
+                           fields, header)
 
 __all__ = ["read_in_place", "IN_PLACE_FROM_BYTES"]
 
@@ -31,12 +35,6 @@ __all__ = ["read_in_place", "IN_PLACE_FROM_BYTES"]
 IN_PLACE_FROM_BYTES = 256 << 20
 # Norms, biases and scales stay in the graph.
 _TENSOR_MIN_BYTES = 1 << 20
-# Wire-format field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto's data fields.
-_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
-_LENGTH_DELIMITED = 2
-_ITEM_BYTES = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8,
-               TensorProto.INT8: 1, TensorProto.UINT8: 1, TensorProto.INT16: 2, TensorProto.UINT16: 2,
-               TensorProto.INT32: 4, TensorProto.UINT32: 4, TensorProto.INT64: 8, TensorProto.UINT64: 8}
 
 
 class _Unexpected(Exception):
@@ -60,14 +58,13 @@ def read_in_place(path: Path) -> onnx.ModelProto | None:
         for tensor, span in zip(initializers, spans):
             if span is not None:
                 _declare_in_place(tensor, path.name, *span)
-    except (_Unexpected, OSError, ValueError, DecodeError):
+    except (_Unexpected, WireFormatError, ModelLoadError, OSError, ValueError, DecodeError):
         return None
     return proto
 
 
 def _declare_in_place(tensor: TensorProto, location: str, offset: int, length: int) -> None:
-    item = _ITEM_BYTES.get(tensor.data_type)
-    if item is None or tensor.external_data or math.prod(tensor.dims) * item != length:
+    if tensor.external_data or needed_bytes(tensor) != length:
         raise _Unexpected  # onnx.load's parse and the tensor checks say what is wrong with it
     tensor.data_location = TensorProto.EXTERNAL
     for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
@@ -79,9 +76,10 @@ def _without_payloads(buf: mmap.mmap) -> tuple[bytes, list[tuple[int, int] | Non
     """The file's bytes without the large payloads, and each main-graph initializer's (offset, length) in the file
     in the order they are parsed (None: kept in the graph)."""
     pieces, spans = [], []
-    for number, wire, start, body, stop in _fields(buf, 0, len(buf)):
-        if number == _MODEL_GRAPH and wire == _LENGTH_DELIMITED:
-            pieces.append(_delimited(number, _graph_without_payloads(buf, body, stop, spans)))
+    for number, wire, start, body, stop in fields(buf, 0, len(buf)):
+        if number == MODEL_GRAPH and wire == LENGTH_DELIMITED:
+            graph = _graph_without_payloads(buf, body, stop, spans)
+            pieces.append(header(number, len(graph)) + graph)
         else:
             pieces.append(buf[start:stop])
     return b"".join(pieces), spans
@@ -89,68 +87,18 @@ def _without_payloads(buf: mmap.mmap) -> tuple[bytes, list[tuple[int, int] | Non
 
 def _graph_without_payloads(buf: mmap.mmap, begin: int, end: int, spans: list) -> bytes:
     pieces = []
-    for number, wire, start, body, stop in _fields(buf, begin, end):
-        if number != _GRAPH_INITIALIZER or wire != _LENGTH_DELIMITED:
+    for number, wire, start, body, stop in fields(buf, begin, end):
+        if number != GRAPH_INITIALIZER or wire != LENGTH_DELIMITED:
             pieces.append(buf[start:stop])
             continue
-        payloads = [(b, s) for n, w, _, b, s in _fields(buf, body, stop)
-                    if n == _TENSOR_RAW_DATA and w == _LENGTH_DELIMITED]
+        payloads = [(b, s) for n, w, _, b, s in fields(buf, body, stop)
+                    if n == TENSOR_RAW_DATA and w == LENGTH_DELIMITED]
         if len(payloads) != 1 or payloads[0][1] - payloads[0][0] < _TENSOR_MIN_BYTES:
             spans.append(None)
             pieces.append(buf[start:stop])
             continue
         payload_start, payload_stop = payloads[0]
-        tensor = b"".join(buf[s:e] for n, w, s, b, e in _fields(buf, body, stop) if n != _TENSOR_RAW_DATA)
+        tensor = b"".join(buf[s:e] for n, _, s, _, e in fields(buf, body, stop) if n != TENSOR_RAW_DATA)
         spans.append((payload_start, payload_stop - payload_start))
-        pieces.append(_delimited(number, tensor))
+        pieces.append(header(number, len(tensor)) + tensor)
     return b"".join(pieces)
-
-
-def _fields(buf: mmap.mmap, begin: int, end: int):
-    """(field number, wire type, field start, payload start, field end) of each field in buf[begin:end]."""
-    pos = begin
-    while pos < end:
-        key, body = _varint(buf, pos)
-        wire = key & 7
-        if wire == 0:
-            stop = _varint(buf, body)[1]
-        elif wire == 1:
-            stop = body + 8
-        elif wire == _LENGTH_DELIMITED:
-            length, body = _varint(buf, body)
-            stop = body + length
-        elif wire == 5:
-            stop = body + 4
-        else:  # groups: no ONNX writer emits them
-            raise _Unexpected
-        if stop > end:
-            raise _Unexpected
-        yield key >> 3, wire, pos, body, stop
-        pos = stop
-
-
-def _varint(buf: mmap.mmap, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 64:
-        if pos >= len(buf):
-            raise _Unexpected
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise _Unexpected
-
-
-def _delimited(number: int, content: bytes) -> bytes:
-    return _encode_varint(number << 3 | _LENGTH_DELIMITED) + _encode_varint(len(content)) + content
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

@@ -53,19 +53,9 @@ class SpillFile:
         spilled."""
         holders = [(value, value.const_value) for model in models if model is not None for graph in model.graphs()
                    for value in graph.initializers.values() if _spillable(value.const_value)]
-        fresh = {id(t): t for _, t in holders}  # the holders keep each alive: ids stay unique for this call
-        if sum(t.nbytes for t in fresh.values()) < SPILL_MIN_BYTES and not self._spilled:
+        if _distinct_bytes(holders) < SPILL_MIN_BYTES and not self._spilled:
             return 0
-        twins = {}
-        for key, tensor in fresh.items():
-            try:
-                twins[key] = self._write(tensor)
-            except OSError as e:
-                logger.warning("float weights kept in memory: the temporary file refused them (%s)", e)
-                break
-        for value, tensor in holders:
-            value.const_value = twins.get(id(tensor), tensor)
-        return sum(t.nbytes for t in twins.values())
+        return sum(t.nbytes for t in self._move(holders, "float weights").values())
 
     def spill_quantized(self, model: ir.Model) -> dict[int, ir.ExternalTensor]:
         """The rewrite's in-memory weights of the model (int8 and the like: any type but strings and 4-bit ones,
@@ -76,18 +66,10 @@ class SpillFile:
         the same arrays (passes.builder.remap_shared_weights)."""
         holders = [(value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
                    if _spillable_quantized(value.const_value)]
-        if sum(t.nbytes for _, t in holders) < SPILL_MIN_BYTES:
+        if _distinct_bytes(holders) < SPILL_MIN_BYTES:
             return {}
-        twins = {}
-        for value, tensor in holders:
-            try:
-                twin = self._write(tensor)
-            except OSError as e:
-                logger.warning("quantized weights kept in memory: the temporary file refused them (%s)", e)
-                break
-            value.const_value = twin
-            twins[id(tensor.raw)] = twin
-        return twins
+        twins = self._move(holders, "quantized weights")
+        return {id(tensor.raw): twins[id(tensor)] for _, tensor in holders if id(tensor) in twins}
 
     def storing(self, model: ir.Model) -> Callable[[ir.TensorProtocol], ir.TensorProtocol] | None:
         """`stored` for what a pass computes from this model, when the model is large enough to spill at all (at
@@ -125,6 +107,21 @@ class SpillFile:
         shutil.rmtree(self._folder, ignore_errors=True)
         self._folder = None
 
+    def _move(self, holders: list[tuple[ir.Value, ir.TensorProtocol]], what: str) -> dict[int, ir.ExternalTensor]:
+        """Each distinct tensor of (value, tensor) pairs written to the file once and its values pointed at the
+        twin; id(tensor) → twin (the holders keep each tensor alive: ids stay unique). What a full disk refuses
+        stays in memory."""
+        twins: dict[int, ir.ExternalTensor] = {}
+        for value, tensor in holders:
+            if id(tensor) not in twins:
+                try:
+                    twins[id(tensor)] = self._write(tensor)
+                except OSError as e:
+                    logger.warning("%s kept in memory: the temporary file refused them (%s)", what, e)
+                    break
+            value.const_value = twins[id(tensor)]
+        return twins
+
     def _write(self, tensor: ir.TensorProtocol) -> ir.ExternalTensor:
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="onnxq-spill-"))
@@ -139,6 +136,10 @@ class SpillFile:
         self._offset += len(data)
         self._spilled.append(twin)
         return twin
+
+
+def _distinct_bytes(holders: list[tuple[ir.Value, ir.TensorProtocol]]) -> int:
+    return sum(t.nbytes for t in {id(t): t for _, t in holders}.values())
 
 
 def _spillable_quantized(tensor: ir.TensorProtocol | None) -> bool:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 
-import onnx
 import onnx_ir as ir
+
+from onnxq.io.wire import GRAPH_INITIALIZER, MODEL_GRAPH, header
 
 __all__ = ["write_streamed"]
 
 # Initializers from this size are written on their own; smaller ones stay in the graph's own bytes.
 _STREAMED_FROM_BYTES = 1 << 20
-_MODEL_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
-_GRAPH_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
-_LENGTH_DELIMITED = 2  # protobuf wire type of messages and bytes
 
 
 def write_streamed(model: ir.Model, path: str | os.PathLike) -> None:
@@ -42,21 +40,8 @@ def write_streamed(model: ir.Model, path: str | os.PathLike) -> None:
         del head
         for value in large:
             tensor = ir.serde.serialize_tensor(value.const_value).SerializeToString()
-            initializer = _header(_GRAPH_INITIALIZER, len(tensor))
+            initializer = header(GRAPH_INITIALIZER, len(tensor))
             # graph { initializer { tensor } }, the headers written before the tensor's bytes, never joined to them
-            file.write(_header(_MODEL_GRAPH, len(initializer) + len(tensor)) + initializer)
+            file.write(header(MODEL_GRAPH, len(initializer) + len(tensor)) + initializer)
             file.write(tensor)
 
-
-def _header(number: int, length: int) -> bytes:
-    """A length-delimited field's key and length, the bytes before its payload."""
-    return _varint(number << 3 | _LENGTH_DELIMITED) + _varint(length)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)

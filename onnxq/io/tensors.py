@@ -16,7 +16,7 @@ from onnx import TensorProto, numpy_helper
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
 
-__all__ = ["check_tensors", "check_external_data", "densify_sparse_initializers", "all_tensors"]
+__all__ = ["check_tensors", "check_external_data", "densify_sparse_initializers", "all_tensors", "needed_bytes"]
 
 _INT64_MAX = 2**63 - 1
 # A sparse weight made dense larger than this is refused rather than allocated (a pruned model's real weights are
@@ -84,15 +84,24 @@ def _stored(tensor: onnx.TensorProto, count: int) -> tuple[int | None, int, str]
     """(what the tensor holds, what its shape needs, the unit), in bytes of raw_data or in field entries; None when
     the type is one onnxq does not know (left to onnxruntime)."""
     if tensor.HasField("raw_data"):
-        itemsize = _itemsize(tensor.data_type)
-        if itemsize is None:
+        need = needed_bytes(tensor)
+        if need is None:
             return None, 0, ""
-        need = (count + 1) // 2 if tensor.data_type in _PACKED_4_BIT else count * itemsize
         return len(tensor.raw_data), need, "bytes"
     field, per_value = _FIELDS.get(tensor.data_type, ("int32_data", 1))  # the 8/16-bit types live in int32_data
     if tensor.data_type in _PACKED_4_BIT:
         return len(tensor.int32_data), (count + 1) // 2, "packed int32 entries"
     return len(getattr(tensor, field)), count * per_value, f"{field} entries"
+
+
+def needed_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes of raw data the tensor's shape and type need; None for a type onnxq does not know (strings, …).
+    A shape that cannot be (a negative dimension, a product over 64 bits) raises ModelLoadError."""
+    count = _element_count(tensor)
+    itemsize = _itemsize(tensor.data_type)
+    if itemsize is None:
+        return None
+    return (count + 1) // 2 if tensor.data_type in _PACKED_4_BIT else count * itemsize
 
 
 def _itemsize(data_type: int) -> int | None:
@@ -147,11 +156,7 @@ def _check_external_range(tensor: onnx.TensorProto, info: dict[str, str], where:
     except ValueError:
         raise ModelLoadError(f"{where} has a non-integer offset or length — re-export the model") from None
     size = resolved.stat().st_size
-    itemsize = _itemsize(tensor.data_type)
-    count = _element_count(tensor)
-    needed = None
-    if itemsize is not None:
-        needed = (count + 1) // 2 if tensor.data_type in _PACKED_4_BIT else count * itemsize
+    needed = needed_bytes(tensor)
     if length < 0:
         length = needed if needed is not None else size - offset
     if offset < 0 or offset + length > size:
