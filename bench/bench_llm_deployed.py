@@ -35,6 +35,8 @@ DATA = SHARED / "smollm2"
 # static: the gate's verdict on the model users got before (--no-fallback: with it, onnxq keeps the most sensitive
 # products float until the bar holds — a bisection over 151 products on 48 windows, over 30 minutes on 2 cores).
 METHODS = {"default": [], "int4": ["--weights", "int4"], "static": ["--activations", "per-tensor", "--no-fallback"],
+           # A zero point per block; the smallest file (the token table and lm_head in 4 bits too).
+           "uint4": ["--weights", "uint4"], "int4-smallest": ["--weights", "int4", "--vocabulary-bits", "4"],
            # 4-bit held to issue 33's 1.05x: the fallback moves the most sensitive products to 8-bit blocks.
            "int4-1.05": ["--weights", "int4", "--tolerance", "logits:perplexity=1.05"],
            # AWQ's activation-aware scales (--smooth with 4-bit weights), then GPTQ.

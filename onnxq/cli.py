@@ -96,6 +96,9 @@ def _scheme_flags(p: argparse.ArgumentParser) -> None:
                    help="weight-only: MatMulNBits accuracy_level — 0 float compute, 4 int8 activations per block "
                         "(ORT's fastest CPU kernels for 4-bit weights; the result is verified as it runs); default: 4 "
                         "for a decoder language model on a CPU target, else 0")
+    p.add_argument("--vocabulary-bits", type=int, choices=(4, 8),
+                   help="4-bit weights: bits of a language model's token table and lm_head (one table when tied); "
+                        "default 8 for a decoder language model (more accurate), 4 for the smallest file")
     p.add_argument("--block-format", choices=["matmulnbits", "qdq"],
                    help="weight-only: com.microsoft MatMulNBits (default) or opset-21 DequantizeLinear block_size")
 

@@ -165,7 +165,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     if args.weights:
         top["weights"] = QScheme(args.weights, symmetric=args.weights != "uint4")
     blocks = _changed(config.blocks, size=args.block, format=args.block_format,
-                      accuracy_level=getattr(args, "accuracy_level", None))
+                      accuracy_level=getattr(args, "accuracy_level", None),
+                      vocabulary_bits=getattr(args, "vocabulary_bits", None))
     if blocks != config.blocks:
         top["blocks"] = blocks
     if args.activation_dtype:

@@ -75,6 +75,7 @@ RANGES: dict[tuple[str, str], Range] = {
     # and its padding (up to a block per row) would cost memory for nothing.
     ("BlockConfig", "size"): Range(16, 4096, integer=True, power_of_two=True, flag="--block"),
     ("BlockConfig", "accuracy_level"): Range(0, 4, integer=True),
+    ("BlockConfig", "vocabulary_bits"): Range(4, 8, integer=True, power_of_two=True, flag="--vocabulary-bits"),
 }
 
 

@@ -68,9 +68,14 @@ class BlockConfig:
     # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
     clip: Literal["none", "mse", "activation"] = "mse"
     # Nodes (MatMul / Gemm / Gather names) whose weights take 8-bit blocks instead of 4 (MatMulNBits bits 8,
-    # GatherBlockQuantized bits 8; int8 for int4, uint8 for uint4): mixed precision's middle tier. The fallback
-    # (verify.fallback) fills it from the sensitivity ranking before keeping anything float.
+    # GatherBlockQuantized bits 8; symmetric int8 with int4 and uint4 alike): mixed precision's middle tier. The
+    # fallback (verify.fallback) fills it from the sensitivity ranking before keeping anything float.
     int8_nodes: tuple[str, ...] = ()
+    # 4-bit weights: the bits of the weights over a language model's vocabulary — its token table and its lm_head,
+    # one table when they are tied. None: 8 for a decoder language model (the sensitivity ranks those two first:
+    # SmolLM2-135M's perplexity 1.090x → 1.055x float for a file of 0.160x → 0.186x, README "4-bit weights"),
+    # else the weights' own. 4: the smallest file.
+    vocabulary_bits: int | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -337,6 +342,9 @@ class QuantConfig:
         if self.weights.bits == 8 and not self.weights.symmetric:
             raise ConfigError("weight-only int8 weights are symmetric (zero point 128 in MatMulNBits): drop "
                               "symmetric = false, or use uint4 for zero points per block")
+        if blocks.vocabulary_bits is not None and self.weights.bits == 8:
+            raise ConfigError("blocks.vocabulary_bits chooses the token table's and lm_head's bits among 4-bit "
+                              "weights; with int8 weights they are 8-bit already — drop it, or use int4 / uint4")
         if blocks.int8_nodes and self.weights.bits == 8:
             raise ConfigError("blocks.int8_nodes is the 8-bit tier of 4-bit weights; with int8 weights every "
                               "weight is 8-bit already — drop it, or use int4 / uint4")

@@ -89,7 +89,8 @@ def _activation_scheme(plan: NodePlan, form: RewriteForm, config: QuantConfig) -
 def _weight_scheme(plan: NodePlan, spec: WeightSpec, form: RewriteForm, config: QuantConfig) -> Scheme:
     weights = config.weights
     if form.blocked:  # blocks along the axis that is not the output features' (K; a table's row width)
-        dtype = weights.dtype.replace("4", "8") if plan.node.name in config.blocks.int8_nodes else weights.dtype
-        return Scheme(dtype, weights.symmetric, PerBlock(1 - spec.axis, config.blocks.size), "constant")
+        if plan.node.name in config.blocks.int8_nodes:  # the 8-bit tier: symmetric (passes.insert_blockwise)
+            return Scheme("int8", True, PerBlock(1 - spec.axis, config.blocks.size), "constant")
+        return Scheme(weights.dtype, weights.symmetric, PerBlock(1 - spec.axis, config.blocks.size), "constant")
     granularity = PerTensor() if spec.axis is None else PerAxis(spec.axis)
     return Scheme(weights.dtype, weights.symmetric, granularity, "constant")

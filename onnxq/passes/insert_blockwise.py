@@ -62,7 +62,7 @@ class InsertBlockwisePass(PlannedRewritePass):
                 if tied is not None:
                     _gather_tied(builder, node, tied, blocks.size)
                 else:
-                    _gather_blockwise(builder, node, blocks.size, self.config.weights.symmetric, ratios, bits)
+                    _gather_blockwise(builder, node, blocks.size, _symmetric(self.config, bits), ratios, bits)
                 continue
             transposed = weight_key(node)[1]
             key = (id(node.inputs[1]), transposed, bits)
@@ -79,7 +79,7 @@ class InsertBlockwisePass(PlannedRewritePass):
 
     def _quantized(self, node: ir.Node, transposed: bool, bits: int, ratios: tuple[float, ...]) -> BlockQuantized:
         """The weight's blocks, computed once per run (io: shared_block_quantization) whatever graph reads it."""
-        blocks, symmetric = self.config.blocks, self.config.weights.symmetric
+        blocks, symmetric = self.config.blocks, _symmetric(self.config, bits)
         tensor = ir.convenience.get_const_tensor(node.inputs[1])
         moments = self.moments.get(weight_key(node)) if self.moments is not None else None
         method = blocks.method if moments is not None else "rtn"
@@ -126,6 +126,12 @@ def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, tran
     if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
         result = builder.node("Add", [result, node.inputs[2]], f"{base}_bias_Add", node).outputs[0]
     replace_node(builder.graph, node, result)
+
+
+def _symmetric(config: QuantConfig, bits: int) -> bool:
+    """8-bit blocks are symmetric whatever the 4-bit weights are (MatMulNBits' implied zero point 128): one table
+    then serves a tied lm_head and its Gather (_tied), as the language-model default puts both at 8 bits."""
+    return config.weights.symmetric or bits == 8
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,

@@ -3,8 +3,6 @@ every result."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from onnxq.calibration.completion import describe_made
 from onnxq.handlers import NodePlan
 from onnxq.io import LOAD_NOTES, model_size_bytes
@@ -14,7 +12,7 @@ from onnxq.report import NodeEntry, QuantReport, Smoothing
 from onnxq.steps.state import RunState
 from onnxq.targets import integer_types_reason
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "float_model_bytes"]
 
 
 def build_report(state: RunState) -> QuantReport:
@@ -29,8 +27,7 @@ def build_report(state: RunState) -> QuantReport:
                          for s in state.skips),
         ranges=state.ranges,
         calibration_samples=state.calibration_samples,
-        float_bytes=(_total_bytes(state.input_files) if state.input_files
-                     else model_size_bytes(state.reference)),
+        float_bytes=float_model_bytes(state),
         quant_bytes=active_run().staged_bytes(state.written) if state.written else model_size_bytes(state.work),
         seconds=state.timings,
         verification=state.verification,
@@ -48,8 +45,12 @@ def _made_note(state: RunState) -> tuple[str, ...]:
     return (describe_made(made),) if made else ()
 
 
-def _total_bytes(files: list[Path]) -> int:
-    return sum(f.stat().st_size for f in files)
+def float_model_bytes(state: RunState) -> int:
+    """The float model's bytes as the user has them: its files (an export's tied table once, however the run
+    unties it in memory), or its weights when it was given in memory."""
+    if state.input_files:
+        return sum(f.stat().st_size for f in state.input_files)
+    return model_size_bytes(state.reference)
 
 
 def _entry(plan: NodePlan, state: RunState) -> NodeEntry:

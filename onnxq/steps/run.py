@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from onnxq.io import model_size_bytes, page_out, trim_heap
+from onnxq.io import page_out, trim_heap
 from onnxq.passes.builder import remap_shared_weights
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
@@ -16,6 +16,7 @@ from onnxq.steps.load import load_and_plan
 from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
+from onnxq.steps.report import float_model_bytes
 from onnxq.steps.rewrite import rewrite
 from onnxq.steps.save import save
 from onnxq.steps.sensitivity import sensitivity
@@ -77,5 +78,5 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             if peak is not None:
                 peaks[step.name] = peak
     if peaks and state.reference is not None:
-        state.sections.append(MemoryUse(peaks, model_size_bytes(state.reference)))
+        state.sections.append(MemoryUse(peaks, float_model_bytes(state)))
     return state
