@@ -32,14 +32,18 @@ from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 BLOCK = 32
 # name → (QuantConfig changes, uses calibration data)
 INT4, UINT4 = onnxq.QScheme("int4", True), onnxq.QScheme("uint4", False)
+# Every weight in 4 bits, a language model's token table and lm_head too (the comparison with ORT's quantizer);
+# the last row is a decoder's default, the two in 8-bit blocks (blocks.vocabulary_bits).
+ALL_4 = onnxq.BlockConfig(vocabulary_bits=4)
 ONNXQ = {
     "int8 (default, static W8A8)": ({}, True),
-    "int4 RTN + clip search (no data)": ({"weights": INT4}, False),
-    "uint4 RTN + clip search (no data)": ({"weights": UINT4}, False),
-    "int4 RTN + activation-aware clip": ({"weights": INT4, "blocks": onnxq.BlockConfig(method="rtn",
-                                                                                       clip="activation")}, True),
-    "int4 GPTQ (with data: the default)": ({"weights": INT4}, True),
-    "uint4 GPTQ (with data: the default)": ({"weights": UINT4}, True),
+    "int4 RTN + clip search (no data)": ({"weights": INT4, "blocks": ALL_4}, False),
+    "uint4 RTN + clip search (no data)": ({"weights": UINT4, "blocks": ALL_4}, False),
+    "int4 RTN + activation-aware clip": ({"weights": INT4, "blocks": onnxq.BlockConfig(
+        method="rtn", clip="activation", vocabulary_bits=4)}, True),
+    "int4 GPTQ (with data: the default)": ({"weights": INT4, "blocks": ALL_4}, True),
+    "uint4 GPTQ (with data: the default)": ({"weights": UINT4, "blocks": ALL_4}, True),
+    "int4 GPTQ, a decoder's table and lm_head 8-bit (its default)": ({"weights": INT4}, True),
     "int8 weight-only (MatMulNBits 8 bits, no data)": ({"mode": "weight-only"}, False),
 }
 

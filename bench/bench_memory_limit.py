@@ -4,9 +4,13 @@ segment of the graph runs (onnxq.io.segments), the file pages the kernel takes b
 
     sudo python bench/bench_memory_limit.py [--limit-ratio 0.85] [--layers 34] [--width 4096] [--dir /tmp/onnxq-limit]
     sudo python bench/bench_memory_limit.py --model M.onnx --calib C.npz [--verify-data V.npz] --limit-mb 1000
+    sudo python bench/bench_memory_limit.py --decoder [--layers 11] [--width 2048]
 
 Without --model: the 2.28 GB chain of MatMuls of tests/e2e/large_model.py (34 × 4096² float32 weights, external
-data), 16 seeded calibration samples, onnxq's defaults (verification and sensitivity included). Needs to write a
+data), 16 seeded calibration samples, onnxq's defaults (verification and sensitivity included). With --decoder: the
+KV-cache decoder of tests/e2e/decoder_model.py at --layers × --width (11 × 2048: 2.35 GB, vocabulary 8192, tied
+table), 16 calibration and 8 verification windows of 64 seeded random tokens; onnxq recognizes it as a language
+model and gives it those defaults (W8A8 per-token + SmoothQuant, perplexity gate). Needs to write a
 cgroup (v1: /sys/fs/cgroup/memory, v2: /sys/fs/cgroup with the memory controller): root, outside most containers'
 restrictions. Prints the exit code, wall time, the cgroup's peak charge (resident memory and page cache), the
 child's peak RSS, how often the limit was hit, and whether the kernel killed the child for memory (OOM).
@@ -23,11 +27,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
 from common import machine  # noqa: E402
+from decoder_model import kv_decoder, token_windows  # noqa: E402
 from large_model import model_bytes, write_large_model  # noqa: E402
 
 
@@ -74,11 +80,25 @@ def run_limited(args: list[str], limit_bytes: int, folder: Path) -> dict:
         group.remove()
 
 
+def write_decoder(folder: Path, layers: int, width: int) -> tuple[Path, str, str]:
+    """The decoder with its weights in external data, and its calibration and verification windows."""
+    model = folder / "decoder.onnx"
+    (folder / "decoder.onnx.data").unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save(kv_decoder(layers=layers, width=width, heads=width // 128, vocab=8192), model,
+              save_as_external_data=True, location="decoder.onnx.data")
+    rng = np.random.default_rng(1)
+    calibration, verification = str(folder / "calib.npz"), str(folder / "verify.npz")
+    np.savez(calibration, **token_windows(rng, 16, 64, vocab=8192))
+    np.savez(verification, **token_windows(rng, 8, 64, vocab=8192))
+    return model, calibration, verification
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default="/tmp/onnxq-limit")
-    parser.add_argument("--layers", type=int, default=34)
-    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--layers", type=int, help="the chain's (34) or the decoder's (11) layers")
+    parser.add_argument("--width", type=int, help="the chain's (4096) or the decoder's (2048) width")
+    parser.add_argument("--decoder", action="store_true", help="a KV-cache decoder instead of the chain")
     parser.add_argument("--model", help="a model of your own instead of the chain of MatMuls")
     parser.add_argument("--calib")
     parser.add_argument("--verify-data")
@@ -87,16 +107,20 @@ def main() -> None:
     options = parser.parse_args()
     folder = Path(options.dir)
     folder.mkdir(parents=True, exist_ok=True)
+    verification = options.verify_data
     if options.model:
         model, calibration = Path(options.model), options.calib
+    elif options.decoder:
+        model, calibration, verification = write_decoder(folder, options.layers or 11, options.width or 2048)
     else:
+        options.layers, options.width = options.layers or 34, options.width or 4096
         model = write_large_model(folder, layers=options.layers, width=options.width)
         calibration = str(folder / "calib.npz")
         np.savez(calibration, x=np.random.default_rng(1).standard_normal((16, options.width)).astype(np.float32))
     size = model_bytes(model)
     limit = int(options.limit_mb * 2**20) if options.limit_mb else int(options.limit_ratio * size)
     args = [str(model), "--calib", calibration, "-o", str(folder / "quantized.onnx"), "--report",
-            str(folder / "report.json")] + (["--verify-data", options.verify_data] if options.verify_data else [])
+            str(folder / "report.json")] + (["--verify-data", verification] if verification else [])
     result = {"machine": machine(), "model_mb": size / 2**20, **run_limited(args, limit, folder)}
     if result["exit"] in (0, 1):
         report = json.loads((folder / "report.json").read_text())

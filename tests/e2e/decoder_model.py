@@ -16,40 +16,45 @@ VOCAB, WIDTH, HEADS, HEAD_DIM, LAYERS, MAX_POSITIONS = 96, 64, 4, 16, 2, 256
 _F = TensorProto.FLOAT
 
 
-def kv_decoder(seed: int = 0) -> onnx.ModelProto:
+def kv_decoder(seed: int = 0, layers: int = LAYERS, width: int = WIDTH, heads: int = HEADS,
+               vocab: int = VOCAB) -> onnx.ModelProto:
+    """The test decoder; larger ones (bench/bench_memory_limit.py: a decoder larger than memory) by layers, width
+    (heads × head_dim) and vocabulary."""
     rng = np.random.default_rng(seed)
-    weights = {"embed": rng.normal(0, 1, (VOCAB, WIDTH)), "positions": rng.normal(0, 0.3, (MAX_POSITIONS, WIDTH)),
-               "lm_head": None, "final_norm": rng.uniform(0.8, 1.2, WIDTH)}
+    weights = {"embed": rng.normal(0, 1, (vocab, width)), "positions": rng.normal(0, 0.3, (MAX_POSITIONS, width)),
+               "lm_head": None, "final_norm": rng.uniform(0.8, 1.2, width)}
     weights["lm_head"] = weights["embed"].T / 6  # tied, scaled: predictions spread over a few dozen tokens
-    for layer in range(LAYERS):
+    for layer in range(layers):
         for proj in ("q", "k", "v", "o", "up", "down"):
-            shape = (WIDTH, 4 * WIDTH) if proj == "up" else (4 * WIDTH, WIDTH) if proj == "down" else (WIDTH, WIDTH)
+            shape = (width, 4 * width) if proj == "up" else (4 * width, width) if proj == "down" else (width, width)
             weights[f"l{layer}.{proj}"] = rng.normal(0, 1 / np.sqrt(shape[0]), shape)
-        weights[f"l{layer}.norm1"] = rng.uniform(0.8, 1.2, WIDTH)
-        weights[f"l{layer}.norm2"] = rng.uniform(0.8, 1.2, WIDTH)
+        weights[f"l{layer}.norm1"] = rng.uniform(0.8, 1.2, width)
+        weights[f"l{layer}.norm2"] = rng.uniform(0.8, 1.2, width)
     inits = [numpy_helper.from_array(np.asarray(w, np.float32), name) for name, w in weights.items()]
     inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (
-        ("heads_shape", [0, 0, HEADS, HEAD_DIM]), ("width_shape", [0, 0, WIDTH]), ("axis1", [1]),
+        ("heads_shape", [0, 0, heads, width // heads]), ("width_shape", [0, 0, width]), ("axis1", [1]),
         ("minus1", [-1]), ("zero_i", 0), ("one_i", 1))]
     inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
-        ("eps", 1e-6), ("scale", 1 / np.sqrt(HEAD_DIM)), ("neg", -1e4), ("zero_f", 0.0))]
+        ("eps", 1e-6), ("scale", 1 / np.sqrt(width // heads)), ("neg", -1e4), ("zero_f", 0.0))]
     nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["tok"], name="embed_tokens"),
              helper.make_node("Gather", ["positions", "position_ids"], ["pos"], name="embed_positions"),
              helper.make_node("Add", ["tok", "pos"], ["h0"], name="embed_add"), *_mask_nodes()]
     hidden = "h0"
-    for layer in range(LAYERS):
+    for layer in range(layers):
         layer_nodes, hidden = _layer(layer, hidden)
         nodes += layer_nodes
     nodes += _rms("final", hidden, "final_norm", "hf")
     nodes.append(helper.make_node("MatMul", ["hf", "lm_head"], ["logits"], name="lm_head"))
-    inputs, outputs = _decoder_io(HEADS, HEAD_DIM, position_ids=True)
+    inputs, outputs = _decoder_io(heads, width // heads, position_ids=True, vocab=vocab, layers=layers)
     graph = helper.make_graph(nodes, "kv_decoder", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(model)
+    if sum(np.size(w) for w in weights.values()) * 4 < 2**31 - 2**24:  # the checker serializes the model (< 2 GB)
+        onnx.checker.check_model(model)
     return model
 
 
-def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool, vocab: int = VOCAB) -> tuple[list, list]:
+def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool, vocab: int = VOCAB,
+                layers: int = LAYERS) -> tuple[list, list]:
     """A KV-cache decoder's inputs and outputs, named as Optimum and the genai builder name them."""
     cache = ["batch_size", kv_heads, "past_sequence_length", head_dim]
     total = ["batch_size", kv_heads, "total_sequence_length", head_dim]
@@ -60,7 +65,7 @@ def _decoder_io(kv_heads: int, head_dim: int | str, position_ids: bool, vocab: i
     if position_ids:
         inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, tokens))
     outputs = [helper.make_tensor_value_info("logits", _F, ["batch_size", "sequence_length", vocab])]
-    for layer in range(LAYERS):
+    for layer in range(layers):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", _F, cache))
             outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", _F, total))
