@@ -194,6 +194,25 @@ def test_language_model_defaults_fill_only_the_open_choices(decoder, changes, mo
     assert note.startswith("language model recognized")
 
 
+@pytest.mark.parametrize("weights, vocabulary_bits, eight_bit", [
+    ("int4", None, ("embed_tokens", "lm_head")), ("int4", 4, ()), ("int8", None, ())])
+def test_the_vocabulary_s_nodes_are_found_through_what_follows_the_lm_head(weights, vocabulary_bits, eight_bit):
+    """The token table (the Gather whose table has a row per token, not the positions') and the product that makes
+    the logits, seen back through a scale (a soft cap's, a temperature's), join the 8-bit tier of 4-bit weights
+    unless vocabulary_bits is 4; int8 weights have no tier."""
+    model = kv_decoder()
+    head = next(n for n in model.graph.node if n.name == "lm_head")
+    head.output[0] = "raw_logits"
+    model.graph.node.append(helper.make_node("Mul", ["raw_logits", "scale"], ["logits"], name="logit_scale"))
+    mode = "weight-only" if weights == "int4" else "static"
+    blocks = onnxq.BlockConfig(vocabulary_bits=vocabulary_bits)
+    config = onnxq.QuantConfig(weights=onnxq.QScheme(weights), blocks=blocks) if weights == "int4" else \
+        onnxq.QuantConfig()
+    chosen, note = language_model_defaults(ir.serde.deserialize_model(model), config, mode, True)
+    assert chosen.blocks.int8_nodes == eight_bit
+    assert ("lm_head in 8-bit blocks (embed_tokens, lm_head)" in note) == bool(eight_bit)
+
+
 def test_other_models_keep_the_defaults_they_had(samples_dir):
     config, note = language_model_defaults(load_model(samples_dir / "tiny_transformer.onnx"), onnxq.QuantConfig(),
                                            "static", True)
