@@ -13,7 +13,9 @@ at 8 bits with the rest back at 4 — each a bisection, about 2 log2 N probes in
 
 Then each node kept float is tried quantized again, costliest first, and stays quantized where the tolerance still
 holds (search.reclaim): the ranking measures nodes one at a time, and the bisection's prefix holds nodes the rest
-no longer needs float.
+no longer needs float. Likewise each node the fallback moved to 8 bits is tried back at 4: the bisection's probes
+see a quarter of the inputs, and near the bar they cannot resolve what one node adds (SmolLM2's 4-bit decoder,
+1.055x against a 1.05x bar: 22 down projections moved).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class FallbackResult:
     log: ProbeLog  # the candidates verified, on how many samples, in how long
     kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
     reclaimed: tuple[str, ...] = ()  # in the bisection's float prefix, quantized again (search.reclaim)
+    back_at_4: tuple[str, ...] = ()  # moved to 8 bits by the bisection, back at 4 bits (search.reclaim)
     key = "fallback"  # report.Section
 
     @property
@@ -78,6 +81,9 @@ class FallbackResult:
         if self.reclaimed:
             lines.append(f"fallback: {len(self.reclaimed)} node(s) of the ranking's float prefix quantized again, "
                          "the tolerance still met: " + ", ".join(self.reclaimed))
+        if self.back_at_4:
+            lines.append(f"fallback: {len(self.back_at_4)} node(s) the bisection moved to 8 bits back at 4, the "
+                         "tolerance still met: " + ", ".join(self.back_at_4))
         return lines + [f"fallback: verified {self.log.text()}"]
 
     def html(self) -> str:
@@ -95,9 +101,23 @@ class FallbackResult:
 
         return {"met": self.met, "kept_float": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_float],
                 "kept_int8": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_int8],
-                "reclaimed": list(self.reclaimed),
+                "reclaimed": list(self.reclaimed), "back_at_4": list(self.back_at_4),
                 "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes,
                 "verification": self.log.to_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
+class _AtEightBits:
+    """An attempt as search.reclaim sees it through its 8-bit nodes: a node reclaimed goes back to 4 bits."""
+    attempt: Attempt
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        return self.attempt.eight_bit
+
+    @property
+    def passed(self) -> bool:
+        return self.attempt.passed
 
 
 class _Attempts:
@@ -156,9 +176,13 @@ def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification, 
     def result(found: Attempt) -> tuple[FallbackResult, Attempt]:
         tries = builder.config.verify.fallback_reclaim if costs is not None else 0
         again = reclaim(found, costs or {}, lambda excluded: attempts.named(excluded, found.eight_bit, True), tries)
-        chosen, rank = again.chosen, attempts.rank
+        floats = again.chosen.excluded
+        fewer = reclaim(_AtEightBits(again.chosen), costs or {},
+                        lambda moved: _AtEightBits(attempts.named(floats, moved, True)), tries - again.tries)
+        chosen, rank = fewer.chosen.attempt, attempts.rank
         return FallbackResult(True, tuple((n, rank[n][1]) for n in chosen.excluded), before, chosen.verification,
-                              check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit), again.nodes), chosen
+                              check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit), again.nodes,
+                              fewer.nodes), chosen
 
     n = len(ranking)
     tiered = builder.mode == "weight-only" and builder.config.weights.bits == 4

@@ -190,6 +190,27 @@ def test_mixed_precision_moves_the_most_sensitive_nodes_to_8_bits_before_float(s
     assert "fallback: 6 node(s) at 8 bits" in format_summary(report)
 
 
+def test_a_node_moved_to_8_bits_that_the_others_do_not_need_goes_back_to_4(samples_dir, monkeypatch):
+    """The bisection moves a prefix of the ranking to 8 bits; a node in it that the tolerance does not need (here
+    the least harmful, ranked first on purpose) is tried back at 4 bits on all inputs and stays there — the fewest
+    8-bit nodes, as the float ones are reclaimed (measured with the true ranking: 3 nodes at 8 bits for 0.998)."""
+    from onnxq.search import fallback as fallback_module
+    true_ranking = fallback_module.fallback_ranking
+
+    def least_harmful_first(sensitivity):
+        ranking = true_ranking(sensitivity)
+        return ranking[-1:] + ranking[:-1]
+
+    monkeypatch.setattr(fallback_module, "fallback_ranking", least_harmful_first)
+    report = _mixed(samples_dir, 0.998).report
+    ranking = [n.name for n in report.sensitivity.nodes]
+    fallback = report.fallback
+    assert report.passed and fallback.met and not fallback.kept_float
+    assert fallback.back_at_4 == (ranking[-1],)
+    assert [n for n, _ in fallback.kept_int8] == ranking[:3]
+    assert "fallback: 1 node(s) the bisection moved to 8 bits back at 4" in format_summary(report)
+
+
 def test_mixed_precision_keeps_float_only_when_8_bits_everywhere_fails(samples_dir):
     """Cosine 0.99999: all at 8 bits scores 0.99997, short of it; the fallback keeps the top of the ranking float,
     the next at 8 bits, and whatever is left at 4 (measured: 2 float, 5 at 8 bits, 9 probes)."""
