@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine  # noqa: E402
+from common import SHARED, machine, peak_rss_mb  # noqa: E402
 
 
 def session_peak(model: Path, feeds: Path) -> dict:
@@ -32,8 +32,7 @@ def session_peak(model: Path, feeds: Path) -> dict:
     opened = _rss_mib()
     names = {i.name for i in session.get_inputs()}
     session.run(None, {k: v for k, v in np.load(feeds).items() if k in names})
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"before_session_mib": round(start), "session_mib": round(opened), "peak_mib": round(peak)}
+    return {"before_session_mib": round(start), "session_mib": round(opened), "peak_mib": round(peak_rss_mb())}
 
 
 def _rss_mib() -> float:
