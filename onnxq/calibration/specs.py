@@ -10,6 +10,7 @@ from typing import Any, Union
 import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.head_sizes import cache_head_sizes
 from onnxq.errors import ConfigError, one_line
 
 __all__ = ["Batch", "LaidOutBatch", "DataSource", "InputSpec", "input_specs", "laid_out", "sample_axis", "with_layout"]
@@ -79,7 +80,7 @@ def input_specs(model: ir.Model, sample_axes: Mapping[str, int] | None = None,
             shape = tuple(d if isinstance(d, int) else (d.value if isinstance(d, ir.SymbolicDim) else None)
                           for d in value.shape)
         specs.append(InputSpec(value.name, np.dtype(dtype), shape))
-    specs = _with_head_sizes(specs, _cache_head_sizes(model))
+    specs = _with_head_sizes(specs, cache_head_sizes(model))
     batch_names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
     specs = [dataclasses.replace(s, sample_axis=_inferred_axis(s, batch_names)) for s in specs]
     return with_layout(specs, sample_axes or {}, constant_inputs)
@@ -111,42 +112,8 @@ def with_layout(specs: list[InputSpec], sample_axes: Mapping[str, int], constant
     return out
 
 
-def _cache_head_sizes(model: ir.Model) -> dict[str, int]:
-    """The head size of each KV-cache input that com.microsoft GroupQueryAttention reads (onnxruntime-genai's
-    builder names that dimension, kv_cache_dim, rather than writing it): the query's width over its heads — with
-    the keys and values packed into the query (no key input), over all three. The query's width is its producer's
-    constant weight's last dimension, or the query's own known last dimension."""
-    sizes = {}
-    for node in model.graph:
-        if node.domain != "com.microsoft" or node.op_type != "GroupQueryAttention" or len(node.inputs) < 5:
-            continue
-        heads, kv_heads = (node.attributes[a].value if a in node.attributes else None
-                           for a in ("num_heads", "kv_num_heads"))
-        width = _last_dim(node.inputs[0])
-        if not heads or not kv_heads or width is None:
-            continue
-        packed = node.inputs[1] is None or not node.inputs[1].name
-        size, rest = divmod(width, heads + 2 * kv_heads if packed else heads)
-        for cache in node.inputs[3:5]:
-            if cache is not None and cache.is_graph_input() and not rest:
-                sizes[cache.name] = size
-    return sizes
-
-
-def _last_dim(value: ir.Value | None) -> int | None:
-    producer = None if value is None else value.producer()
-    if producer is not None and producer.op_type == "MatMul" and producer.inputs[1] is not None \
-            and producer.inputs[1].const_value is not None:
-        return int(producer.inputs[1].const_value.shape[-1])
-    if producer is not None and producer.op_type == "MatMulNBits" and "N" in producer.attributes:
-        return int(producer.attributes["N"].value)  # a quantized file's projection
-    if value is not None and value.shape is not None and value.shape.rank() and isinstance(value.shape[-1], int):
-        return int(value.shape[-1])
-    return None
-
-
 def _with_head_sizes(specs: list[InputSpec], sizes: dict[str, int]) -> list[InputSpec]:
-    """The cache inputs' last dimension (the head size, in GroupQueryAttention's BNSH layout) where it is open."""
+    """The cache inputs' last dimension (the head size, in the BNSH layout) where it is open."""
     out = []
     for spec in specs:
         size = sizes.get(spec.name)

@@ -1,6 +1,7 @@
 """Float16 compute: the nodes passes.float16_plan chose compute in float16, the rest stays float32, and a Cast joins
 the two wherever a value crosses (one per value and direction). The model's inputs and outputs keep their names and
-float32 type, so whatever feeds and reads the model (a pipeline, onnxruntime-genai's config) is unchanged.
+types (float32, or float16 for a float16 model: passes.float16_model), so whatever feeds and reads the model (a
+pipeline, onnxruntime-genai's config) is unchanged.
 
 Why: CUDA EP runs float16 products on tensor cores with float32 accumulation (cuBLAS), at twice float32's rate or
 more and half its memory traffic; onnxruntime-genai's builder pairs int4 weights with float16 activations for CUDA

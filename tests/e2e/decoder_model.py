@@ -17,9 +17,10 @@ _F = TensorProto.FLOAT
 
 
 def kv_decoder(seed: int = 0, layers: int = LAYERS, width: int = WIDTH, heads: int = HEADS,
-               vocab: int = VOCAB) -> onnx.ModelProto:
+               vocab: int = VOCAB, head_dim_name: str | None = None) -> onnx.ModelProto:
     """The test decoder; larger ones (bench/bench_memory_limit.py: a decoder larger than memory) by layers, width
-    (heads × head_dim) and vocabulary."""
+    (heads × head_dim) and vocabulary. head_dim_name: the caches' head size named, not written (as onnxruntime-genai's
+    builder writes its float16 CPU export, which concatenates them as this one does)."""
     rng = np.random.default_rng(seed)
     weights = {"embed": rng.normal(0, 1, (vocab, width)), "positions": rng.normal(0, 0.3, (MAX_POSITIONS, width)),
                "lm_head": None, "final_norm": rng.uniform(0.8, 1.2, width)}
@@ -45,7 +46,8 @@ def kv_decoder(seed: int = 0, layers: int = LAYERS, width: int = WIDTH, heads: i
         nodes += layer_nodes
     nodes += _rms("final", hidden, "final_norm", "hf")
     nodes.append(helper.make_node("MatMul", ["hf", "lm_head"], ["logits"], name="lm_head"))
-    inputs, outputs = _decoder_io(heads, width // heads, position_ids=True, vocab=vocab, layers=layers)
+    inputs, outputs = _decoder_io(heads, head_dim_name or width // heads, position_ids=True, vocab=vocab,
+                                  layers=layers)
     graph = helper.make_graph(nodes, "kv_decoder", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     if sum(np.size(w) for w in weights.values()) * 4 < 2**31 - 2**24:  # the checker serializes the model (< 2 GB)

@@ -1,0 +1,85 @@
+"""A float16 model (a user's float16 export: weights, arithmetic, outputs) is quantized like its float32 original —
+the same nodes, the same result within the float16 rounding of its weights — and comes out with its float16 inputs
+and outputs, in each form: the default int8, 4-bit weights, and float16 compute for CUDA."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+import onnxq
+from onnxq.calibration import input_specs
+from onnxq.io import load_model
+from onnxq.verify import make_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decoder_model import HEAD_DIM, HEADS, kv_decoder, token_windows  # noqa: E402
+from float16_models import as_float16  # noqa: E402
+
+
+@pytest.fixture
+def transformer16(samples_dir, tmp_path) -> tuple[Path, dict]:
+    path = tmp_path / "tiny16.onnx"
+    onnx.save(as_float16(onnx.load(samples_dir / "tiny_transformer.onnx")), path)
+    data = dict(np.load(samples_dir / "tiny_transformer_calib.npz"))
+    return path, data
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+_QUIET = onnxq.VerifyConfig(sensitivity_samples=0, measure_speed=False)
+CONFIGS = {"int8": onnxq.QuantConfig(verify=_QUIET),
+           "int4": onnxq.QuantConfig(weights=onnxq.QScheme("int4"), verify=_QUIET),
+           "target-cuda": onnxq.QuantConfig(target="cuda", verify=_QUIET)}
+
+
+@pytest.mark.parametrize("form", CONFIGS)
+def test_a_float16_model_is_quantized_as_its_float32_original(samples_dir, transformer16, tmp_path, form):
+    path, data = transformer16
+    calib, check = {"input_ids": data["input_ids"][:96]}, {"input_ids": data["input_ids"][96:]}
+    options = dict(verify_data=check, config=CONFIGS[form])
+    half = onnxq.quantize(path, calib, output=tmp_path / "q16.onnx", **options)
+    full = onnxq.quantize(samples_dir / "tiny_transformer.onnx", calib, output=tmp_path / "q32.onnx", **options)
+    assert half.report.passed
+    assert sorted(e.name for e in half.report.quantized) == sorted(e.name for e in full.report.quantized)
+    assert any("float16 model: quantized in float32 arithmetic" in n for n in half.report.notes)
+    graph = onnx.load(half.output).graph
+    assert graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    got = make_session(half.output, optimize=True).run(None, check)[0]
+    expected = make_session(full.output, optimize=True).run(None, check)[0]
+    # The two differ by the float16 rounding of the weights (and for cuda of the arithmetic): measured 0.99995
+    # (int8), 0.99974 (int4), 0.99999 (target-cuda).
+    assert got.dtype == np.float16 and _cosine(got, expected) >= 0.9995
+
+
+def test_a_float16_decoder_quantizes_from_token_windows(rng, tmp_path):
+    """A float16 KV-cache decoder whose caches' head size is a name (kv_cache_dim, as the genai builder's float16
+    export writes it), concatenated with each step's keys: the head size is read from what they are concatenated
+    with, so onnxq makes the empty caches from token windows; the logits are judged by perplexity, and the file keeps
+    the float16 I/O a runtime feeds."""
+    path = tmp_path / "model.onnx"
+    onnx.save(as_float16(kv_decoder(head_dim_name="kv_cache_dim")), path)
+    specs = {s.name: s for s in input_specs(load_model(path))}
+    assert specs["past_key_values.0.key"].shape[-1] == HEAD_DIM  # the file names it: kv_cache_dim
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False, measure_speed=False))
+    result = onnxq.quantize(path, token_windows(rng, 48, 16), output=tmp_path / "q.onnx",
+                            verify_data=token_windows(rng, 8, 16), config=config)
+    report = result.report
+    assert report.passed and report.verification.tasks["logits"].kind == "next-token"
+    assert any("inputs empty (past length 0)" in note for note in report.notes)
+    logits = next(o for o in report.verification.outputs if o.name == "logits").metrics
+    assert abs(logits.perplexity_ratio - 1) < 0.03  # measured 1.0045
+    quantized = onnx.load(str(result.output))
+    io = {v.name: v.type.tensor_type.elem_type for v in (*quantized.graph.input, *quantized.graph.output)}
+    assert io["past_key_values.0.key"] == io["logits"] == io["present.0.value"] == TensorProto.FLOAT16
+
+
+def test_a_concatenated_cache_s_head_size_is_read_from_what_it_is_concatenated_with():
+    specs = {s.name: s for s in input_specs(load_model(kv_decoder(head_dim_name="kv_cache_dim")))}
+    assert specs["past_key_values.0.value"].shape == ("batch_size", HEADS, "past_sequence_length", HEAD_DIM)
