@@ -13,16 +13,15 @@ specs, in order (a later rule may read what an earlier one made); an input the d
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, MutableMapping
 
 import numpy as np
 
+from onnxq.calibration.head_sizes import CACHE_NAME
 from onnxq.calibration.specs import Batch, InputSpec, laid_out
 
 __all__ = ["completed", "RULES", "describe_made"]
 
-_CACHE = re.compile(r"(^|[._/])(past|cache)", re.I)
 _TOKENS = "input_ids"
 
 # (what it makes, in the report's words; the rule) — a rule returns the array for a missing input, or None when the
@@ -31,7 +30,7 @@ Rule = Callable[[InputSpec, Batch, Mapping[str, InputSpec]], "np.ndarray | None"
 
 
 def _empty_cache(spec: InputSpec, batch: Batch, specs: Mapping[str, InputSpec]) -> np.ndarray | None:
-    if not _CACHE.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None or spec.sample_axis is None:
+    if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None or spec.sample_axis is None:
         return None
     open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
     if len(open_axes) != 1 or _TOKENS not in batch:
@@ -45,7 +44,7 @@ def _past_length(batch: Batch, specs: Mapping[str, InputSpec]) -> int | None:
     """The past length the batch's caches hold (0 without caches); None when they disagree or cannot be told."""
     lengths = set()
     for name, spec in specs.items():
-        if _CACHE.search(name) and name in batch and spec.shape is not None:
+        if CACHE_NAME.search(name) and name in batch and spec.shape is not None:
             open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
             if len(open_axes) != 1:
                 return None

@@ -4,12 +4,16 @@ that dimension (kv_cache_dim) rather than writing it, and onnxq needs it to make
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-__all__ = ["cache_head_sizes", "HEAD_SIZE_SOURCES"]
+__all__ = ["cache_head_sizes", "HEAD_SIZE_SOURCES", "CACHE_NAME"]
+
+# A KV-cache input's name: past_key_values.0.key (Optimum, the genai builder), past.0.key, cache_k.
+CACHE_NAME = re.compile(r"(^|[._/])(past|cache)", re.I)
 
 
 def _attention_head_sizes(model: ir.Model) -> dict[str, int]:
@@ -47,8 +51,9 @@ def _last_dim(value: ir.Value | None) -> int | None:
 
 def _concatenated_head_sizes(model: ir.Model) -> dict[str, int]:
     """Caches concatenated with the step's new keys or values along the past axis (the builder's float16 CPU
-    export, MultiHeadAttention): the last dimension of what they are concatenated with, by ONNX's shape inference
-    with data propagation (the new keys come through Reshape / Transpose of a projection) on a copy."""
+    export, MultiHeadAttention): the last dimension of what they are concatenated with (along another axis), by
+    ONNX's shape inference with data propagation (the new keys come through Reshape / Transpose of a projection)
+    on a copy."""
     if not any(_open_and_concatenated(v) for v in model.graph.inputs):
         return {}
     inferred = model.clone()
@@ -57,7 +62,8 @@ def _concatenated_head_sizes(model: ir.Model) -> dict[str, int]:
     for cache in (v for v in inferred.graph.inputs if _open_and_concatenated(v)):
         for concat, read in _concatenations(cache):
             known = [_known_last_dim(v) for v in concat.inputs if v is not read]
-            if known and known[0] is not None:
+            axis = concat.attributes["axis"].value if "axis" in concat.attributes else -1
+            if known and known[0] is not None and axis % cache.shape.rank() != cache.shape.rank() - 1:
                 sizes[cache.name] = known[0]
     return sizes
 
@@ -75,8 +81,8 @@ def _concatenations(value: ir.Value) -> list[tuple[ir.Node, ir.Value]]:
 
 
 def _open_and_concatenated(value: ir.Value) -> bool:
-    return (value.shape is not None and value.shape.rank() > 1 and not isinstance(value.shape[-1], int)
-            and bool(_concatenations(value)))
+    return (bool(CACHE_NAME.search(value.name or "")) and value.shape is not None and value.shape.rank() > 1
+            and not isinstance(value.shape[-1], int) and bool(_concatenations(value)))
 
 
 def _known_last_dim(value: ir.Value | None) -> int | None:

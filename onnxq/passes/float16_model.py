@@ -72,7 +72,7 @@ def _upcast(model: ir.Model) -> int:
     for graph in _graphs(model):
         for value in graph.initializers.values():
             if value.dtype == _HALF:
-                value.const_value = ir.tensor(value.const_value.numpy().astype(np.float32), name=value.name)
+                value.const_value = _as_float32(value.const_value, value.name)
                 constants += 1
         _retype([v for v in graph.inputs if v.dtype == _HALF])
     for node in model.graph.all_nodes():
@@ -87,6 +87,13 @@ def _upcast(model: ir.Model) -> int:
     for graph in _graphs(model):  # initializers last: a value's type object may be shared with its clone's
         _retype([v for v in graph.initializers.values() if v.dtype == _HALF])
     return constants
+
+
+def _as_float32(tensor: ir.TensorProtocol, name: str | None) -> ir.TensorProtocol:
+    """The float32 form of a float16 weight, made each time it is read: no float32 copy of the whole model stays in
+    memory (a weight is read a few times — planning, calibration's sessions, the rewrite — and the run's spill file
+    takes the float weights it keeps: io.spill)."""
+    return ir.LazyTensor(lambda: ir.tensor(tensor.numpy().astype(np.float32)), _FLOAT, tensor.shape, name=name)
 
 
 def _retype(values: list[ir.Value]) -> None:

@@ -47,6 +47,7 @@ __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern
 logger = logging.getLogger(__name__)
 
 _TOP_NODES = 8  # nodes the summary lists
+_TOP_OUTPUTS = 4  # outputs each listed node shows: those with a task first, then the lowest cosines
 
 _SWITCH = "onnxq_switch_{}"
 _KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a twin's output held as a graph output while the passes run
@@ -138,9 +139,11 @@ class Sensitivity:
                          f"worst output's 1 - cosine or share of its task answer lost, per unit of its tolerance"
                          f"{self._task_words}):")
         for node in self.nodes[:_TOP_NODES]:
+            shown = sorted(node.outputs.items(), key=lambda item: (not item[1].task, item[1].cosine_mean))
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" + (f" {m.task} {m.task_agreement:.4f}" if m.task else "")
-                               for k, m in node.outputs.items())
-            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines})")
+                               for k, m in shown[:_TOP_OUTPUTS])
+            more = len(shown) - _TOP_OUTPUTS
+            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines}{f' … {more} more outputs' if more > 0 else ''})")
         if self.groups:
             top = self.groups[0]
             lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")

@@ -11,7 +11,9 @@ import numpy as np
 
 from onnxq.calibration import fixed_batch_size
 from onnxq.calibration.batching import concatenate, first_samples, samples_in
+from onnxq.errors import one_line, whole_message
 from onnxq.io.model import model_size_bytes
+from onnxq.io.sessions import ORT_ERRORS
 from onnxq.io.segments import SEGMENT_FROM_BYTES
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_compute, choose_kinds
@@ -94,10 +96,20 @@ def _in_turn(state: RunState) -> bool:
 
 def _time_decoding(state: RunState, providers: list[str]) -> None:
     """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill): on the provider
-    the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU."""
+    the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU. A float
+    model that onnxruntime cannot decode (onnxruntime-genai's float16 CPU export of SmolLM2 fails its second step,
+    in genai's own runtime too) is said in a note; a quantized one that cannot is the run's error."""
     deployed = [p for p in target_providers(state.config.target) if p in providers]
-    decode = time_decoding((state.as_given, state.work), state.batches.first(), state.specs,
-                           provider=(deployed or [_CPU])[0], in_turn=_in_turn(state))
+    provider = (deployed or [_CPU])[0]
+    try:
+        decode = time_decoding((state.as_given, state.work), state.batches.first(), state.specs, provider=provider,
+                               in_turn=_in_turn(state))
+    except ORT_ERRORS as e:
+        time_decoding((state.work, state.work), state.batches.first(), state.specs, steps=2, rounds=1,
+                      provider=provider, in_turn=True)  # raises when the quantized model is the one that fails
+        state.notes.append(f"decode: not timed — onnxruntime cannot decode the float model as given on "
+                           f"{short(provider)} ({one_line(whole_message(e))[:240]}); the quantized model decodes")
+        return
     if decode is not None:
         state.sections.append(decode)
 

@@ -42,8 +42,9 @@ def load_and_plan(state: RunState) -> bool:
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
     if state.input_path is not None:
-        # A large .onnx that keeps its weights is its own external data (io.in_place): listed once.
-        data = [p for p in external_data_files(reference) if p.resolve() != state.input_path.resolve()]
+        # A large .onnx that keeps its weights is its own external data (io.in_place): listed once. The model as
+        # loaded: a prepared clone may hold its weights in memory (a float16 model's, made float32).
+        data = [p for p in external_data_files(loaded) if p.resolve() != state.input_path.resolve()]
         state.input_files = [state.input_path, *data]
     _declare_files(state)  # unusable output paths stop the run now, not after calibrating
     state.work = reference.clone()

@@ -83,3 +83,15 @@ def test_a_float16_decoder_quantizes_from_token_windows(rng, tmp_path):
 def test_a_concatenated_cache_s_head_size_is_read_from_what_it_is_concatenated_with():
     specs = {s.name: s for s in input_specs(load_model(kv_decoder(head_dim_name="kv_cache_dim")))}
     assert specs["past_key_values.0.value"].shape == ("batch_size", HEADS, "past_sequence_length", HEAD_DIM)
+
+
+def test_a_float16_model_s_size_is_its_files_external_data_included(samples_dir, tmp_path):
+    """The size line and the memory ratio divide by the files the user has: the float16 weights in external data
+    (the prepared model holds them made float32, in memory)."""
+    path = tmp_path / "ext16.onnx"
+    onnx.save(as_float16(onnx.load(samples_dir / "tiny_transformer.onnx")), path, save_as_external_data=True,
+              location="ext16.onnx.data", size_threshold=1024)  # the weights, not the small int64 constants
+    data = dict(np.load(samples_dir / "tiny_transformer_calib.npz"))
+    report = onnxq.quantize(path, {"input_ids": data["input_ids"][:96]}, output=tmp_path / "q.onnx",
+                            verify_data={"input_ids": data["input_ids"][96:]}, config=CONFIGS["int8"]).report
+    assert report.float_bytes == path.stat().st_size + (tmp_path / "ext16.onnx.data").stat().st_size
