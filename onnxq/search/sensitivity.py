@@ -142,8 +142,8 @@ class Sensitivity:
             shown = sorted(node.outputs.items(), key=lambda item: (not item[1].task, item[1].cosine_mean))
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" + (f" {m.task} {m.task_agreement:.4f}" if m.task else "")
                                for k, m in shown[:_TOP_OUTPUTS])
-            more = len(shown) - _TOP_OUTPUTS
-            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines}{f' … {more} more outputs' if more > 0 else ''})")
+            more = f" … {len(shown) - _TOP_OUTPUTS} more outputs" if len(shown) > _TOP_OUTPUTS else ""
+            lines.append(f"  {node.harm:8.4f}  {node.name}  ({cosines}{more})")
         if self.groups:
             top = self.groups[0]
             lines.append(f"most sensitive group: {top.pattern} ({len(top.members)} nodes, harm {top.harm:.4f})")

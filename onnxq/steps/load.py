@@ -47,6 +47,11 @@ def load_and_plan(state: RunState) -> bool:
         data = [p for p in external_data_files(loaded) if p.resolve() != state.input_path.resolve()]
         state.input_files = [state.input_path, *data]
     _declare_files(state)  # unusable output paths stop the run now, not after calibrating
+    # What preparing computed in memory (a float16 model's weights made float32, a folded Transpose of a tied
+    # table) goes to the run's spill file now, memory-mapped like the input's own weights (io.spill: only a model
+    # holding 64 MB of them or more), so that calibration's sessions read it in place instead of copying it.
+    if reference is not loaded:
+        state.spill.spill([reference])
     state.work = reference.clone()
     state.quantized_from = reference
     state.mode = _resolve_mode(config, given.calibration, given.cache)
