@@ -2,8 +2,7 @@
 None), in order: an old opset converted, a float16 model made float32 inside (its float16 inputs and outputs kept),
 Identity / Cast / layout ops of weights folded, loop-invariant weights carried through a Loop read as constants, a
 kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace, BatchNormalization folded into Conv, MatMul + Add of a
-bias made a Gemm (2-D activations). The model as given is
-never changed; it stays the verification's reference."""
+bias made a Gemm (2-D activations). The model as given is never changed; it stays the verification's reference."""
 
 from __future__ import annotations
 
