@@ -125,7 +125,8 @@ def test_the_float16_weights_left_float_stay_float16_in_the_file(samples_dir, tr
     kinds = {t.name: t.data_type for t in saved.graph.initializer}
     assert kinds["ffn.intermediate.weight_float16"] == kinds["ffn.output.weight_float16"] == TensorProto.FLOAT16
     wide = _with_float32_constants(saved)
-    assert wide.ByteSize() > saved.ByteSize() + 2 * 64 * 256  # the two [64, 256] / [256, 64] weights' 2 bytes each
+    # The two weights' 2 × 16,384 values take 2 bytes less each; the Casts cost a few dozen.
+    assert wide.ByteSize() - saved.ByteSize() >= 0.99 * 2 * 16384 * 2
     for optimize in (True, False):
         got = make_session(result.output, optimize=optimize).run(None, check)[0]
         expected = make_session(ir.from_proto(wide), optimize=optimize).run(None, check)[0]
