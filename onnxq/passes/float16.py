@@ -70,7 +70,7 @@ def to_float16(model: ir.Model, magnitudes: Mapping[str, float] | None = None) -
             node.replace_input_with(i, joins.half(node.inputs[i]))
         for i in operands.outputs:  # a new type: clones share their type objects, which .dtype = would change
             node.outputs[i].type = ir.TensorType(_HALF)
-        if node.op_type == "Cast":
+        if node.op_type == "Cast" and operands.outputs:  # a Cast to float; one to bool or int keeps its `to`
             node.attributes["to"] = ir.AttrInt64("to", _HALF.value)
     joins.widen_the_rest()
     _drop_unread_initializers(graph)

@@ -201,3 +201,24 @@ def test_operators_onnx_does_not_define_are_typed_by_onnxruntime_s_schemas(rng):
     assert result.kept == {} and result.converted == 2
     assert model.graph.node("product").inputs[0].dtype == HALF
     np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_cast_from_float_to_bool_reads_float16_and_still_makes_bool(rng):
+    """A mask made by casting a float difference to bool (onnxruntime-genai's float16 CPU export: Sub → Cast(to=bool)
+    for MultiHeadAttention): its float input goes float16, its `to` stays bool — it was rewritten to float16, and ORT
+    refused the file ("Type (tensor(bool)) of output arg … does not match expected type (tensor(float16))")."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", FLOAT, [4, 8])
+    shifted = tape.op("Sub", [x, _constant(tape, "half", 0.5)], name="shift")
+    mask = tape.op("Cast", [shifted], attributes={"to": ir.DataType.BOOL.value}, name="to_bool")
+    mask.dtype = ir.DataType.BOOL
+    y = tape.op("Where", [mask, x, _constant(tape, "zero", 0.0)], name="select")
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    feeds = {"x": rng.normal(0, 1, (4, 8)).astype(np.float32)}
+    want = _run(model, feeds)[0]
+    result = to_float16(model)
+    assert "to_bool" not in result.kept and result.converted >= 2
+    cast = next(n for n in model.graph if n.name == "to_bool")
+    assert cast.attributes["to"].as_int() == ir.DataType.BOOL.value and cast.inputs[0].dtype == HALF
+    np.testing.assert_allclose(_run(model, feeds)[0], want, rtol=2e-3, atol=2e-3)
