@@ -98,20 +98,33 @@ def _time_decoding(state: RunState, providers: list[str]) -> None:
     """A decoder's tokens per second with its cache, batch 1, beside the batch timing (a prefill): on the provider
     the target deploys it to where that is here (CUDA for --target cuda on a GPU machine), else on the CPU. A float
     model that onnxruntime cannot decode (onnxruntime-genai's float16 CPU export of SmolLM2 fails its second step,
-    in genai's own runtime too) is said in a note; a quantized one that cannot is the run's error."""
+    in genai's own runtime too) is said in a note, with whether the quantized one decodes; a quantized model that
+    cannot decode where the float one can is the run's error."""
     deployed = [p for p in target_providers(state.config.target) if p in providers]
     provider = (deployed or [_CPU])[0]
     try:
         decode = time_decoding((state.as_given, state.work), state.batches.first(), state.specs, provider=provider,
                                in_turn=_in_turn(state))
     except ORT_ERRORS as e:
-        time_decoding((state.work, state.work), state.batches.first(), state.specs, steps=2, rounds=1,
-                      provider=provider, in_turn=True)  # raises when the quantized model is the one that fails
+        quantized = _decode_error(state, state.work, provider)
+        if quantized is not None and _decode_error(state, state.as_given, provider) is None:
+            raise quantized
         state.notes.append(f"decode: not timed — onnxruntime cannot decode the float model as given on "
-                           f"{short(provider)} ({one_line(whole_message(e))[:240]}); the quantized model decodes")
+                           f"{short(provider)} ({one_line(whole_message(e))[:240]}); the quantized model "
+                           + ("decodes" if quantized is None else "cannot either"))
         return
     if decode is not None:
         state.sections.append(decode)
+
+
+def _decode_error(state: RunState, model, provider: str) -> BaseException | None:
+    """What onnxruntime raises decoding two tokens with the model alone; None when it decodes."""
+    try:
+        time_decoding((model, model), state.batches.first(), state.specs, steps=2, rounds=1, provider=provider,
+                      in_turn=True)
+    except ORT_ERRORS as e:
+        return e
+    return None
 
 
 def _time_providers(state: RunState, providers: list[str]) -> bool:
