@@ -1,5 +1,5 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
-None), in order: an old opset converted, a float16 model made float32 inside (its float16 inputs and outputs kept),
+None), in order: initializers listed as graph inputs read as constants, an old opset converted, a float16 model made float32 inside (its float16 inputs and outputs kept),
 Identity / Cast / layout ops of weights folded, loop-invariant weights carried through a Loop read as constants, a
 kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace, BatchNormalization folded into Conv, MatMul + Add of a
 bias made a Gemm (2-D activations). The model as given is never changed; it stays the verification's reference."""
@@ -15,12 +15,13 @@ from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.fold_matmul_add import folded_matmul_adds
 from onnxq.passes.fold_constant_weights import folded_constant_weights
 from onnxq.passes.float16_model import computed_in_float32
+from onnxq.passes.initializer_inputs import initializers_as_constants
 from onnxq.passes.loop_invariants import captured_loop_invariants
 from onnxq.passes.upgrade import upgraded
 
 __all__ = ["PREPARATIONS", "prepared"]
 
-PREPARATIONS = (upgraded, computed_in_float32, folded_constant_weights, captured_loop_invariants,
+PREPARATIONS = (initializers_as_constants, upgraded, computed_in_float32, folded_constant_weights, captured_loop_invariants,
                 conv_transposes_as_convs, folded_batchnorms, folded_matmul_adds)
 
 

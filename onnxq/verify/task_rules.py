@@ -12,8 +12,9 @@ matches decides, and the report names it:
   among near-equal candidates is no wrong answer; the model's cache outputs (present.*, a recurrent state) are then
   state, judged through the logits they make;
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state) is numeric;
-- probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes], the decoded
-  sequence for per-step scores [samples, steps, classes] (CTC, tagging), per-position classes otherwise;
+- probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes] (and for an old
+  classifier's [samples, classes, 1, 1]), the decoded sequence for per-step scores [samples, steps, classes] (CTC,
+  tagging), per-position classes otherwise;
 - a sigmoid's probabilities (or values in [0, 1] named as a mask or map): mask IoU for a map with two spatial axes,
   frames (on/off decisions) otherwise (voice activity, multi-label);
 - scores named as classes (logits, class, label): top-1 / sequence;
@@ -128,6 +129,8 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
     if f.rank < 2 or f.values.shape[axis] < 2:
         return None
     if axis not in (-1, f.rank - 1):
+        if all(n == 1 for n in f.values.shape[axis + 1:]):  # [samples, classes, 1, 1]: a classifier's 1×1 map
+            return OutputTask("top1", f"{why} over {f.values.shape[axis]} classes (axis {axis})", axis)
         return OutputTask("frames", f"{why}, classes on axis {axis}: the class at every position", axis)
     if f.rank == 2:
         return OutputTask("top1", f"{why} over {f.values.shape[-1]} classes")
@@ -274,15 +277,16 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
         axis = sample_axis(array, samples)
         moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
         moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
-        producer, softmax_axis = _producer(values.get(name), moved.ndim, opset)
+        producer, softmax_axis = _producer(values.get(name), moved.shape, opset)
         facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens))
     return facts
 
 
-def _producer(value: ir.Value | None, rank: int, opset: int) -> tuple[str, int | None]:
+def _producer(value: ir.Value | None, shape: tuple[int, ...], opset: int) -> tuple[str, int | None]:
     """(op type, a Softmax's axis when reached directly) for the value. Before opset 13 a Softmax normalizes over
     every axis from its own on, flattened: one decision per row of that block, which no per-axis measure reads — such
-    an output is judged by its values. An If's output is what both its branches make, when they agree (a
+    an output is judged by its values, unless the axes after its own are all 1 (an old classifier's [N, 1000, 1, 1]
+    scores: the block is that axis). An If's output is what both its branches make, when they agree (a
     voice-activity detector's Sigmoid inside an If on the sample rate)."""
     node, direct = None if value is None else value.producer(), True
     while node is not None and node.op_type in _PASS_THROUGH and node.inputs and node.inputs[0] is not None:
@@ -293,15 +297,15 @@ def _producer(value: ir.Value | None, rank: int, opset: int) -> tuple[str, int |
         return "", None
     if node.op_type == "If" and node.domain in ("", "ai.onnx"):
         index = list(node.outputs).index(value)
-        made = {_producer(a.value.outputs[index], rank, opset) for a in node.attributes.values()
+        made = {_producer(a.value.outputs[index], shape, opset) for a in node.attributes.values()
                 if a.type == ir.AttributeType.GRAPH}
         return made.pop() if len(made) == 1 else ("", None)
-    axis = None
+    axis, rank = None, len(shape)
     if node.op_type in ("Softmax", "LogSoftmax") and direct:
         attr = node.attributes.get("axis")
-        axis = -1 if attr is None else int(attr.value)
+        axis = (-1 if opset >= 13 else 1) if attr is None else int(attr.value)
         axis = None if axis in (-1, rank - 1) or not -rank <= axis < rank else axis % rank
-        if axis is not None and opset < 13:
+        if axis is not None and opset < 13 and any(n != 1 for n in shape[axis + 1:]):
             return "", None
     return node.op_type, axis
 

@@ -298,6 +298,13 @@ def _truncated_cache(work: Path) -> list[str]:
     return [_good_model(work), "--calib-cache", str(work / "cache.json")]
 
 
+def _inputs_are(names: list[str], expected_ops: dict[str, int]) -> Callable[[Path], None]:
+    def check(path: Path) -> None:
+        assert [i.name for i in onnx.load(str(path)).graph.input] == names
+        _runs(expected_ops)(path)
+    return check
+
+
 def _output_is_graph_output_weight(path: Path) -> None:
     """The weight is also a graph output: it must still come out as the float weight."""
     import onnxruntime as ort
@@ -369,9 +376,14 @@ CASES: dict[str, Case] = {
     # -- weight shapes and roles
     "1-D weight": Case(lambda w: _model(w, w=_weight((K,))), "nothing to quantize"),
     "3-D weight": Case(lambda w: _model(w, w=_weight((3, K, N)), x_shape=(3, "batch", K)), "rank 3"),
+    # An initializer listed as an input (every one is, before IR version 4) is read as the constant it is.
     "weight is a graph input": Case(lambda w: [save(matmul_model(inputs=[
         helper.make_tensor_value_info("x", 1, ["batch", K]), helper.make_tensor_value_info("w", 1, [K, N])]),
-        w / "m.onnx")], "nothing to quantize"),
+        w / "m.onnx")], check=_inputs_are(["x"], {"MatMul": 0})),
+    "IR version 3, opset 9: every initializer an input": Case(lambda w: [save(matmul_model(
+        opset=9, ir_version=3, inputs=[helper.make_tensor_value_info("x", 1, ["batch", K]),
+                                       helper.make_tensor_value_info("w", 1, [K, N])]),
+        w / "m.onnx")], check=_inputs_are(["x"], {"MatMul": 0})),
     "weight is a graph output": Case(lambda w: _model(w, outputs=[
         helper.make_tensor_value_info("y", 1, None), helper.make_tensor_value_info("w", 1, [K, N])]),
         check=_output_is_graph_output_weight),

@@ -225,3 +225,33 @@ def test_raw_ctc_scores_are_read_as_sequences_whatever_their_name(rng):
     tasks = choose_tasks(onnxq.VerifyConfig(), facts)
     assert tasks["387"].kind == "sequence" and tasks["387"].blank == 0 and "CTC's blank" in tasks["387"].rule
     assert tasks["399"].kind == "numeric" and tasks["y"].kind == "numeric"
+
+
+def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
+    """x → Softmax (no axis attribute) → y, at the opset given."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", *shape[1:]])
+    probs = tape.op("Softmax", [x], name="softmax")
+    probs.name = "y"
+    return to_model(tape, [x], [probs], opset=opset)
+
+
+def test_a_classifiers_softmax_over_a_1x1_map_is_top1(rng):
+    """SqueezeNet (opset 9): Softmax's default axis 1 on [N, 1000, 1, 1] normalizes the flattened block from axis 1
+    on, which is the classes alone. Before: judged by cosine only ("no rule matched")."""
+    shape = (SAMPLES, 20, 1, 1)
+    logits = rng.normal(0, 1, shape).astype(np.float32)
+    values = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    task = _tasks(_old_softmax_model(shape, 9), {"y": values})["y"]
+    assert task.kind == "top1" and task.class_axis == 1 and "over 20 classes (axis 1)" in task.rule
+    flipped = values.copy()
+    flipped[0, :, 0, 0] = flipped[0, ::-1, 0, 0]  # one sample's decision changes
+    assert measure_task(values, flipped, task) == (SAMPLES - 1, SAMPLES)
+
+
+def test_an_old_softmax_over_several_axes_is_judged_by_its_values(rng):
+    """Before opset 13, Softmax (default axis 1) on [N, 6, 5] normalizes the 30 values of each sample at once: no
+    per-axis decision reads that, so it is not taken for per-step classes."""
+    logits = rng.normal(0, 1, (SAMPLES, 6, 5)).astype(np.float32)
+    values = np.exp(logits) / np.exp(logits).sum(axis=(1, 2), keepdims=True)
+    assert _tasks(_old_softmax_model(values.shape, 11), {"y": values})["y"].kind == "numeric"
