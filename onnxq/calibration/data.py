@@ -180,8 +180,10 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
     out = {}
     for spec in specs:
         if spec.name not in batch:
-            raise CalibrationDataError(
-                f"{what} data lacks model input '{spec.name}' ({spec.describe()}); the model's inputs are: {expected}")
+            held = "; it is held constant: add its one value, fed whole with every batch" if spec.sample_axis is None \
+                else ""
+            raise CalibrationDataError(f"{what} data lacks model input '{spec.name}' ({spec.describe()}){held}; the "
+                                       f"model's inputs are: {expected}")
         array = np.asarray(batch[spec.name])
         if array.dtype.kind != spec.dtype.kind and not (array.dtype.kind in "iu" and spec.dtype.kind in "iu"):
             raise CalibrationDataError(

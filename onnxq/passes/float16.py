@@ -74,6 +74,7 @@ def to_float16(model: ir.Model, magnitudes: Mapping[str, float] | None = None) -
             node.attributes["to"] = ir.AttrInt64("to", _HALF.value)
     joins.widen_the_rest()
     _drop_unread_initializers(graph)
+    _drop_casts_to_their_own_type(graph)
     return Float16Result(len(plan.converted), plan.kept, joins.casts)
 
 
@@ -147,3 +148,23 @@ def _drop_unread_initializers(graph: ir.Graph) -> None:
     for name, value in list(graph.initializers.items()):
         if not value.uses() and not value.is_graph_output() and value not in graph.inputs:
             del graph.initializers[name]
+
+
+def _drop_casts_to_their_own_type(graph: ir.Graph) -> None:
+    """Casts that now read what they make (a float16 model's Casts at its float16 inputs and outputs, once the
+    compute between is float16): their readers read the source, a graph output takes the source under its name.
+    ORT removes such a Cast before an input but keeps one as a graph output (a copy of the output each run)."""
+    for node in list(graph):
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or node.inputs[0] is None:
+            continue
+        source, made = node.inputs[0], node.outputs[0]
+        if source.dtype is None or source.dtype.value != node.attributes["to"].value:
+            continue
+        if made.is_graph_output() and (source.is_graph_input() or source.is_graph_output()
+                                       or source.is_initializer()):
+            continue  # one value cannot take both places (nor an input's name)
+        name, output = made.name, made.is_graph_output()
+        ir.convenience.replace_all_uses_with(made, source, replace_graph_outputs=True)
+        graph.remove(node, safe=True)
+        if output:
+            made.name, source.name = None, name

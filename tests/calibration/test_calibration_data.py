@@ -74,6 +74,16 @@ def test_bad_data_gets_one_line_naming_the_problem(rng, change, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_missing_constant_input_is_said_to_take_one_value(rng):
+    """transformers' causal LMs exported by TorchScript take logits_to_keep, an int64 scalar: one value for every
+    batch, not samples."""
+    specs = [*SPECS, InputSpec("logits_to_keep", np.dtype(np.int64), (), sample_axis=None)]
+    with pytest.raises(CalibrationDataError) as info:
+        validate_batch(_data(rng), specs)
+    assert "lacks model input 'logits_to_keep' (int64 []); it is held constant: add its one value" in str(info.value)
+    assert validate_batch({**_data(rng), "logits_to_keep": np.array(0)}, specs)["logits_to_keep"].shape == ()
+
+
 def test_same_kind_dtypes_are_cast(rng):
     data = _data(rng)
     data["x"] = data["x"].astype(np.float64)

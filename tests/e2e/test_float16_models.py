@@ -57,6 +57,10 @@ def test_a_float16_model_is_quantized_as_its_float32_original(samples_dir, trans
     # The two differ by the float16 rounding of the weights (and for cuda of the arithmetic): measured 0.99995
     # (int8), 0.99974 (int4), 0.99999 (target-cuda).
     assert got.dtype == np.float16 and _cosine(got, expected) >= 0.9995
+    # No Cast reads what it makes (with float16 compute, the Casts at the float16 inputs and outputs had become
+    # float16 → float16: ORT kept the output's, a copy each run).
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)}
+    assert not [n.name for n in graph.node if n.op_type == "Cast" and types.get(n.input[0]) == n.attribute[0].i]
 
 
 def test_a_float16_decoder_quantizes_from_token_windows(rng, tmp_path):
