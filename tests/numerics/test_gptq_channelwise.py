@@ -4,6 +4,7 @@ falls against rounding to nearest where the inputs are correlated, groups are in
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from onnxq.numerics.gptq import gptq_channelwise
 from onnxq.numerics.pairs import pair_sum_violations
@@ -60,3 +61,16 @@ def test_pairs_stay_within_the_limit_where_nearest_would_pass_it():
     assert pair_sum_violations(_nearest(w, scale).astype(np.int8), 1).any()
     codes = gptq_channelwise(w, x.T @ x / len(x), scale, pair_limit=128)
     assert not pair_sum_violations(codes, 1).any()
+
+
+@pytest.mark.parametrize("k", [5, 256, 700])
+def test_the_upper_cholesky_factor_of_the_inverse_is_found_without_inverting(rng, k):
+    """U upper triangular with UᵀU = H⁻¹ (by one Cholesky factorization and a triangular inverse by halves: 700
+    splits unevenly down to blocks solved whole), to float64's precision."""
+    from onnxq.numerics.gptq import _upper_cholesky_of_inverse
+
+    x = rng.normal(0, 1, (3 * k, k)) * rng.gamma(0.5, 1, k)  # channels of very different sizes
+    h = x.T @ x / len(x) + 0.01 * np.eye(k)
+    u = _upper_cholesky_of_inverse(h)
+    assert np.array_equal(u, np.triu(u)) and np.all(np.diag(u) > 0)
+    np.testing.assert_allclose(u.T @ u @ h, np.eye(k), atol=1e-9)
