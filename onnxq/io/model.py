@@ -80,6 +80,7 @@ def _from_proto(proto: onnx.ModelProto, what: str, base_dir: Path | None) -> ir.
 
 
 def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None) -> ir.Model:
+    _refuse_maps(proto, what)
     try:
         model = ir.serde.deserialize_model(proto)
     except (ir.serde.SerdeError, ValueError) as e:
@@ -96,6 +97,27 @@ def _deserialize(proto: onnx.ModelProto, what: str, base_dir: Path | None = None
     if base_dir is not None:  # what ir.load does: external data relative to the model's folder
         ir.external_data.set_base_dir(model.graph, str(base_dir))
     return model
+
+
+def _refuse_maps(proto: onnx.ModelProto, what: str) -> None:
+    """A main-graph input or output of map type (or a sequence of maps): onnx_ir reads no map type, so the model
+    cannot be loaded — said with the export option that avoids it rather than onnx_ir's words."""
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for value in values:
+            if _holds_a_map(value.type):
+                raise ModelLoadError(
+                    f"{what}'s {kind} {one_line(repr(value.name))} is a map or a sequence of maps (what skl2onnx's "
+                    "ZipMap makes of a classifier's probabilities); onnxq reads tensors — re-export it as a tensor "
+                    "(skl2onnx: options={'zipmap': False})")
+
+
+def _holds_a_map(type_proto: onnx.TypeProto) -> bool:
+    kind = type_proto.WhichOneof("value")
+    if kind == "map_type":
+        return True
+    if kind in ("sequence_type", "optional_type"):
+        return _holds_a_map(getattr(type_proto, kind).elem_type)
+    return False
 
 
 def external_data_files(model: ir.Model) -> set[Path]:

@@ -305,6 +305,16 @@ def _inputs_are(names: list[str], expected_ops: dict[str, int]) -> Callable[[Pat
     return check
 
 
+def _zipmap_model() -> onnx.ModelProto:
+    """A classifier as skl2onnx exports it by default: its probabilities as a sequence of {class: probability}."""
+    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.INT64,
+                                                                      helper.make_tensor_type_proto(1, None)))
+    return matmul_model(extra_nodes=[
+        helper.make_node("ZipMap", ["y"], ["p"], classlabels_int64s=list(range(N)), domain="ai.onnx.ml")],
+        outputs=[helper.make_tensor_value_info("y", 1, None), helper.make_value_info("p", maps)],
+        domains=["ai.onnx.ml"])
+
+
 def _output_is_graph_output_weight(path: Path) -> None:
     """The weight is also a graph output: it must still come out as the float weight."""
     import onnxruntime as ort
@@ -347,6 +357,7 @@ CASES: dict[str, Case] = {
         more_nodes=[helper.make_node("NoSuchKernel", ["z"], ["q"], domain="com.microsoft")],
         outputs=[helper.make_tensor_value_info("q", 1, None)], domains=["com.microsoft"]), w / "m.onnx")],
         "onnxruntime cannot run the model"),
+    "ZipMap output (a sequence of maps)": Case(lambda w: [save(_zipmap_model(), w / "m.onnx")], "options={'zipmap'"),
     # -- broken graphs
     "missing initializer": Case(lambda w: [save(_drop_initializer(matmul_model()), w / "m.onnx")], "'w'"),
     "missing producer": Case(lambda w: [save(matmul_model(extra_nodes=[helper.make_node("Relu", ["ghost"], ["r"])],
