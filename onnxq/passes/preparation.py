@@ -1,8 +1,10 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
-None), in order: initializers listed as graph inputs read as constants, an old opset converted, a float16 model made float32 inside (its float16 inputs and outputs kept),
-Identity / Cast / layout ops of weights folded, loop-invariant weights carried through a Loop read as constants, a
-kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace, BatchNormalization folded into Conv, MatMul + Add of a
-bias made a Gemm (2-D activations). The model as given is never changed; it stays the verification's reference."""
+None), in order: initializers listed as graph inputs read as constants, an old opset converted, a float16 model made
+float32 inside (its float16 inputs and outputs kept), Identity / Cast / layout ops of weights folded, loop-invariant
+weights carried through a Loop read as constants, an Einsum that is an activation × constant matrix product made a
+MatMul, a kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace, BatchNormalization folded into Conv, MatMul +
+Add of a bias made a Gemm (2-D activations). The model as given is never changed; it stays the verification's
+reference."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.io import LOAD_NOTES
 from onnxq.passes.conv_transpose_as_conv import conv_transposes_as_convs
+from onnxq.passes.einsum_as_matmul import einsums_as_matmuls
 from onnxq.passes.fold_batchnorm import folded_batchnorms
 from onnxq.passes.fold_matmul_add import folded_matmul_adds
 from onnxq.passes.fold_constant_weights import folded_constant_weights
@@ -21,8 +24,9 @@ from onnxq.passes.upgrade import upgraded
 
 __all__ = ["PREPARATIONS", "prepared"]
 
-PREPARATIONS = (initializers_as_constants, upgraded, computed_in_float32, folded_constant_weights, captured_loop_invariants,
-                conv_transposes_as_convs, folded_batchnorms, folded_matmul_adds)
+PREPARATIONS = (initializers_as_constants, upgraded, computed_in_float32, folded_constant_weights,
+                captured_loop_invariants, einsums_as_matmuls, conv_transposes_as_convs, folded_batchnorms,
+                folded_matmul_adds)
 
 
 def prepared(model: ir.Model) -> tuple[ir.Model, list[str]]:

@@ -357,6 +357,12 @@ CASES: dict[str, Case] = {
         more_nodes=[helper.make_node("NoSuchKernel", ["z"], ["q"], domain="com.microsoft")],
         outputs=[helper.make_tensor_value_info("q", 1, None)], domains=["com.microsoft"]), w / "m.onnx")],
         "onnxruntime cannot run the model"),
+    # Keras' EinsumDense through tf2onnx: the projection into heads, made a MatMul (passes.einsum_as_matmul).
+    "Einsum projection into heads": Case(lambda w: [save(helper.make_model(helper.make_graph(
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation="bk,khd->bhd", name="proj")], "g",
+        [helper.make_tensor_value_info("x", 1, ["batch", K])], [helper.make_tensor_value_info("y", 1, None)],
+        [numpy_helper.from_array(_weight((K, 2, N // 2)), "w")]), opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8), w / "m.onnx")], check=_runs({"Einsum": 0, "MatMulInteger": 1})),
     "ZipMap output (a sequence of maps)": Case(lambda w: [save(_zipmap_model(), w / "m.onnx")], "options={'zipmap'"),
     # -- broken graphs
     "missing initializer": Case(lambda w: [save(_drop_initializer(matmul_model()), w / "m.onnx")], "'w'"),
