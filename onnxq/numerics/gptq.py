@@ -32,7 +32,8 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     time (numerics.blockwise.by_rows): W in float64 whole was 226 MB for SmolLM2's lm_head."""
     h, dead = _regularized(hessian)
     order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(weight.shape[0])
-    h_inv = _upper_cholesky_of_inverse(h[np.ix_(order, order)] if act_order else h)
+    # Contiguous: every slice of rows reads it (a reversed view costs each product a copy).
+    h_inv = np.ascontiguousarray(_upper_cholesky_of_inverse(h[np.ix_(order, order)] if act_order else h))
     fit = _Fit(h_inv, order, np.diag(hessian).astype(np.float32), dead, block_size, symmetric, tuple(clip_ratios),
                act_order, bits)
     return by_rows(lambda rows: _gptq_rows(rows, fit), weight, 8 * weight.shape[0])
@@ -134,7 +135,7 @@ def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
     — one Cholesky factorization and one triangular inverse, ~K³ flops where inverting H and factoring the inverse
     took ~5 K³ (K = 4608, ResNet-50's last 3×3 Convs: 8.1 s → 2.2 s a matrix, the same U to 2e-15)."""
     lower = np.linalg.cholesky(h[::-1, ::-1])
-    return np.ascontiguousarray(_lower_inverse(lower)[::-1, ::-1])
+    return _lower_inverse(lower)[::-1, ::-1]  # a view: K = 4608 is 170 MB a copy
 
 
 def _lower_inverse(lower: np.ndarray) -> np.ndarray:
@@ -163,11 +164,12 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
     second rounded within what the first, already rounded, leaves; its error spread like any other.
     Returns int8 [N, K]."""
     n, k = weight.shape
-    h = np.asarray(hessian, np.float64).reshape(-1, k, k)
+    h = np.asarray(hessian).reshape(-1, k, k)  # each group's made float64 by _damped, one at a time
     groups = h.shape[0]
     w = np.array(weight, np.float64).reshape(groups, n // groups, k)
     s = np.asarray(scale, np.float64).reshape(groups, n // groups)
-    u = np.stack([_upper_cholesky_of_inverse(_damped(h_g)) for h_g in h])
+    factors = [_upper_cholesky_of_inverse(_damped(h_g)) for h_g in h]
+    u = factors[0][None] if groups == 1 else np.stack(factors)
     codes = np.zeros(w.shape, np.float64)
     for start in range(0, k, _LAZY):
         end = min(start + _LAZY, k)
@@ -187,7 +189,7 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
 def _damped(h: np.ndarray) -> np.ndarray:
     """H with inputs never active given a unit diagonal (their weights keep rounding to nearest: nothing spreads
     to or from them) and damped by DAMPING of its mean diagonal."""
-    h = h.copy()
+    h = np.array(h, np.float64)
     dead = np.diag(h) <= 0
     h[dead, :], h[:, dead] = 0.0, 0.0
     h[dead, dead] = 1.0
