@@ -1,6 +1,7 @@
 """A new op is one planner function and its registration (handlers.registry.register): the rewrite forms, the
-calibration, the verification and the report take it as they take MatMul. Shown for real with Einsum (activation
-× constant weight, "bk,kn->bn"), registered by this test only."""
+calibration, the verification and the report take it as they take MatMul. Shown for real with Einsum: a grouped
+product of an activation and a constant [groups, K, N] weight ("bgk,gkn->bgn", which the preparation that makes
+matrix-product Einsums MatMuls leaves alone: its weight has a batch index), registered by this test only."""
 
 import numpy as np
 import onnx_ir as ir
@@ -18,11 +19,11 @@ from onnxq.handlers.registry import unregister
 def einsum_planner():
     @register("Einsum")
     def plan_einsum(node, ctx):
-        if node.attributes["equation"].as_string().replace(" ", "") != "bk,kn->bn":
-            return Skip(node, "only the equation bk,kn->bn (a matrix product) is planned")
+        if node.attributes["equation"].as_string().replace(" ", "") != "bgk,gkn->bgn":
+            return Skip(node, "only the equation bgk,gkn->bgn (a grouped product) is planned")
         if constant_float(node.inputs[1]) is None:
             return Skip(node, "the second operand is not a float32 constant")
-        return NodePlan(node, activations=(0,), weights=(WeightSpec(1, 1 if ctx.per_channel else None),))
+        return NodePlan(node, activations=(0,), weights=(WeightSpec(1, 2 if ctx.per_channel else None),))
 
     yield
     unregister("Einsum")
@@ -30,23 +31,23 @@ def einsum_planner():
 
 def _einsum_model(rng):
     tape = ir.tape.Tape()
-    x = ir.val("x", ir.DataType.FLOAT, ["batch", 16])
-    h = tape.op("Einsum", [x, weight(tape, rng, "w0", (16, 32))], attributes={"equation": "bk,kn->bn"},
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 2, 16])
+    h = tape.op("Einsum", [x, weight(tape, rng, "w0", (2, 16, 32))], attributes={"equation": "bgk,gkn->bgn"},
                 name="einsum0")
-    y = tape.op("Einsum", [h, weight(tape, rng, "w1", (8, 32))], attributes={"equation": "bk,nk->bn"},
+    y = tape.op("Einsum", [h, weight(tape, rng, "w1", (2, 8, 32))], attributes={"equation": "bgk,gnk->bgn"},
                 name="einsum1")
     h.name, y.name = "h", "y"
     return to_model(tape, [x], [y], opset=17)
 
 
 def test_a_registered_op_is_quantized_calibrated_and_verified(rng, einsum_planner):
-    data = {"x": rng.normal(0, 1, (200, 16)).astype(np.float32)}
+    data = {"x": rng.normal(0, 1, (200, 2, 16)).astype(np.float32)}
     config = QuantConfig(op_types=("MatMul", "Gemm", "Gather", "Einsum"))
     result = onnxq.quantize(_einsum_model(rng), data, config=config)
     report = result.report
     assert [e.name for e in report.quantized] == ["einsum0"]
     assert [(e.name, e.detail) for e in report.left_float] == [
-        ("einsum1", "only the equation bk,kn->bn (a matrix product) is planned")]
+        ("einsum1", "only the equation bgk,gkn->bgn (a grouped product) is planned")]
     assert set(report.ranges) == {"x"}  # calibration observed what the qdq form reads
     producers = {v.producer().op_type for n in result.model.graph if n.name == "einsum0" for v in n.inputs}
     assert producers == {"DequantizeLinear"}
