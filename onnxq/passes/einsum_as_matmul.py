@@ -31,11 +31,10 @@ _ELLIPSIS = "..."
 
 @dataclasses.dataclass(frozen=True)
 class _Product:
-    """How one Einsum is a MatMul: the activation's input index, its leading "..." dimensions, the Transposes and
-    Reshapes around the product (None: not needed), and the weight as [K, N]."""
+    """How one Einsum is a MatMul: the activation's input index, the Transposes and Reshapes around the product
+    (None: not needed), and the weight as [K, N]."""
 
     activation: int
-    lead: int
     activation_perm: tuple[int, ...] | None
     kept: int  # the activation's dimensions before the summed ones, "..." included
     summed: int  # how many indices are summed (more than one: the activation reshaped to [..., K])
@@ -84,7 +83,7 @@ def _terms(equation: str) -> tuple[str, str, str] | None:
             sorted(c for c, n in counts.items() if n == 1))
     for term in (*terms, output):
         letters = term[len(_ELLIPSIS):] if term.startswith(_ELLIPSIS) else term
-        if not letters.isalpha() and letters or len(set(letters)) != len(letters):
+        if (letters and not letters.isalpha()) or len(set(letters)) != len(letters):
             return None
     return terms[0], terms[1], output
 
@@ -110,7 +109,7 @@ def _planned(a: str, w: str, out: str, weight: np.ndarray, rank: int | None, at:
     output_perm = tuple(range(lead)) + tuple(lead + natural.index(c) for c in out)
     dims = {c: int(weight.shape[i]) for i, c in enumerate(w)}
     matrix = np.transpose(weight, [w.index(c) for c in (*summed, *free_w)])
-    return _Product(at, lead, _unless_identity(activation_perm), lead + len(free_a), len(summed),
+    return _Product(at, _unless_identity(activation_perm), lead + len(free_a), len(summed),
                     np.ascontiguousarray(matrix.reshape(int(np.prod([dims[c] for c in summed])), -1),
                                          dtype=np.float32),
                     tuple(dims[c] for c in free_w), _unless_identity(output_perm))
