@@ -133,7 +133,8 @@ def bench_one(name: str, folder: Path, rounds: int) -> dict:
         onnx.save(onnx.version_converter.convert_version(onnx.load(model), 13), converted)
         row["ort"], paths["ort"] = _quantized("ort", converted, data, folder / f"{name}.ort.onnx")
     held_out = images[CALIBRATION:]
-    outputs = {k: np.concatenate([session(p).run(None, {input_name: x})[0] for x in held_out]) for k, p in paths.items()}
+    outputs = {k: np.concatenate([session(p).run(None, {input_name: x})[0] for x in held_out])
+               for k, p in paths.items()}
     for kind in ("onnxq", "ort"):
         row[kind]["cosine_to_float"] = round(mean_cosine(outputs["float"], outputs[kind]), 4)
     row["latency_ms"] = {k: round(v, 2) for k, v in interleaved_latency_ms(paths, {input_name: held_out[0]},
@@ -167,7 +168,8 @@ def _table(rows: list[dict]) -> str:
     for r in rows:
         q, o, lat = r["onnxq"], r["ort"], r["latency_ms"]
         lines.append(
-            f"| {r['model']} ({r['float_mb']}) | {q['seconds']} s / {o['seconds']} s ({q['seconds'] / o['seconds']:.2f}) "
+            f"| {r['model']} ({r['float_mb']}) | {q['seconds']} s / {o['seconds']} s "
+            f"({q['seconds'] / o['seconds']:.2f}) "
             f"| {q['peak_rss_mb']} / {o['peak_rss_mb']} ({q['peak_rss_mb'] / o['peak_rss_mb']:.2f}) "
             f"| {q['size_mb'] / r['float_mb']:.2f} / {o['size_mb'] / r['float_mb']:.2f} "
             f"| {lat['float'] / lat['onnxq']:.2f}× / {lat['float'] / lat['ort']:.2f}× faster "
