@@ -93,12 +93,11 @@ def quantize_pair_limited(x: np.ndarray, qparams: QParams, k_axis: int) -> tuple
     step = max(1, _CHUNK_VALUES * x.shape[axis] // x.size)
     q, scales = np.empty(x.shape, np.int8), np.empty(x.shape[axis], np.float32)
     for start in range(0, x.shape[axis], step):
-        part = [slice(None)] * x.ndim
-        part[axis] = slice(start, start + step)
         channels = slice(start, start + step)
-        codes, chosen = _pair_limited(x[tuple(part)], QParams(qparams.scale[channels], qparams.zero_point[channels],
-                                                               axis), k_axis)
-        q[tuple(part)], scales[channels] = codes, chosen.scale
+        part = tuple(channels if i == axis else slice(None) for i in range(x.ndim))
+        codes, chosen = _pair_limited(x[part], QParams(qparams.scale[channels], qparams.zero_point[channels], axis),
+                                      k_axis)
+        q[part], scales[channels] = codes, chosen.scale
     return q, QParams(scales, qparams.zero_point, axis)
 
 

@@ -32,13 +32,14 @@ _ELLIPSIS = "..."
 @dataclasses.dataclass(frozen=True)
 class _Product:
     """How one Einsum is a MatMul: the activation's input index, the Transposes and Reshapes around the product
-    (None: not needed), and the weight as [K, N]."""
+    (None: not needed), and how the weight becomes [K, N] (read only when the node is rewritten)."""
 
     activation: int
     activation_perm: tuple[int, ...] | None
     kept: int  # the activation's dimensions before the summed ones, "..." included
     summed: int  # how many indices are summed (more than one: the activation reshaped to [..., K])
-    weight: np.ndarray  # [K, N]
+    weight_perm: tuple[int, ...]  # the weight's axes, summed ones first, then reshaped to [K, N]
+    k: int  # the product of the summed dimensions
     free_dims: tuple[int, ...]  # the weight's free dimensions (not one: the product reshaped to them)
     output_perm: tuple[int, ...] | None
 
@@ -65,7 +66,8 @@ def _product(node: ir.Node) -> _Product | None:
     if terms is None or activation is None:
         return None
     rank = activation.shape.rank() if activation.shape is not None else None
-    return _planned(terms[at], terms[1 - at], terms[2], weights[1 - at].numpy(), rank, at)
+    shape = tuple(int(d) for d in weights[1 - at].shape)
+    return _planned(terms[at], terms[1 - at], terms[2], shape, rank, at)
 
 
 def _terms(equation: str) -> tuple[str, str, str] | None:
@@ -88,7 +90,7 @@ def _terms(equation: str) -> tuple[str, str, str] | None:
     return terms[0], terms[1], output
 
 
-def _planned(a: str, w: str, out: str, weight: np.ndarray, rank: int | None, at: int) -> _Product | None:
+def _planned(a: str, w: str, out: str, shape: tuple[int, ...], rank: int | None, at: int) -> _Product | None:
     """The product where activation indices a, weight indices w and output indices out make one (see the module)."""
     lead_a, lead_out = a.startswith(_ELLIPSIS), out.startswith(_ELLIPSIS)
     if _ELLIPSIS in w or lead_a != lead_out or (lead_a and rank is None):
@@ -97,7 +99,7 @@ def _planned(a: str, w: str, out: str, weight: np.ndarray, rank: int | None, at:
     summed = [c for c in a if c in w and c not in out]
     free_a = [c for c in a if c not in w]
     free_w = [c for c in w if c not in a]
-    if not summed or weight.ndim != len(w) or any(c in w for c in out if c in a) \
+    if not summed or len(shape) != len(w) or any(c in w for c in out if c in a) \
             or sorted(out) != sorted(free_a + free_w):
         return None  # an outer product, a batched one, or an index summed within one operand
     lead = rank - len(a) if lead_a else 0
@@ -107,11 +109,9 @@ def _planned(a: str, w: str, out: str, weight: np.ndarray, rank: int | None, at:
     activation_perm = tuple(range(lead)) + tuple(lead + a.index(c) for c in order)
     natural = [*free_a, *free_w]
     output_perm = tuple(range(lead)) + tuple(lead + natural.index(c) for c in out)
-    dims = {c: int(weight.shape[i]) for i, c in enumerate(w)}
-    matrix = np.transpose(weight, [w.index(c) for c in (*summed, *free_w)])
+    dims = dict(zip(w, shape))
     return _Product(at, _unless_identity(activation_perm), lead + len(free_a), len(summed),
-                    np.ascontiguousarray(matrix.reshape(int(np.prod([dims[c] for c in summed])), -1),
-                                         dtype=np.float32),
+                    tuple(w.index(c) for c in (*summed, *free_w)), int(np.prod([dims[c] for c in summed])),
                     tuple(dims[c] for c in free_w), _unless_identity(output_perm))
 
 
@@ -126,8 +126,10 @@ def _rewrite(builder: GraphBuilder, node: ir.Node, product: _Product) -> None:
         x = builder.node("Transpose", [x], f"{name}_summed_last", node,
                          attributes={"perm": list(product.activation_perm)}).outputs[0]
     if product.summed > 1:
-        x = _reshaped(builder, node, x, [0] * product.kept + [product.weight.shape[0]], f"{name}_to_matrix")
-    weight = builder.initializer(f"{name}_weight_as_matrix", product.weight)
+        x = _reshaped(builder, node, x, [0] * product.kept + [product.k], f"{name}_to_matrix")
+    matrix = np.transpose(constant_float(node.inputs[1 - product.activation]).numpy(), product.weight_perm)
+    weight = builder.initializer(f"{name}_weight_as_matrix",
+                                 np.ascontiguousarray(matrix.reshape(product.k, -1), dtype=np.float32))
     matmul = builder.node("MatMul", [x, weight], name, node)
     y = matmul.outputs[0]
     y.type = ir.TensorType(ir.DataType.FLOAT)
