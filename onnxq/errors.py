@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 __all__ = [
@@ -45,10 +46,17 @@ class InputChangedError(OnnxqError):
     """A file the run reads was changed, truncated or replaced while it ran."""
 
 
+# Where in its C++ sources ONNX Runtime raised ("/onnxruntime_src/…/model_load_utils.h:46 void onnxruntime::…::
+# ValidateOpsetForDomain(const std::unordered_map<…>&, …, int) "): 200 characters that say nothing to a user.
+_ORT_SOURCE = re.compile(r"\S*onnxruntime_src/\S+:\d+ [^()]*\([^()]*\)(?: const)?\s*")
+
+
 def whole_message(error: BaseException) -> str:
-    """An exception's whole text on one line. ONNX Runtime names the dimension or value at fault past its first
-    line ("index: 0 Got: 8 Expected: 1", "requested shape:{3,-1}"): cutting it there hides the cause."""
+    """An exception's whole text on one line, less ONNX Runtime's source locations. ONNX Runtime names the dimension
+    or value at fault past its first line ("index: 0 Got: 8 Expected: 1", "requested shape:{3,-1}"): cutting it
+    there hides the cause."""
     text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    text = _ORT_SOURCE.sub("", text)
     return one_line(text) if text else type(error).__name__
 
 

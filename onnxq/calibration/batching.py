@@ -147,7 +147,9 @@ class SampleCounter:
 class Holdout:
     """Splits a stream of batches by sample: every `every`-th sample (up to `max_samples`) is held back for
     verification, the rest pass through for calibration. Memory: at most `max_samples` held samples. With a fixed
-    batch size, what passes and what is held come in whole batches of it."""
+    batch size B the unit is a whole batch of B: every `every`-th batch is held back (one batch at least, whatever
+    `max_samples`) — holding back single samples would cut both parts into remainders the model cannot take (20
+    samples of a batch-20 model left none to calibrate on)."""
 
     def __init__(self, every: int, max_samples: int, fixed: int | None = None) -> None:
         self.every = every
@@ -160,18 +162,28 @@ class Holdout:
         self.first: Batch | None = None
 
     def split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
-        kept = self._split(batches)
-        return kept if self.fixed is None else exact_batches(kept, self.fixed)
+        return self._split(batches) if self.fixed is None else self._split_whole(exact_batches(batches, self.fixed))
 
     def verification_batches(self) -> list[Batch]:
-        """The held samples in batches the model takes (none when they make no whole fixed batch)."""
-        return self.held if self.fixed is None else list(exact_batches(self.held, self.fixed, "held-out"))
+        """The held samples in batches the model takes."""
+        return self.held
 
     def first_batches(self) -> list[Batch]:
         """The first calibration batch, as batches the model takes."""
-        if self.first is None:
-            return []
-        return [self.first] if self.fixed is None else list(exact_batches([self.first], self.fixed, "held-out"))
+        return [] if self.first is None else [self.first]
+
+    def _split_whole(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        for index, batch in enumerate(batches):
+            n = samples_in(batch)
+            self.seen += n
+            room = self.max_samples - self.held_count
+            if index % self.every == self.every - 1 and (room >= n or not self.held):
+                self.held.append(batch)
+                self.held_count += n
+                continue
+            if self.first is None:
+                self.first = batch
+            yield batch
 
     def _split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
         for batch in batches:

@@ -15,7 +15,11 @@ from onnxq.errors import UnsupportedModelError, one_line
 from onnxq.io.naming import name_nodes
 from onnxq.passes.prepare import MIN_OPSET, onnx_opset
 
-__all__ = ["upgraded"]
+__all__ = ["upgraded", "ORT_MIN_OPSET"]
+
+# onnxruntime implements ONNX opset 7 and later (its documented compatibility): a model below it cannot be the
+# float reference as given (Gemm-6: "Could not find an implementation"), its conversion is.
+ORT_MIN_OPSET = 7
 
 _CONVERTER_LOGGER = "onnxscript.version_converter"
 
@@ -39,8 +43,11 @@ def upgraded(model: ir.Model) -> tuple[ir.Model, str | None]:
             f"onnx's version converter could not convert it ({one_line(reason)[:300]}) — re-export the model with "
             f"opset >= {MIN_OPSET}")
     added = len(name_nodes(converted))  # the converter's new nodes (Constant axes) come unnamed
+    reference = ("verified against the model as given" if opset >= ORT_MIN_OPSET else
+                 f"onnxruntime runs opset {ORT_MIN_OPSET} and later, so the float model it is verified against is the "
+                 "converted one")
     return converted, (f"opset {opset} converted to {MIN_OPSET} with onnx's version converter ({added} node(s) "
-                       "added); verified against the model as given")
+                       f"added); {reference}")
 
 
 @contextlib.contextmanager

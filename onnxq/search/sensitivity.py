@@ -370,17 +370,18 @@ def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
     twin = ir.node(node.op_type, list(node.inputs), dict(node.attributes), domain=node.domain,
                    name=f"{node.name}_onnxq_float", num_outputs=len(node.outputs))
     node.graph.insert_before(node, twin)
-    pairs = []
+    pairs, read = [], []
     for given, double in zip(node.outputs, twin.outputs):
         if given.name and (given.uses() or given.is_graph_output()):  # the outputs the model reads
             double.name = f"{given.name}_onnxq_float"
             double.type, double.shape = given.type, given.shape  # a body may need them (SequenceMap's does)
             pairs.append((given.name, double.name))
-    doubles = [v for v in twin.outputs if v.name]
-    if node.graph is main and doubles:
-        first = node.outputs[twin.outputs.index(doubles[0])]
-        main.outputs.extend([first, doubles.pop(0)])
-    for double in doubles:
+            read.append((given, double))
+    # By the pairs, not by the twin's named outputs: the graph names those it omits too (val_N), and an omitted
+    # output of the node (LSTM's Y, named "") made a graph output is one no rewrite can take away.
+    if node.graph is main and read:
+        main.outputs.extend(read.pop(0))
+    for _, double in read:
         double.meta[_KEPT] = True
         node.graph.outputs.append(double)
     return pairs

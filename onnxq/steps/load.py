@@ -18,6 +18,8 @@ from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
+from onnxq.passes.prepare import onnx_opset
+from onnxq.passes.upgrade import ORT_MIN_OPSET
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
@@ -37,7 +39,8 @@ def load_and_plan(state: RunState) -> bool:
     reference = state.reference
     if notes:
         state.notes.extend(notes)
-        state.unconverted = loaded
+        # Below the opsets onnxruntime runs, the model as given has no session: the prepared one is the reference.
+        state.unconverted = loaded if (onnx_opset(loaded) or ORT_MIN_OPSET) >= ORT_MIN_OPSET else None
     state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])

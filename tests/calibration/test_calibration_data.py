@@ -123,6 +123,27 @@ def test_holdout_takes_every_kth_sample_up_to_a_cap(rng):
     assert holdout.held_count == 3
 
 
+def test_holdout_of_a_fixed_batch_holds_whole_batches():
+    # 20 samples of a model that takes exactly 20: holding back samples 9 and 19 left 18 + 2, no whole batch of either
+    # ("calibration data holds no samples"); the one batch now calibrates and is the verification's first batch.
+    holdout = Holdout(every=10, max_samples=64, fixed=20)
+    kept = list(holdout.split(iter_batches({"x": np.arange(20, dtype=np.float32)[:, None]}, 8)))
+    assert [b["x"].shape for b in kept] == [(20, 1)] and holdout.held == []
+    assert [b["x"].shape for b in holdout.first_batches()] == [(20, 1)]
+    # 200 samples in batches of 8: every 10th batch is held back (samples 72-79, 152-159), none is left out.
+    holdout = Holdout(every=10, max_samples=64, fixed=8)
+    kept = np.concatenate([b["x"] for b in holdout.split(iter_batches({"x": np.arange(200.0)[:, None]}, 32))]).ravel()
+    held = np.concatenate([b["x"] for b in holdout.verification_batches()]).ravel()
+    assert held.tolist() == list(range(72, 80)) + list(range(152, 160))
+    assert sorted(kept.tolist() + held.tolist()) == list(range(200)) and holdout.held_count == 16
+
+
+def test_holdout_of_a_fixed_batch_larger_than_the_cap_holds_one_batch():
+    holdout = Holdout(every=2, max_samples=3, fixed=4)
+    kept = list(holdout.split(iter_batches({"x": np.arange(24.0)[:, None]}, 4)))
+    assert len(kept) == 5 and [b["x"].ravel().tolist() for b in holdout.held] == [[4.0, 5.0, 6.0, 7.0]]
+
+
 def test_holdout_with_too_few_samples_keeps_the_first_batch(rng):
     holdout = Holdout(every=10, max_samples=64)
     list(holdout.split(iter_batches({"x": np.ones((3, 1), np.float32)}, 8)))

@@ -46,3 +46,56 @@ def test_onnx_runtime_s_reason_is_kept_whole_on_one_line(rng, tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "ONNX Runtime rejected a calibration batch" in err and "requested shape:{5,-1}" in err
     assert not (tmp_path / "q.onnx").exists()
+
+
+
+# onnxruntime 1.31.1's refusal of an opset-27 model, as it was raised (recorded): one line, 780 characters.
+_ORT_OPSET_REFUSAL = (
+    "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model_load_utils.h:46 void "
+    "onnxruntime::model_load_utils::ValidateOpsetForDomain(const std::unordered_map<std::__cxx11::basic_string<char>, "
+    "int>&, const onnxruntime::logging::Logger&, bool, const std::string&, int) ONNX Runtime only *guarantees* support "
+    "for models stamped with official released onnx opset versions. Opset 27 is under development and support for "
+    "this is limited. Current official support for domain ai.onnx is till opset 26.")
+
+
+def test_onnx_runtime_s_source_location_is_left_out_of_its_reason():
+    from onnxq.errors import whole_message
+
+    assert whole_message(RuntimeError(_ORT_OPSET_REFUSAL)) == (
+        "[ONNXRuntimeError] : 1 : FAIL : ONNX Runtime only *guarantees* support for models stamped with official "
+        "released onnx opset versions. Opset 27 is under development and support for this is limited. Current "
+        "official support for domain ai.onnx is till opset 26.")
+    kernel = ("Non-zero status code returned while running Gemm node. Name:'fc' Status Message: /onnxruntime_src/"
+              "onnxruntime/core/providers/cpu/math/gemm_helper.h:14 onnxruntime::GemmHelper::GemmHelper(const "
+              "onnxruntime::TensorShape&, bool, const onnxruntime::TensorShape&, bool, const onnxruntime::"
+              "TensorShape&) left.NumDimensions() == 2 || left.NumDimensions() == 1 was false.")
+    assert whole_message(RuntimeError(kernel)).endswith(
+        "Status Message: left.NumDimensions() == 2 || left.NumDimensions() == 1 was false.")
+
+
+def test_a_model_past_onnxruntime_s_opsets_is_refused_in_one_clean_line(rng, tmp_path, capsys):
+    import onnx
+    import onnxruntime as ort
+    import pytest
+
+    from onnxq.cli import main
+    from onnxq.io import save_model
+
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 6])
+    y = tape.op("MatMul", [x, weight(tape, rng, "w", (6, 4))], name="mm")
+    y.name = "y"
+    model = to_model(tape, [x], [y])
+    model.opset_imports[""] = onnx.defs.onnx_opset_version()  # onnx's newest: one under development
+    save_model(model, tmp_path / "m.onnx")
+    try:
+        ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+        pytest.skip(f"this onnxruntime runs opset {model.opset_imports['']}, this onnx's newest")
+    except Exception:  # noqa: BLE001 — the refusal this test is about
+        pass
+    np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (16, 6)).astype(np.float32))
+    code = main([str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "d.npz"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("onnxq: error: onnxruntime cannot run the model:")
+    assert "onnxruntime_src" not in err and len(err) < 600
+    assert not (tmp_path / "q.onnx").exists()

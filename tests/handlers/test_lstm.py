@@ -82,6 +82,19 @@ def test_static_run_quantizes_lstm_at_run_time_and_pairs_are_limited(rng, tmp_pa
     assert report.passed
 
 
+def test_an_lstm_whose_first_output_is_omitted_is_ranked_and_quantized(rng, tmp_path):
+    # Only Y_h read (ONNX's own test_lstm_defaults): the sensitivity's float twin had its omitted Y named by the
+    # graph (val_N) and made the node's "" output a graph output, which no rewrite could remove (exit 3 before).
+    model = _lstm_model(*_weights(rng), outputs=("", "yh"))
+    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes={"x": 1}))
+    report = onnxq.quantize(model, _x(rng), config=config, output=tmp_path / "q.onnx").report
+    assert [e.name for e in report.quantized] == ["lstm"] and report.passed
+    assert [s.name for s in report.sensitivity.nodes] == ["lstm"]
+    [node] = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    assert (node.op_type, list(node.output)) == ("DynamicQuantizeLSTM", ["", "yh"])
+    assert min(_cosines(model, tmp_path / "q.onnx", _x(np.random.default_rng(1), 8))) > 0.999
+
+
 def test_saturating_cpu_needs_the_pair_limit(tmp_path):
     """All-0.01 weights quantize to 127 everywhere and X to 255: every K pair sums 64770 > int16. Measured on an
     AVX2 EPYC, largest error against float: 0.099 with unlimited weights (target x86-vnni), 0.0017 pair-limited
