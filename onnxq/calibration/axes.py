@@ -16,7 +16,7 @@ from onnxq.calibration.npz import open_npz
 from onnxq.calibration.specs import DataSource, InputSpec
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes", "new_sample_axes"]
+__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_sample_axes", "new_constants"]
 
 
 def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
@@ -50,6 +50,29 @@ def new_sample_axes(specs: list[InputSpec], sources: tuple[DataSource | None, ..
         return {}
     return {name: axis for name, axis in inferred_sample_axes(specs, shapes).items()
             if name not in sample_axes and name not in constant_inputs}
+
+
+def new_constants(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
+                  constant_inputs: tuple[str, ...]) -> tuple[str, ...]:
+    """The inputs the first readable source gives once (inferred_constants) that the user's layout leaves open."""
+    shapes = next((s for s in map(data_shapes, sources) if s is not None), None)
+    if shapes is None:
+        return ()
+    return tuple(n for n in inferred_constants(specs, shapes) if n not in sample_axes and n not in constant_inputs)
+
+
+def inferred_constants(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """Inputs given once: each one's data is exactly the shape the model fixes for it (every dimension a number: no
+    samples axis to read), and without them the other inputs agree on one sample count — a Slice's starts [2], a
+    Reshape's shape [3], TopK's k [1] beside 240 samples of the input they shape. () when the counts agree already."""
+    placed = [s for s in specs if s.sample_axis is not None and s.name in shapes]
+    counts = {s.name: shapes[s.name][s.sample_axis] if len(shapes[s.name]) > s.sample_axis else 0 for s in placed}
+    if len(set(counts.values())) <= 1:
+        return ()
+    given_once = [s.name for s in placed if s.shape is not None and all(isinstance(d, int) for d in s.shape)
+                  and tuple(s.shape) == tuple(shapes[s.name])]
+    rest = {counts[name] for name in counts if name not in given_once}
+    return tuple(given_once) if given_once and len(rest) == 1 else ()
 
 
 def inferred_sample_axes(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:

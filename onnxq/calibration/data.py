@@ -158,7 +158,8 @@ def _num_samples(batch: Batch, what: str) -> int:
 
 
 def _axis_hint(batch: Batch, counts: Mapping[str, int]) -> str:
-    """Where an input whose count is off has the others' (largest) count on another axis: the flag that says so."""
+    """Where an input whose count is off has the others' (largest) count on another axis: the flag that says so.
+    Else the flag for inputs given once (a Slice's starts, a Reshape's shape, TopK's k: one value for all samples)."""
     most = max(counts.values())
     for name, count in counts.items():
         shape = batch[name].shape
@@ -166,7 +167,10 @@ def _axis_hint(batch: Batch, counts: Mapping[str, int]) -> str:
         if count != most and axes:
             return (f" — {name!r} has {most} on axis {axes[0]}: if that is its samples axis, pass --sample-axis "
                     f"{name}={axes[0]} (TOML [calibration] sample_axes = {{{name} = {axes[0]}}})")
-    return ""
+    off = [name for name, count in counts.items() if count != most]
+    return (f" — if {', '.join(map(repr, off))} {'is' if len(off) == 1 else 'are'} one value for every sample, pass "
+            f"{' '.join(f'--constant-input {name}' for name in off)} (TOML [calibration] constant_inputs = "
+            f"[{', '.join(map(repr, off))}])")
 
 
 def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str = "calibration") -> Batch:

@@ -3,11 +3,14 @@ before these checks, by passes.upgrade)."""
 
 from __future__ import annotations
 
+import functools
+
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line
+from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line, whole_message
+from onnxq.io.model import MAX_IR_VERSION
 from onnxq.passes.op_signatures import defined
 
 __all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS", "onnx_opset"]
@@ -64,6 +67,27 @@ def _check_versions(model: ir.Model) -> None:
         raise UnsupportedModelError(
             f"the model uses opset {opset}, newer than this onnx release knows ({newest}) — upgrade onnx and "
             "onnxruntime, or export with an older opset")
+    refusal = _onnxruntime_refusal(opset)
+    if refusal is not None:  # onnx knows opsets before onnxruntime runs them (onnx 1.23: 28, onnxruntime 1.31: 26)
+        raise UnsupportedModelError(
+            f"the model uses opset {opset}, which onnxruntime {ort.__version__} does not run ({refusal}) — export "
+            "it with an opset onnxruntime runs, or upgrade onnxruntime")
+
+
+@functools.lru_cache(maxsize=None)
+def _onnxruntime_refusal(opset: int) -> str | None:
+    """Why onnxruntime refuses any model stamped with this ONNX opset (tried on one Identity), or None. Its own
+    refusal of the model would come first as an IR version it does not know (opset 28 needs IR 14)."""
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "opset",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    probe = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    probe.ir_version = min(probe.ir_version, MAX_IR_VERSION)
+    try:
+        ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 — onnxruntime's reason, whatever its type
+        return whole_message(e).removeprefix("[ONNXRuntimeError] : ")
+    return None
 
 
 def _check_wiring(graph: ir.Graph) -> None:

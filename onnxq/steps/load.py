@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import new_sample_axes
+from onnxq.calibration.axes import new_constants, new_sample_axes
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
@@ -65,6 +65,7 @@ def load_and_plan(state: RunState) -> bool:
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
     state.specs = input_specs(state.work, config.calibration.sample_axes, config.calibration.constant_inputs)
+    state.config = config = _with_inferred_constants(state)
     state.config = config = _with_inferred_axes(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
@@ -87,6 +88,21 @@ def _with_language_model_defaults(state: RunState) -> QuantConfig:
     if note is not None:
         state.notes.append(note)
     return config
+
+
+def _with_inferred_constants(state: RunState) -> QuantConfig:
+    """The config with the inputs the data gives once (calibration.axes.inferred_constants) held constant, said in a
+    note; the specs follow."""
+    config, given, layout = state.config, state.given, state.config.calibration
+    once = new_constants(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
+                         layout.constant_inputs)
+    if not once:
+        return config
+    constants = (*layout.constant_inputs, *once)
+    state.specs = input_specs(state.work, layout.sample_axes, constants)
+    state.notes.append(f"inputs given once, held constant with every batch: {', '.join(once)} (their data is the "
+                       "whole shape the model fixes; --sample-axis to read samples from them)")
+    return config.replace(calibration=dataclasses.replace(layout, constant_inputs=constants))
 
 
 def _with_inferred_axes(state: RunState) -> QuantConfig:

@@ -10,7 +10,7 @@ import pytest
 from conftest import to_model
 
 import onnxq
-from onnxq.calibration.axes import inferred_sample_axes
+from onnxq.calibration.axes import inferred_constants, inferred_sample_axes
 from onnxq.calibration.batching import Holdout, concatenate, fixed_batch_size, samples_in, take
 from onnxq.calibration.specs import input_specs, laid_out
 from onnxq.cli import main
@@ -137,3 +137,45 @@ def test_a_scalar_given_per_sample_says_it_is_held_constant(rng):
     data["sr"] = np.full(80, 16000, np.int64)
     with pytest.raises(CalibrationDataError, match="'sr' has shape .* held constant .* give the one value"):
         onnxq.quantize(_stateful(rng), data)
+
+
+def _sliced(rng) -> ir.Model:
+    """x [4, 16] (a fixed batch of 4) · w, then Slice by the inputs starts, ends, axes [1] each, then · v."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, [4, 16])
+    bounds = [ir.val(name, ir.DataType.INT64, [1]) for name in ("starts", "ends", "axes")]
+    w = tape.initializer(ir.tensor(rng.normal(0, 0.5, (16, 8)).astype(np.float32), name="w"))
+    v = tape.initializer(ir.tensor(rng.normal(0, 0.5, (4, 2)).astype(np.float32), name="v"))
+    h = tape.op("Slice", [tape.op("MatMul", [x, w], name="proj"), *bounds])
+    y = tape.op("MatMul", [h, v], name="head")
+    y.name = "y"
+    return to_model(tape, [x, *bounds], [y])
+
+
+def test_inputs_given_once_in_the_shape_the_model_fixes_are_held_constant(rng, tmp_path):
+    # ONNX's own Slice / TopK / Reshape tests give starts [1], k [1], shape [3] once beside 240 samples of the data
+    # they cut: refused before ("different numbers of samples (x: 40, starts: 1, …)"), held constant now.
+    data = {"x": rng.normal(0, 1, (40, 16)).astype(np.float32), "starts": np.array([2]), "ends": np.array([6]),
+            "axes": np.array([1])}
+    model = _sliced(rng)
+    report = onnxq.quantize(model, data, output=tmp_path / "q.onnx").report
+    assert onnxq.verify(model, tmp_path / "q.onnx", data).passed  # python -m onnxq verify reads the data alike
+    assert any(n.startswith("inputs given once, held constant with every batch: starts, ends, axes") for n in
+               report.notes)
+    assert [e.name for e in report.quantized] == ["proj", "head"] and report.passed
+    assert report.calibration_samples == 36 and report.verification.samples == 4  # the 10th batch of 4 held back
+    specs = input_specs(_sliced(rng), {}, ())
+    assert inferred_constants(specs, {"x": (40, 16), "starts": (1,), "ends": (1,), "axes": (1,)}) == (
+        "starts", "ends", "axes")
+    assert inferred_constants(specs, {"x": (4, 16), "starts": (4,), "ends": (4,), "axes": (4,)}) == ()  # agree
+    assert inferred_constants(specs, {"x": (40, 16), "starts": (2,), "ends": (1,), "axes": (1,)}) == ()  # starts off
+
+
+def test_an_input_given_short_of_samples_is_refused_with_the_constant_input_flag(rng):
+    # starts [2] where the model fixes [1]: not taken for one value given once, so the line names the flag.
+    data = {"x": rng.normal(0, 1, (40, 16)).astype(np.float32), "starts": np.array([2, 2]), "ends": np.array([6]),
+            "axes": np.array([1])}
+    with pytest.raises(CalibrationDataError, match=r"if 'starts', 'ends', 'axes' are one value for every sample, "
+                                                   r"pass --constant-input starts --constant-input ends "
+                                                   r"--constant-input axes \(TOML \[calibration\] constant_inputs"):
+        onnxq.quantize(_sliced(rng), data)

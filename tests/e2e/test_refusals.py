@@ -4,6 +4,7 @@ branch that no calibration sample takes (its inputs are empty)."""
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
@@ -138,3 +139,35 @@ def test_the_sensitivity_switch_model_stays_acyclic_when_outer_names_look_like_i
     onnx.save(_body_reads_outer_val_names(rng), path)
     report = onnxq.quantize(path, {"x": rng.normal(0, 1, (64, 32)).astype(np.float32)}).report
     assert report.passed and sorted(n.name for n in report.sensitivity.nodes) == ["a_mm", "b_mm"]
+
+
+def test_a_model_past_onnxruntime_s_opsets_is_refused_by_its_opset(rng, tmp_path, capsys):
+    """onnx knows opsets before onnxruntime runs them (onnx 1.23: 28; onnxruntime 1.31: 26). An opset-28 model was
+    refused at its first session with "Unsupported model IR version: 14, max supported IR version: 13" and the C++
+    source location: now before any work, by its opset, in onnxruntime's words."""
+    import onnxruntime as ort
+
+    from onnxq.cli import main
+
+    newest = onnx.defs.onnx_opset_version()
+    w = numpy_helper.from_array(rng.normal(0, 1, (6, 4)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", newest)])
+    onnx.save(model, tmp_path / "m.onnx")
+    try:
+        model.ir_version = min(model.ir_version, 13)
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        pytest.skip(f"this onnxruntime runs opset {newest}, this onnx's newest")
+    except Exception:  # noqa: BLE001 — the refusal this test is about
+        pass
+    np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (16, 6)).astype(np.float32))
+    code = main([str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "d.npz"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"onnxq: error: the model uses opset {newest}, which onnxruntime {ort.__version__} does "
+                             "not run (")
+    assert err[0].endswith("— export it with an opset onnxruntime runs, or upgrade onnxruntime")
+    assert "onnxruntime_src" not in err[0] and "IR version" not in err[0]
+    assert not (tmp_path / "q.onnx").exists()
