@@ -62,17 +62,20 @@ def new_constants(specs: list[InputSpec], sources: tuple[DataSource | None, ...]
 
 
 def inferred_constants(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
-    """Inputs given once: each one's data is exactly the shape the model fixes for it (every dimension a number: no
-    samples axis to read), and without them the other inputs agree on one sample count — a Slice's starts [2], a
-    Reshape's shape [3], TopK's k [1] beside 240 samples of the input they shape. () when the counts agree already."""
+    """Inputs given once: the inputs whose sample count differs from the float inputs' largest (every input's when
+    none is float), each one's data exactly the shape the model fixes for it (every dimension a number: no samples
+    axis to read) — a Slice's starts [2], a Reshape's shape [3], TopK's k [1] beside 240 samples of the input they
+    shape, or beside one batch of a model that fixes it. () when the counts agree, or another input is off."""
     placed = [s for s in specs if s.sample_axis is not None and s.name in shapes]
     counts = {s.name: shapes[s.name][s.sample_axis] if len(shapes[s.name]) > s.sample_axis else 0 for s in placed}
-    if len(set(counts.values())) <= 1:
+    sampled = [s for s in placed if s.dtype.kind == "f"] or placed
+    if len(set(counts.values())) <= 1 or not sampled:
         return ()
-    given_once = [s.name for s in placed if s.shape is not None and all(isinstance(d, int) for d in s.shape)
+    most = max(counts[s.name] for s in sampled)
+    off = [s for s in placed if counts[s.name] != most]
+    given_once = [s for s in off if s.shape is not None and all(isinstance(d, int) for d in s.shape)
                   and tuple(s.shape) == tuple(shapes[s.name])]
-    rest = {counts[name] for name in counts if name not in given_once}
-    return tuple(given_once) if given_once and len(rest) == 1 else ()
+    return tuple(s.name for s in off) if len(given_once) == len(off) else ()
 
 
 def inferred_sample_axes(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:

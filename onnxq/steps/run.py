@@ -4,15 +4,18 @@ steps. A step returns whether it did any work (its time is reported under its na
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 
+from onnxq.errors import CalibrationDataError, whole_message
 from onnxq.io import page_out, trim_heap
+from onnxq.io.sessions import ORT_ERRORS
 from onnxq.passes.builder import remap_shared_weights
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
-from onnxq.steps.load import load_and_plan
+from onnxq.steps.load import SYNTHETIC, load_and_plan
 from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
@@ -58,6 +61,24 @@ STEPS: tuple[Step, ...] = (
 )
 
 
+def _ran(step: Step, state: RunState) -> bool:
+    """The step run; where onnxruntime fails to run the model on inputs onnxq made up for want of data (random
+    values: an axes input with duplicates, indices past a table, a shape that does not fit), the line says so —
+    the model is not at fault, the made-up inputs are."""
+    try:
+        return step.run(state)
+    except ORT_ERRORS as e:
+        reason = whole_message(e).removeprefix("[ONNXRuntimeError] : ")
+        if state.upfront_inputs is None or state.upfront_inputs[1] != SYNTHETIC or not _RUNNING.search(reason):
+            raise
+        raise CalibrationDataError(f"onnxruntime cannot run the model on the random inputs onnxq made for want of "
+                                   f"data ({reason}) — pass real inputs: --verify-data DATA (or --calib DATA)") from None
+
+
+# What onnxruntime says when a run fails, not the model's loading: a kernel's failure, or a feed it refuses.
+_RUNNING = re.compile(r"Non-zero status code returned while running|Got invalid dimensions for input")
+
+
 def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunState:
     """steps: STEPS as it is when called (a test may add one)."""
     peaks = {}
@@ -72,7 +93,7 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
         if step.trim_heap_before:
             trim_heap()
         start = time.perf_counter()
-        if step.run(state):
+        if _ran(step, state):
             state.timings[step.name] = time.perf_counter() - start
             peak = peak_rss_bytes()
             if peak is not None:

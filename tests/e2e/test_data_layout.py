@@ -167,6 +167,8 @@ def test_inputs_given_once_in_the_shape_the_model_fixes_are_held_constant(rng, t
     specs = input_specs(_sliced(rng), {}, ())
     assert inferred_constants(specs, {"x": (40, 16), "starts": (1,), "ends": (1,), "axes": (1,)}) == (
         "starts", "ends", "axes")
+    assert inferred_constants(specs, {"x": (4, 16), "starts": (1,), "ends": (1,), "axes": (1,)}) == (
+        "starts", "ends", "axes")  # beside one batch of the 4 the model fixes: the float input holds the samples
     assert inferred_constants(specs, {"x": (4, 16), "starts": (4,), "ends": (4,), "axes": (4,)}) == ()  # agree
     assert inferred_constants(specs, {"x": (40, 16), "starts": (2,), "ends": (1,), "axes": (1,)}) == ()  # starts off
 

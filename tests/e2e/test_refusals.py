@@ -171,3 +171,27 @@ def test_a_model_past_onnxruntime_s_opsets_is_refused_by_its_opset(rng, tmp_path
     assert err[0].endswith("— export it with an opset onnxruntime runs, or upgrade onnxruntime")
     assert "onnxruntime_src" not in err[0] and "IR version" not in err[0]
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_made_up_inputs_the_model_cannot_run_on_ask_for_real_ones(rng, tmp_path, capsys):
+    """No data: onnxq makes random inputs (ones for integers), and a Reshape's shape input of ones cannot reshape
+    [4, 8]: the line blamed "the model" (onnxruntime cannot run the model); it blames the made-up inputs now."""
+    from onnxq.cli import main
+
+    w = numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                               helper.make_node("Reshape", ["h", "shape"], ["y"], name="reshape")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    code = main([str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("onnxq: error: onnxruntime cannot run the model on the random inputs onnxq made for "
+                             "want of data (") and "Reshape" in err[0]
+    assert err[0].endswith("— pass real inputs: --verify-data DATA (or --calib DATA)")
+    assert not (tmp_path / "q.onnx").exists()
+    np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (4, 16)).astype(np.float32), shape=np.array([8, 4]))
+    assert main([str(tmp_path / "m.onnx"), "--verify-data", str(tmp_path / "d.npz"), "-o",
+                 str(tmp_path / "q.onnx")]) == 0
