@@ -22,7 +22,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
-                                 quantized_output, unusable_weight)
+                                 quantized_output, unusable_weight, weight_only_refusal)
 from onnxq.handlers.registry import register
 from onnxq.irquery import attribute, constant_array
 
@@ -41,8 +41,7 @@ def plan_conv(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     if w_const.shape is None or len(w_const.shape) < 3:
         return Skip(node, "W is not [M, C/group, k1, ...]")
     if ctx.weight_only:
-        return Skip(node, "weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no block-wise "
-                          "Conv kernel (use static or dynamic mode for Conv)")
+        return weight_only_refusal(node, ctx, "use static mode for Conv: QLinearConv")
     if (reason := unusable_weight(node, node.inputs[1], w_const)) is not None:
         return Skip(node, reason)
     axis = 0 if ctx.per_channel else None

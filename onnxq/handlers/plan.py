@@ -89,6 +89,9 @@ class PlanContext:
     # Whether uint8 activations quantized at run time inside a kernel (DynamicQuantizeLSTM), whatever the configured
     # activation dtype, need int8 weights' K pairs limited on the target.
     limit_runtime_pairs: bool = False
+    # Why the target runs no int8 activations ("" when it does): a node weight-only blocks leave float has no other
+    # mode there either (targets.int8_activations_refusal).
+    no_int8_activations: str = ""
 
     @property
     def weight_only(self) -> bool:
@@ -173,13 +176,21 @@ def is_relu_like(node: ir.Node) -> bool:
     return low is not None and low.size == 1 and float(low.numpy().reshape(-1)[0]) >= 0.0
 
 
+def weight_only_refusal(node: ir.Node, ctx: PlanContext, other_mode: str) -> Skip:
+    """A node weight-only blocks leave float: the mode that quantizes it (other_mode), unless the target runs no int8
+    activations — then no mode does there, and a CPU target is the way (a CNN for CUDA: nothing to quantize)."""
+    hint = (f"nor int8 activations on this target: {ctx.no_int8_activations} — --target portable quantizes it for "
+            "CPUs" if ctx.no_int8_activations else other_mode)
+    return Skip(node, f"weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no block-wise "
+                      f"{node.op_type} kernel ({hint})")
+
+
 def contrib_kernel_refusal(node: ir.Node, ctx: PlanContext, kernel: str, *, blockwise: bool = True) -> Skip | None:
     """Why a node whose only integer kernel is ORT's com.microsoft `kernel` stays float under this context: format
     qlinear allows standard ops only; weight-only mode has block-wise kernels for MatMul/Gemm/Gather alone (blockwise
     False: the kernel serves weight-only mode too)."""
     if blockwise and ctx.weight_only:
-        return Skip(node, f"weight-only mode block-quantizes MatMul/Gemm/Gather for MatMulNBits; ORT has no "
-                          f"block-wise {node.op_type} kernel (use dynamic or static mode: {kernel})")
+        return weight_only_refusal(node, ctx, f"use dynamic or static mode: {kernel}")
     if ctx.standard_ops_only:
         return Skip(node, f"ONNX has no integer {node.op_type} (ORT's {kernel} is com.microsoft); use format qdq or "
                           "qoperator to quantize it")

@@ -14,7 +14,7 @@ from onnxq.handlers.registry import handler_for
 from onnxq.handlers.unplanned import unplanned_weights
 from onnxq.io.memory import page_out
 from onnxq.irquery import bodies
-from onnxq.targets import needs_pair_limit
+from onnxq.targets import int8_activations_refusal, needs_pair_limit
 
 __all__ = ["plan_model", "replan_dynamic"]
 
@@ -66,6 +66,7 @@ def _plan_nodes(nodes: Iterable[ir.Node], config: QuantConfig, mode: str,
         requantize_products=mode == "static" and FORMATS[config.format].requantize_products,
         standard_ops_only=FORMATS[config.format].standard_ops_only,
         limit_runtime_pairs=needs_pair_limit(config.target, "uint8", config.weights.dtype),
+        no_int8_activations=int8_activations_refusal(config.target),
     )
     plans: list[NodePlan] = []
     skips: list[Skip] = []

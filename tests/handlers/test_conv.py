@@ -303,3 +303,23 @@ def test_a_conv_whose_output_is_squared_stays_float(after, squared, tmp_path):
     else:
         report = onnxq.quantize(model, {"x": x}, output=tmp_path / "q.onnx").report
         assert [e.name for e in report.quantized] == ["stft"]
+
+
+@pytest.mark.parametrize("target, hint", [
+    ("portable", "(use static mode for Conv: QLinearConv)"),
+    # CUDA EP runs no int8 activations either: the mode the line used to name was refused for that target.
+    ("cuda", "(nor int8 activations on this target: int8 activations run on CUDA EP as DequantizeLinear + float "
+             "MatMul"),
+])
+def test_a_conv_weight_only_blocks_leave_float_names_the_way_that_quantizes_it(rng, target, hint):
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (8, 4, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = {"x": rng.normal(0, 1, (8, 4, 8, 8)).astype(np.float32)}
+    with pytest.raises(UnsupportedModelError, match="nothing to quantize") as refused:
+        onnxq.quantize(model, data, config=onnxq.QuantConfig(target=target, mode="weight-only"))
+    assert hint in str(refused.value)
+    if target != "portable":
+        assert str(refused.value).endswith("— --target portable quantizes it for CPUs)) — check the exclude options")
