@@ -51,6 +51,10 @@ _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
 _CACHE_NAMES = re.compile(r"present|past|cache", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
 _BLANK_SHARE = 0.5  # a class the float model picks on at least half the frames is CTC's blank
+# Raw scores of fewer steps are not read as CTC's: a frame per input step makes tens (OCR 25-80, speech more), and
+# 4 steps of 5 classes from a regression head picked one class on half its frames by chance (ONNX's Div test
+# between two MatMuls: gated at 0.67 "agreement" over 3 samples with a cosine of 1.0000).
+_MIN_CTC_STEPS = 8
 # Samples of the first batch the rules read: enough to see what an output is, without copying a language model's
 # 50 M logits.
 FACT_SAMPLES = 8
@@ -171,7 +175,8 @@ def _ctc_scores(f: OutputFacts) -> OutputTask | None:
     feature wins every step has no others; an output named as a representation met its rule first. Values all in
     [0, 1] whose rows do not sum to 1 (softmax's rule took those) are independent probabilities — a sigmoid's map
     behind an If whose other branch passes its input through — not class scores of which one wins."""
-    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3 or f.unit_range:
+    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3 or f.unit_range \
+            or f.values.shape[1] < _MIN_CTC_STEPS:
         return None
     blank = _blank(f.values)
     steps = np.argmax(f.values, axis=-1)
