@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxq.calibration.batching import Batches, pieces, samples_in, take
 from onnxq.calibration.specs import Batch
 from onnxq.config import VerifyConfig
+from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import model_size_bytes, page_out
 from onnxq.verify.task_measures import TASK_BARS, OutputTask
 from onnxq.verify.stability import float_stability
@@ -157,10 +158,22 @@ class Reference:
                 yield batch, self.store[i]
                 continue
             outputs = self.session.run(self.names, batch)
+            if self.synthetic:
+                self._check_finite(outputs)
             if i == len(self.store):
                 self.store.append(outputs)
             yield batch, outputs
         self._samples = samples
+
+    def _check_finite(self, outputs: Sequence[np.ndarray]) -> None:
+        """Made-up inputs (no data given) outside the model's domain — a Log's or a Sqrt's of N(0, 1) values — make
+        the float model's own outputs NaN: the inputs are at fault, and nothing could be verified on them."""
+        for name, output in zip(self.names, outputs):
+            output = np.asarray(output)
+            if output.dtype.kind == "f" and not np.all(np.isfinite(output)):
+                raise CalibrationDataError(
+                    f"the float model computes NaN or inf for {one_line(repr(name))} on the random inputs onnxq made "
+                    "for want of data — pass real inputs: --verify-data DATA (or --calib DATA)")
 
     @property
     def samples(self) -> int:

@@ -195,3 +195,24 @@ def test_made_up_inputs_the_model_cannot_run_on_ask_for_real_ones(rng, tmp_path,
     np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (4, 16)).astype(np.float32), shape=np.array([8, 4]))
     assert main([str(tmp_path / "m.onnx"), "--verify-data", str(tmp_path / "d.npz"), "-o",
                  str(tmp_path / "q.onnx")]) == 0
+
+
+def test_made_up_inputs_outside_the_models_domain_ask_for_real_ones(rng, tmp_path, capsys):
+    """No data: N(0, 1) inputs into a Log give the float model NaN; that was "OUT OF TOLERANCE" (exit 1) after the
+    sensitivity and the fallback searched for what to keep float. The made-up inputs are at fault: exit 2."""
+    from onnxq.cli import main
+
+    w = numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Log", ["x"], ["logs"], name="log"),
+                               helper.make_node("MatMul", ["logs", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    code = main([str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["onnxq: error: the float model computes NaN or inf for 'y' on the random inputs onnxq "
+                                 "made for want of data — pass real inputs: --verify-data DATA (or --calib DATA)"]
+    assert not (tmp_path / "q.onnx").exists()
+    np.savez(tmp_path / "d.npz", x=rng.uniform(0.5, 2.0, (32, 16)).astype(np.float32))
+    assert main([str(tmp_path / "m.onnx"), "--verify-data", str(tmp_path / "d.npz"), "-o",
+                 str(tmp_path / "q.onnx")]) == 0
