@@ -72,7 +72,8 @@ def _ran(step: Step, state: RunState) -> bool:
         if state.upfront_inputs is None or state.upfront_inputs[1] != SYNTHETIC or not _RUNNING.search(reason):
             raise
         raise CalibrationDataError(f"onnxruntime cannot run the model on the random inputs onnxq made for want of "
-                                   f"data ({reason}) — pass real inputs: --verify-data DATA (or --calib DATA)") from None
+                                   f"data ({reason}) — pass real inputs: --verify-data DATA (or --calib DATA)"
+                                   ) from None
 
 
 # What onnxruntime says when a run fails, not the model's loading: a kernel's failure, or a feed it refuses.
