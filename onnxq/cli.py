@@ -15,7 +15,7 @@ from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, 
                             path_arg)
 from onnxq.commands import SUBCOMMANDS
 from onnxq.config.formats import FORMATS
-from onnxq.errors import ConfigError, OnnxqError, one_line, whole_message
+from onnxq.errors import ConfigError, OnnxqError, one_line, ort_reason
 from onnxq.html_report import render_html
 from onnxq.io import run_files, write_output
 from onnxq.io.faults import sigbus_as_error
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("onnxq: interrupted; nothing was written", EXIT_INTERRUPTED)
     except _ORT_ERRORS as e:
-        reason = whole_message(e).removeprefix("[ONNXRuntimeError] : ")
+        reason = ort_reason(e)
         return _fail(f"onnxq: error: onnxruntime cannot run the model: {reason}", EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 — the one place that turns a bug into a line instead of a traceback
         if verbose:

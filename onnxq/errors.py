@@ -14,6 +14,7 @@ __all__ = [
     "OutputPathError",
     "InputChangedError",
     "one_line",
+    "ort_reason",
     "whole_message",
 ]
 
@@ -58,6 +59,11 @@ def whole_message(error: BaseException) -> str:
     text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
     text = _ORT_SOURCE.sub("", text)
     return one_line(text) if text else type(error).__name__
+
+
+def ort_reason(error: BaseException) -> str:
+    """ONNX Runtime's reason for an exception it raised: whole_message less its "[ONNXRuntimeError] : " prefix."""
+    return whole_message(error).removeprefix("[ONNXRuntimeError] : ")
 
 
 def one_line(text: object) -> str:

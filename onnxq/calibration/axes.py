@@ -13,10 +13,10 @@ import numpy as np
 
 from onnxq.calibration.data import data_files
 from onnxq.calibration.npz import open_npz
-from onnxq.calibration.specs import DataSource, InputSpec
+from onnxq.calibration.specs import DataSource, InputSpec, with_layout
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_sample_axes", "new_constants"]
+__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout"]
 
 
 def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
@@ -42,23 +42,17 @@ def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
     return shapes
 
 
-def new_sample_axes(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
-                    constant_inputs: tuple[str, ...]) -> dict[str, int]:
-    """The axes the first readable source's lengths imply for inputs the user's layout leaves open ({} if none)."""
+def new_layout(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
+               constant_inputs: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """(the inputs given once, the sample axes) that the first readable source's lengths imply for inputs the
+    user's layout leaves open — its shapes read once for both; the axes are read with those inputs held constant."""
     shapes = next((s for s in map(data_shapes, sources) if s is not None), None)
     if shapes is None:
-        return {}
-    return {name: axis for name, axis in inferred_sample_axes(specs, shapes).items()
-            if name not in sample_axes and name not in constant_inputs}
-
-
-def new_constants(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
-                  constant_inputs: tuple[str, ...]) -> tuple[str, ...]:
-    """The inputs the first readable source gives once (inferred_constants) that the user's layout leaves open."""
-    shapes = next((s for s in map(data_shapes, sources) if s is not None), None)
-    if shapes is None:
-        return ()
-    return tuple(n for n in inferred_constants(specs, shapes) if n not in sample_axes and n not in constant_inputs)
+        return (), {}
+    once = tuple(n for n in inferred_constants(specs, shapes) if n not in sample_axes and n not in constant_inputs)
+    constants = (*constant_inputs, *once)
+    axes = inferred_sample_axes(with_layout(specs, sample_axes, constants) if once else specs, shapes)
+    return once, {name: axis for name, axis in axes.items() if name not in sample_axes and name not in constants}
 
 
 def inferred_constants(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:

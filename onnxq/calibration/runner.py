@@ -13,7 +13,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.bodies import BodyValues
 from onnxq.calibration.specs import Batch
-from onnxq.errors import CalibrationDataError, whole_message
+from onnxq.errors import CalibrationDataError, ort_reason
 from onnxq.io import OrtModel
 from onnxq.io.sessions import ORT_ERRORS, session_options
 from onnxq.irquery import model_names
@@ -77,7 +77,7 @@ def _exposed(model: ir.Model, names: list[str], reduce_in_graph: bool, ways: tup
             return Exposed(model, names, reduce_in_graph, way)
         except ORT_ERRORS as e:
             logger.warning("calibration: ONNX Runtime refuses the bodies' values %s (%s); trying %s", way,
-                           _ort_reason(e), after)
+                           ort_reason(e), after)
     return Exposed(model, names, reduce_in_graph, ways[-1])
 
 
@@ -173,8 +173,5 @@ class Exposed:
         try:
             return self.session.run(self.output_names, batch)
         except ORT_ERRORS as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {_ort_reason(e)}") from None
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {ort_reason(e)}") from None
 
-
-def _ort_reason(error: Exception) -> str:
-    return whole_message(error).removeprefix("[ONNXRuntimeError] : ")

@@ -9,7 +9,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line, whole_message
+from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line, ort_reason
 from onnxq.io.model import MAX_IR_VERSION
 from onnxq.passes.op_signatures import defined
 
@@ -86,7 +86,7 @@ def _onnxruntime_refusal(opset: int) -> str | None:
     try:
         ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 — onnxruntime's reason, whatever its type
-        return whole_message(e).removeprefix("[ONNXRuntimeError] : ")
+        return ort_reason(e)
     return None
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import new_constants, new_sample_axes
+from onnxq.calibration.axes import new_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
@@ -65,8 +65,7 @@ def load_and_plan(state: RunState) -> bool:
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
     state.specs = input_specs(state.work, config.calibration.sample_axes, config.calibration.constant_inputs)
-    state.config = config = _with_inferred_constants(state)
-    state.config = config = _with_inferred_axes(state)
+    state.config = config = _with_inferred_layout(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
     state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back)
@@ -90,35 +89,25 @@ def _with_language_model_defaults(state: RunState) -> QuantConfig:
     return config
 
 
-def _with_inferred_constants(state: RunState) -> QuantConfig:
-    """The config with the inputs the data gives once (calibration.axes.inferred_constants) held constant, said in a
-    note; the specs follow."""
+def _with_inferred_layout(state: RunState) -> QuantConfig:
+    """The config with the layout the data's lengths imply for inputs the model and the user leave open
+    (calibration.axes): inputs given once held constant, samples axes inferred, each said in a note; the specs
+    follow."""
     config, given, layout = state.config, state.given, state.config.calibration
-    once = new_constants(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
-                         layout.constant_inputs)
-    if not once:
+    once, inferred = new_layout(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
+                                layout.constant_inputs)
+    if not once and not inferred:
         return config
-    constants = (*layout.constant_inputs, *once)
-    state.specs = input_specs(state.work, layout.sample_axes, constants)
-    state.notes.append(f"inputs given once, held constant with every batch: {', '.join(once)} (their data is the "
-                       "whole shape the model fixes; --sample-axis to read samples from them)")
-    return config.replace(calibration=dataclasses.replace(layout, constant_inputs=constants))
-
-
-def _with_inferred_axes(state: RunState) -> QuantConfig:
-    """The config with the sample axes the data's lengths imply for inputs the model and the user leave open
-    (calibration.axes), said in a note; the specs follow."""
-    config, given, layout = state.config, state.given, state.config.calibration
-    inferred = new_sample_axes(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
-                               layout.constant_inputs)
-    if not inferred:
-        return config
-    axes = {**config.calibration.sample_axes, **inferred}
-    state.specs = input_specs(state.work, axes, config.calibration.constant_inputs)
-    said = ", ".join(f"{name}={axis}" for name, axis in inferred.items())
-    state.notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
-                       "inputs' sample count; --sample-axis to set another)")
-    return config.replace(calibration=dataclasses.replace(config.calibration, sample_axes=axes))
+    constants, axes = (*layout.constant_inputs, *once), {**layout.sample_axes, **inferred}
+    state.specs = input_specs(state.work, axes, constants)
+    if once:
+        state.notes.append(f"inputs given once, held constant with every batch: {', '.join(once)} (their data is "
+                           "the whole shape the model fixes; --sample-axis to read samples from them)")
+    if inferred:
+        said = ", ".join(f"{name}={axis}" for name, axis in inferred.items())
+        state.notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
+                           "inputs' sample count; --sample-axis to set another)")
+    return config.replace(calibration=dataclasses.replace(layout, sample_axes=axes, constant_inputs=constants))
 
 
 def _declare_files(state: RunState) -> None:

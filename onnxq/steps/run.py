@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 
-from onnxq.errors import CalibrationDataError, whole_message
+from onnxq.errors import CalibrationDataError, ort_reason
 from onnxq.io import page_out, trim_heap
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.passes.builder import remap_shared_weights
@@ -68,7 +68,7 @@ def _ran(step: Step, state: RunState) -> bool:
     try:
         return step.run(state)
     except ORT_ERRORS as e:
-        reason = whole_message(e).removeprefix("[ONNXRuntimeError] : ")
+        reason = ort_reason(e)
         if state.upfront_inputs is None or state.upfront_inputs[1] != SYNTHETIC or not _RUNNING.search(reason):
             raise
         raise CalibrationDataError(f"onnxruntime cannot run the model on the random inputs onnxq made for want of "

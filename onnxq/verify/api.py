@@ -8,7 +8,7 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.axes import new_constants, new_sample_axes
+from onnxq.calibration.axes import new_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
@@ -41,11 +41,9 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
         declare_data_files(files, data, "the verification data")
     specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs)
     # The data's lengths say which inputs it gives once and where an unnamed samples axis is (calibration.axes).
-    constants = (*layout.constant_inputs, *new_constants(specs, (data,), layout.sample_axes, layout.constant_inputs))
-    specs = input_specs(float_ir, layout.sample_axes, constants)
-    inferred = new_sample_axes(specs, (data,), layout.sample_axes, constants)
-    if inferred:
-        specs = input_specs(float_ir, {**layout.sample_axes, **inferred}, constants)
+    once, inferred = new_layout(specs, (data,), layout.sample_axes, layout.constant_inputs)
+    if once or inferred:
+        specs = input_specs(float_ir, {**layout.sample_axes, **inferred}, (*layout.constant_inputs, *once))
     quant_inputs = {s.name for s in input_specs(quant_ir)}
     if quant_inputs != {s.name for s in specs}:
         raise CalibrationDataError(f"the two models have different inputs ({sorted(quant_inputs)} vs "
