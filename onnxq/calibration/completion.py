@@ -20,7 +20,7 @@ import numpy as np
 from onnxq.calibration.head_sizes import CACHE_NAME
 from onnxq.calibration.specs import Batch, InputSpec, laid_out
 
-__all__ = ["completed", "RULES", "describe_made"]
+__all__ = ["completed", "completable", "RULES", "describe_made"]
 
 _TOKENS = "input_ids"
 
@@ -95,6 +95,13 @@ def completed(batch: Batch, specs: list[InputSpec], made: MutableMapping[str, st
                 if made is not None:
                     made[spec.name] = how
     return laid_out(arrays, getattr(batch, "axes", {}))
+
+
+def completable(spec: InputSpec) -> bool:
+    """Whether one of the rules makes this input when a batch holds the token ids (made-up inputs leave such inputs
+    to the rules, as a user's token windows do)."""
+    return bool(CACHE_NAME.search(spec.name)) and spec.dtype.kind == "f" or spec.name in ("attention_mask",
+                                                                                          "position_ids")
 
 
 def describe_made(made: Mapping[str, str]) -> str:

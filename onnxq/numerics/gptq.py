@@ -19,6 +19,7 @@ __all__ = ["gptq_blockwise", "gptq_channelwise", "DAMPING"]
 DAMPING = 0.01
 _LAZY = 128  # columns updated together before the rest of W (the paper's lazy batch)
 _SOLVED_WHOLE = 256  # a triangular block this small is inverted by one solve (LAPACK on the whole block)
+_NEVER_ACTIVE = float(np.finfo(np.float32).tiny)
 
 
 def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, symmetric: bool,
@@ -121,9 +122,13 @@ def _static_groups(w: np.ndarray, fit: _Fit) -> tuple[np.ndarray, np.ndarray | N
 
 
 def _regularized(hessian: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """H in float64, channels never active (nothing to fit) with a unit diagonal, damped; and which those are."""
+    """H in float64, inputs never active (nothing to fit: their weights keep rounding to nearest, nothing spreads to
+    or from them) with a unit diagonal, damped by DAMPING of its mean diagonal; and which those inputs are. Never
+    active: a mean square under float32's smallest normal (values under 1e-19, stored as subnormals with a few bits
+    of precision or as 0) — a random-init MobileNetV2's 1e-43 diagonal was indefinite however damped."""
     h = np.array(hessian, dtype=np.float64)
-    dead = np.diag(h) <= 0
+    dead = ~(np.diag(h) > _NEVER_ACTIVE)  # NaN too
+    h[dead, :], h[:, dead] = 0.0, 0.0
     h[dead, dead] = 1.0
     h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
     return h, dead
@@ -133,8 +138,17 @@ def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
     """U upper triangular with H⁻¹ = UᵀU: row i of U holds what column i's error does to the columns after it.
     Without forming H⁻¹: with J the reversal of the order, JHJ = LLᵀ gives H⁻¹ = (J L⁻ᵀ J)(J L⁻¹ J), so U = J L⁻¹ J
     — one Cholesky factorization and one triangular inverse, ~K³ flops where inverting H and factoring the inverse
-    took ~5 K³ (K = 4608, ResNet-50's last 3×3 Convs: 8.1 s → 2.2 s a matrix, the same U to 2e-15)."""
-    return _upper_from_reversed_factor(np.linalg.cholesky(h[::-1, ::-1]))
+    took ~5 K³ (K = 4608, ResNet-50's last 3×3 Convs: 8.1 s → 2.2 s a matrix, the same U to 2e-15).
+    Where float rounding left the damped H indefinite, damped more (10x, 100x); failing that, U = I: each column
+    rounds to nearest, its error spread nowhere."""
+    mean = np.mean(np.diag(h))
+    for extra in (0.0, 10 * DAMPING, 100 * DAMPING):
+        try:
+            return _upper_from_reversed_factor(np.linalg.cholesky(
+                (h + extra * mean * np.eye(h.shape[0]) if extra else h)[::-1, ::-1]))
+        except np.linalg.LinAlgError:
+            continue
+    return np.eye(h.shape[0])
 
 
 def _upper_from_reversed_factor(lower: np.ndarray) -> np.ndarray:
@@ -169,12 +183,11 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
     second rounded within what the first, already rounded, leaves; its error spread like any other.
     Returns int8 [N, K]."""
     n, k = weight.shape
-    h = np.asarray(hessian).reshape(-1, k, k)  # each group's made float64 by _damped, one at a time
+    h = np.asarray(hessian).reshape(-1, k, k)  # each group made float64 by _regularized, one at a time
     groups = h.shape[0]
     w = np.array(weight, np.float64).reshape(groups, n // groups, k)
     s = np.asarray(scale, np.float64).reshape(groups, n // groups)
-    # Each damped H goes once factored (it would stay beside the triangular inverse as an argument).
-    factors = [_upper_from_reversed_factor(np.linalg.cholesky(_damped(h_g)[::-1, ::-1])) for h_g in h]
+    factors = [_upper_cholesky_of_inverse(_regularized(h_g)[0]) for h_g in h]
     u = factors[0][None] if groups == 1 else np.stack(factors)
     codes = np.zeros(w.shape, np.float64)
     for start in range(0, k, _LAZY):
@@ -190,17 +203,6 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
             w1[:, :, i:] -= errors[:, :, i, None] * u1[:, None, i, i:]
         w[:, :, end:] -= errors @ u[:, start:end, end:]
     return codes.reshape(n, k).astype(np.int8)
-
-
-def _damped(h: np.ndarray) -> np.ndarray:
-    """H with inputs never active given a unit diagonal (their weights keep rounding to nearest: nothing spreads
-    to or from them) and damped by DAMPING of its mean diagonal."""
-    h = np.array(h, np.float64)
-    dead = np.diag(h) <= 0
-    h[dead, :], h[:, dead] = 0.0, 0.0
-    h[dead, dead] = 1.0
-    h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
-    return h
 
 
 def _within_pair_limit(first: np.ndarray, second: np.ndarray, limit: int) -> np.ndarray:

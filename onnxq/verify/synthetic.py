@@ -1,63 +1,75 @@
-"""Synthetic inputs for a smoke-test verification when the user gives no data at all."""
+"""Synthetic inputs for a smoke-test verification when the user gives no data at all: shaped as the model runs
+(verify.synthetic_shapes), valued as its inputs are read, and a decoder's caches, attention mask and position ids
+made as its first step takes them (calibration.completion), as from a user's token windows."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.completion import completable, completed
 from onnxq.calibration.specs import Batch, InputSpec, laid_out
+from onnxq.io.sessions import ORT_ERRORS
+from onnxq.verify.sessions import make_session
+from onnxq.verify.synthetic_shapes import Shapes, fixed_dims, open_extents, probed_extent, shapes_for
 
 __all__ = ["synthetic_batches"]
-
-# Dynamic dimensions get this size; a handful of batches suffices for a smoke test. An image's (rank ≥ 4) dynamic
-# spatial dimensions get more: a CNN's strides and pools would shrink 8 pixels to nothing.
-_DYNAMIC_DIM = 8
-_DYNAMIC_SPATIAL_DIM = 64
 
 
 def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, seed: int = 0) -> list[Batch]:
     """Float inputs ~ N(0, 1); integer inputs that index a Gather table are uniform over its rows, other
     integer inputs are ones (masks); booleans are True. Only a smoke test: real data says far more."""
+    fixed, bounds = fixed_dims(model), _index_bounds(model)
+    extent = None
+    if open_extents([s for s in specs if not completable(s)], fixed):
+        extent = _probed(model, specs, fixed, bounds)
+    shapes = shapes_for(specs, fixed, extent)
     rng = np.random.default_rng(seed)
-    bounds = _index_bounds(model)
-    inner = _inner_dims(model)
-    batches = []
-    for _ in range(count):
-        batch = {}
-        for spec in specs:
-            dims = list(spec.shape) if spec.shape is not None else [None] * (2 if spec.name in inner else 1)
-            if spec.name in inner and not isinstance(dims[-1], int):
-                dims[-1] = inner[spec.name]  # a MatMul's K, from its constant weight
-            shape = tuple(d if isinstance(d, int) and d > 0  # ONNX files write -1 for dynamic too
-                          else _DYNAMIC_SPATIAL_DIM if len(dims) >= 4 and i >= 2 else _DYNAMIC_DIM
-                          for i, d in enumerate(dims))
-            if spec.dtype.kind == "f":
-                batch[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
-            elif spec.dtype.kind in "iu" and spec.name in bounds:
-                batch[spec.name] = rng.integers(0, bounds[spec.name], size=shape).astype(spec.dtype)
-            elif spec.dtype.kind == "b":
-                batch[spec.name] = np.ones(shape, dtype=bool)
-            else:
-                batch[spec.name] = np.ones(shape, dtype=spec.dtype)
-        batches.append(laid_out(batch, {s.name: s.sample_axis for s in specs}))  # a scalar input is held constant
-    return batches
+    return [_batch(specs, shapes, bounds, rng) for _ in range(count)]
 
 
-def _inner_dims(model: ir.Model) -> dict[str, int]:
-    """Graph inputs fed straight into a MatMul (or Gemm without transA) as A, with a constant 2-D B: its K, which
-    the input's last dimension must match whatever the model declares."""
-    dims: dict[str, int] = {}
-    for value in model.graph.inputs:
-        for node, index in value.uses():
-            trans_a = node.attributes.get("transA")
-            if index != 0 or node.op_type not in ("MatMul", "Gemm") or (trans_a is not None and trans_a.value):
-                continue
-            weight = ir.convenience.get_const_tensor(node.inputs[1])
-            if weight is None or weight.shape is None or len(weight.shape) != 2:
-                continue
-            trans_b = node.attributes.get("transB")
-            dims[value.name] = int(weight.shape[1] if trans_b is not None and trans_b.value else weight.shape[0])
-    return dims
+def _probed(model: ir.Model, specs: list[InputSpec], fixed: Mapping[tuple[str, int], int],
+            bounds: Mapping[str, int]) -> int | None:
+    """The extent of the open float dimensions the model runs on (synthetic_shapes.probed_extent), tried on one
+    batch in a session without optimizations (no copy of the weights)."""
+    try:
+        session = make_session(model, optimize=False)
+    except ORT_ERRORS:
+        return None  # the model's own refusal is worded where its first session is made
+
+    def runs(extent: int | None) -> bool:
+        batch = _batch(specs, shapes_for(specs, fixed, extent), bounds, np.random.default_rng(0))
+        try:
+            session.run(None, batch)
+        except ORT_ERRORS:
+            return False
+        return True
+
+    return probed_extent(runs)
+
+
+def _batch(specs: Sequence[InputSpec], shapes: Shapes, bounds: Mapping[str, int],
+           rng: np.random.Generator) -> Batch:
+    """One batch: the inputs the completion rules make (a decoder's caches, mask, positions) left to them."""
+    batch = {s.name: _values(s, shapes[s.name], bounds, rng) for s in specs if not completable(s)}
+    batch = dict(completed(batch, list(specs)))
+    for spec in specs:
+        if spec.name not in batch:
+            batch[spec.name] = _values(spec, shapes[spec.name], bounds, rng)
+    return laid_out(batch, {s.name: s.sample_axis for s in specs})  # a scalar input is held constant
+
+
+def _values(spec: InputSpec, shape: tuple[int, ...], bounds: Mapping[str, int],
+            rng: np.random.Generator) -> np.ndarray:
+    if spec.dtype.kind == "f":
+        return rng.standard_normal(shape).astype(spec.dtype)
+    if spec.dtype.kind in "iu" and spec.name in bounds:
+        return rng.integers(0, bounds[spec.name], size=shape).astype(spec.dtype)
+    if spec.dtype.kind == "b":
+        return np.ones(shape, dtype=bool)
+    return np.ones(shape, dtype=spec.dtype)
 
 
 def _index_bounds(model: ir.Model) -> dict[str, int]:

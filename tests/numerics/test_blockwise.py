@@ -180,3 +180,13 @@ def test_weights_quantized_a_slice_of_output_channels_at_a_time_are_the_same(rng
             assert np.mean(b.codes != a.codes) <= 1e-3
             np.testing.assert_allclose(b.scales, a.scales, rtol=1e-6)
         assert (a.zero_points is None) == (b.zero_points is None) == symmetric
+
+
+def test_gptq_on_an_indefinite_hessian_is_the_clip_search_itself(rng):
+    """H left indefinite past the damping's reach (float32 accumulation): no error is spread, as for a diagonal H."""
+    h = np.eye(64)
+    h[0, 1] = h[1, 0] = 5.0  # eigenvalues 6 and -4: past even 100x the damping
+    w = rng.normal(0, 1, (64, 8)).astype(np.float32)
+    g = gptq_blockwise(w, h, 32, True)
+    q = quantize_blockwise(w, 32, True, np.diag(h))
+    assert np.array_equal(g.codes, q.codes) and np.array_equal(g.scales, q.scales)

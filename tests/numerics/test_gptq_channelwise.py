@@ -74,3 +74,25 @@ def test_the_upper_cholesky_factor_of_the_inverse_is_found_without_inverting(rng
     u = _upper_cholesky_of_inverse(h)
     assert np.array_equal(u, np.triu(u)) and np.all(np.diag(u) > 0)
     np.testing.assert_allclose(u.T @ u @ h, np.eye(k), atol=1e-9)
+
+
+def test_inputs_of_subnormal_magnitude_are_never_active_and_round_to_nearest():
+    # A random-init MobileNetV2's activations reached 1e-22: XᵀX of 1e-43 (float32 subnormals, a few bits each) was
+    # indefinite however damped, and the run ended in LinAlgError. Such inputs have nothing to fit.
+    rng = np.random.default_rng(3)
+    x = _correlated(rng, 500, 9).astype(np.float32) * np.float32(1e-22)
+    h = (x.T @ x / len(x)).astype(np.float32)
+    assert 0 < np.diag(h).max() < np.finfo(np.float32).tiny
+    w = rng.standard_normal((8, 9))
+    scale = np.abs(w).max(1) / 127
+    assert np.array_equal(gptq_channelwise(w, h, scale), _nearest(w, scale))
+
+
+def test_an_indefinite_hessian_rounds_to_nearest_rather_than_fail():
+    # XᵀX is positive semi-definite; float32 accumulation can leave it indefinite past the damping's reach.
+    rng = np.random.default_rng(4)
+    q, _ = np.linalg.qr(rng.standard_normal((9, 9)))
+    h = q @ np.diag([5.0, 4, 3, 2, 1, 1, 1, 1, -40.0]) @ q.T
+    w = rng.standard_normal((8, 9))
+    scale = np.abs(w).max(1) / 127
+    assert np.array_equal(gptq_channelwise(w, h, scale), _nearest(w, scale))
