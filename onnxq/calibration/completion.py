@@ -5,7 +5,8 @@ user has is windows of token ids. Each rule below makes one kind of input from t
 specs, in order (a later rule may read what an earlier one made); an input the data holds is never replaced.
 
 - a cache input (named past / cache, float, one open dimension besides the samples axis: the past length): empty,
-  past length 0 — the prefill of a window, which computes every layer on all its tokens;
+  past length 0 — the prefill of a window, which computes every layer on all its tokens; not a cross-attention
+  cache (its length named as an encoder input's: the encoder's keys, which the data must hold);
 - attention_mask: ones over past and new tokens (every token attended), when the caches are empty or absent;
 - position_ids: as Hugging Face makes them, the attention mask's running count less one (1 where masked), over the
   new tokens.
@@ -23,6 +24,7 @@ from onnxq.calibration.specs import Batch, InputSpec, laid_out
 __all__ = ["completed", "completable", "RULES", "describe_made"]
 
 _TOKENS = "input_ids"
+_MADE = ("attention_mask", "position_ids")  # made by the rules below, beside the caches
 
 # (what it makes, in the report's words; the rule) — a rule returns the array for a missing input, or None when the
 # input is not of its kind or cannot be made from what the batch holds.
@@ -33,18 +35,29 @@ def _empty_cache(spec: InputSpec, batch: Batch, specs: Mapping[str, InputSpec]) 
     if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None or spec.sample_axis is None:
         return None
     open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
-    if len(open_axes) != 1 or _TOKENS not in batch:
+    if len(open_axes) != 1 or _TOKENS not in batch or _cross_attention(spec, specs):
         return None
     shape = [d if isinstance(d, int) else 0 for d in spec.shape]
     shape[spec.sample_axis] = np.asarray(batch[_TOKENS]).shape[0]
     return np.zeros(shape, spec.dtype)
 
 
+def _cross_attention(spec: InputSpec, specs: Mapping[str, InputSpec]) -> bool:
+    """Whether a cache's length is named as a dimension of an input that is neither a cache nor one the rules make
+    (encoder_sequence_length, as in encoder_hidden_states): a cross-attention cache, the encoder's keys and values —
+    no past to leave empty."""
+    lengths = {d for i, d in enumerate(spec.shape or ()) if isinstance(d, str) and i != spec.sample_axis}
+    return any(not CACHE_NAME.search(s.name) and s.name not in _MADE and s.shape is not None
+               and lengths & set(s.shape) for s in specs.values())
+
+
 def _past_length(batch: Batch, specs: Mapping[str, InputSpec]) -> int | None:
-    """The past length the batch's caches hold (0 without caches); None when they disagree or cannot be told."""
+    """The past length the batch's caches hold (0 without caches; cross-attention caches hold the encoder's length,
+    not a past); None when they disagree or cannot be told."""
     lengths = set()
     for name, spec in specs.items():
-        if CACHE_NAME.search(name) and name in batch and spec.shape is not None:
+        if CACHE_NAME.search(name) and name in batch and spec.shape is not None \
+                and not _cross_attention(spec, specs):
             open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
             if len(open_axes) != 1:
                 return None
@@ -97,11 +110,14 @@ def completed(batch: Batch, specs: list[InputSpec], made: MutableMapping[str, st
     return laid_out(arrays, getattr(batch, "axes", {}))
 
 
-def completable(spec: InputSpec) -> bool:
-    """Whether one of the rules makes this input when a batch holds the token ids (made-up inputs leave such inputs
-    to the rules, as a user's token windows do)."""
-    return bool(CACHE_NAME.search(spec.name)) and spec.dtype.kind == "f" or spec.name in ("attention_mask",
-                                                                                          "position_ids")
+def completable(spec: InputSpec, specs: list[InputSpec]) -> bool:
+    """Whether one of the rules makes this input when a batch holds the token ids (made-up inputs, and each step of a
+    timed decoding, leave such inputs to the rules, as a user's token windows do)."""
+    if spec.name in _MADE:
+        return True
+    if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None:
+        return False
+    return not _cross_attention(spec, {s.name: s for s in specs})
 
 
 def describe_made(made: Mapping[str, str]) -> str:

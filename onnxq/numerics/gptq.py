@@ -31,23 +31,23 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K.
     Every output channel is fitted on its own (the errors spread along its row only), so they are taken a slice at a
     time (numerics.blockwise.by_rows): W in float64 whole was 226 MB for SmolLM2's lm_head."""
-    h, dead = _regularized(hessian)
+    h = _regularized(hessian)
+    importance, zero = _error_weights(np.diag(hessian))
     order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(weight.shape[0])
     # Contiguous: every slice of rows reads it (a reversed view costs each product a copy).
     h_inv = np.ascontiguousarray(_upper_cholesky_of_inverse(h[np.ix_(order, order)] if act_order else h))
-    fit = _Fit(h_inv, order, np.diag(hessian).astype(np.float32), dead, block_size, symmetric, tuple(clip_ratios),
-               act_order, bits)
+    fit = _Fit(h_inv, order, importance, zero, block_size, symmetric, tuple(clip_ratios), act_order, bits)
     return by_rows(lambda rows: _gptq_rows(rows, fit), weight, 8 * weight.shape[0])
 
 
 @dataclasses.dataclass(frozen=True)
 class _Fit:
     """What every slice of output channels shares: H⁻¹'s factor in the columns' order, the error weights, the
-    channels never active, the block format."""
+    inputs always 0, the block format."""
     h_inv: np.ndarray
     order: np.ndarray
     importance: np.ndarray
-    dead: np.ndarray
+    zero: np.ndarray
     block_size: int
     symmetric: bool
     clip_ratios: tuple[float, ...]
@@ -61,7 +61,7 @@ def _gptq_rows(weight: np.ndarray, fit: _Fit) -> BlockQuantized:
     block_size, h_inv, order = fit.block_size, fit.h_inv, fit.order
     n_blocks = -(-k // block_size)
     w = np.array(weight.T, dtype=np.float64)
-    w[:, fit.dead] = 0.0  # nothing to fit
+    w[:, fit.zero] = 0.0  # nothing to fit
     scales = np.ones((n, n_blocks), np.float32)
     zero_points = None if fit.symmetric else np.zeros((n, n_blocks), np.uint8)
     if fit.act_order:
@@ -121,17 +121,27 @@ def _static_groups(w: np.ndarray, fit: _Fit) -> tuple[np.ndarray, np.ndarray | N
                         channel_weight.reshape(1, n_blocks, fit.block_size), fit.clip_ratios, fit.bits)
 
 
-def _regularized(hessian: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """H in float64, inputs never active (nothing to fit: their weights keep rounding to nearest, nothing spreads to
-    or from them) with a unit diagonal, damped by DAMPING of its mean diagonal; and which those inputs are. Never
-    active: a mean square under float32's smallest normal (values under 1e-19, stored as subnormals with a few bits
-    of precision or as 0) — a random-init MobileNetV2's 1e-43 diagonal was indefinite however damped."""
+def _error_weights(diagonal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each input's weight in the blocks' clip search, the inputs always 0 beside others that are not — their
+    weights are zeroed: the blocks fit the rest). Where no input's mean square is a float32 normal, the squares
+    underflowed (a random-init MobileNetV2's classifier read activations of 1e-24: its XᵀX all 0) and nothing is
+    known: equal weights, nothing zeroed — every weight was zeroed."""
+    if not np.max(diagonal, initial=0.0) > _NEVER_ACTIVE:
+        return np.ones(len(diagonal), np.float32), np.zeros(len(diagonal), bool)
+    return diagonal.astype(np.float32), ~(diagonal > 0)
+
+
+def _regularized(hessian: np.ndarray) -> np.ndarray:
+    """H in float64, inputs never active (nothing spreads to or from them: their weights round to nearest) with a
+    unit diagonal, damped by DAMPING of its mean diagonal. Never active: a mean square under float32's smallest
+    normal (values under 1e-19, stored as subnormals with a few bits of precision, or 0) — a random-init
+    MobileNetV2's 1e-43 diagonal was indefinite however damped."""
     h = np.array(hessian, dtype=np.float64)
     dead = ~(np.diag(h) > _NEVER_ACTIVE)  # NaN too
     h[dead, :], h[:, dead] = 0.0, 0.0
     h[dead, dead] = 1.0
     h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
-    return h, dead
+    return h
 
 
 def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
@@ -187,7 +197,7 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
     groups = h.shape[0]
     w = np.array(weight, np.float64).reshape(groups, n // groups, k)
     s = np.asarray(scale, np.float64).reshape(groups, n // groups)
-    factors = [_upper_cholesky_of_inverse(_regularized(h_g)[0]) for h_g in h]
+    factors = [_upper_cholesky_of_inverse(_regularized(h_g)) for h_g in h]
     u = factors[0][None] if groups == 1 else np.stack(factors)
     codes = np.zeros(w.shape, np.float64)
     for start in range(0, k, _LAZY):

@@ -11,6 +11,7 @@ from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_spe
 from onnxq.calibration.axes import new_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
+from onnxq.calibration.specs import sample_axis
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
@@ -93,9 +94,14 @@ def _with_inferred_layout(state: RunState) -> QuantConfig:
     """The config with the layout the data's lengths imply for inputs the model and the user leave open
     (calibration.axes): inputs given once held constant, samples axes inferred, each said in a note; the specs
     follow."""
-    config, given, layout = state.config, state.given, state.config.calibration
+    given, layout = state.given, state.config.calibration
     once, inferred = new_layout(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
                                 layout.constant_inputs)
+    return _applied_layout(state, once, inferred)
+
+
+def _applied_layout(state: RunState, once: tuple[str, ...], inferred: dict[str, int]) -> QuantConfig:
+    config, layout = state.config, state.config.calibration
     if not once and not inferred:
         return config
     constants, axes = (*layout.constant_inputs, *once), {**layout.sample_axes, **inferred}
@@ -181,4 +187,7 @@ def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
 def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
     state.notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
                        "with real inputs for meaningful figures")
-    return Batches.held(synthetic_batches(state.reference, state.specs)), SYNTHETIC
+    batches = synthetic_batches(state.reference, state.specs)
+    held = tuple(s.name for s in state.specs if s.sample_axis is not None and sample_axis(batches[0], s.name) is None)
+    state.config = _applied_layout(state, held, {})  # the inputs made once beside the others' samples
+    return Batches.held(batches), SYNTHETIC

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from onnxq.calibration.completion import completed
-from onnxq.calibration.specs import Batch, InputSpec
+from onnxq.calibration.completion import completable, completed
+from onnxq.calibration.specs import Batch, InputSpec, sample_axis
 from onnxq.verify.sessions import ModelSource
 from onnxq.verify.speed import timed_in_turns
 
-__all__ = ["DecodeSpeed", "decode_speed", "cache_pairs", "decode_window"]
+__all__ = ["DecodeSpeed", "decode_speed", "cache_pairs", "decode_window", "carried"]
 
 _PAST = re.compile(r"past_key_values|past")
 
@@ -80,8 +80,8 @@ def decode_speed(models: tuple[ModelSource, ModelSource], batch: Batch, specs: l
     steps = min(steps, tokens.shape[1] // 2)
     window = tokens[:1]
     prefill = window.shape[1] - steps
-    seconds = timed_in_turns(models, provider, in_turn, lambda sessions: _decode_rounds(
-        sessions, (window, prefill, specs), rounds))
+    decode = (window, prefill, specs, carried(batch, specs))
+    seconds = timed_in_turns(models, provider, in_turn, lambda sessions: _decode_rounds(sessions, decode, rounds))
     if seconds is None:
         return None
     per_s = [steps / float(np.median(s)) for s in seconds]
@@ -91,30 +91,54 @@ def decode_speed(models: tuple[ModelSource, ModelSource], batch: Batch, specs: l
 def _decode_rounds(sessions: list, decode: tuple, rounds: int) -> list[list[float]] | None:
     """Each session's seconds per round of decoding, in alternation; None where the model has no cache to feed
     back."""
-    window, prefill, specs = decode
+    window, prefill, specs, others = decode
     pairs = cache_pairs([i.name for i in sessions[0].get_inputs()], [o.name for o in sessions[0].get_outputs()])
     if not pairs:
         return None
     for session in sessions:  # warm-up: the first runs allocate, and pack the weights
-        decode_window(session, window, prefill, specs, pairs)
+        if decode_window(session, window, prefill, specs, pairs, others) is None:
+            return None
     seconds: list[list[float]] = [[] for _ in sessions]
     for _ in range(rounds):
         for i, session in enumerate(sessions):
-            seconds[i].append(decode_window(session, window, prefill, specs, pairs)[0])
+            seconds[i].append(decode_window(session, window, prefill, specs, pairs, others)[0])
     return seconds
 
 
+def carried(batch: Batch, specs: list[InputSpec]) -> dict[str, np.ndarray]:
+    """The batch's first sample of every input a decoding step does not make (a seq2seq decoder's encoder states
+    and mask and cross-attention caches, a merged decoder's use_cache_branch): fed unchanged with every step."""
+    others = {}
+    for spec in specs:
+        if spec.name == "input_ids" or spec.name not in batch or completable(spec, specs):
+            continue
+        axis = sample_axis(batch, spec.name)
+        array = np.asarray(batch[spec.name])
+        others[spec.name] = array if axis is None else np.take(array, [0], axis=axis)
+    return others
+
+
 def decode_window(session: ort.InferenceSession, window: np.ndarray, prefill: int, specs: list[InputSpec],
-                  pairs: Mapping[str, str]) -> tuple[float, dict[str, np.ndarray]]:
+                  pairs: Mapping[str, str], others: Mapping[str, np.ndarray] | None = None
+                  ) -> tuple[float, dict[str, np.ndarray]] | None:
     """(Seconds to decode window[prefill:] one token at a time after a prefill of window[:prefill], which is not
-    timed; the last step's outputs)."""
+    timed; the last step's outputs); None when the session wants an input neither the rules nor `others` (carried)
+    give."""
+    others = others or {}
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
-    feed = completed({"input_ids": window[:, :prefill]}, specs)
+    feed = completed({**others, "input_ids": window[:, :prefill]}, specs)
+    if not wanted <= set(feed):
+        return None
     cache = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in wanted})))
+    pasts = {past: feed[past] for past in pairs.values() if past in feed}
     start = time.perf_counter()
     for t in range(prefill, window.shape[1]):
-        step = {"input_ids": window[:, t:t + 1], "attention_mask": np.ones((1, t + 1), np.int64),
-                "position_ids": np.array([[t]], np.int64), **{past: cache[made] for made, past in pairs.items()}}
+        # An empty cache output beside a past that held values keeps the past: a merged seq2seq decoder's cached
+        # branch returns no cross-attention keys, which stay those of its first step.
+        pasts = {past: cache[made] if cache[made].size or not np.size(pasts.get(past, 0)) else pasts[past]
+                 for made, past in pairs.items()}
+        step = {**others, "input_ids": window[:, t:t + 1], "attention_mask": np.ones((1, t + 1), np.int64),
+                "position_ids": np.array([[t]], np.int64), **pasts}
         cache = dict(zip(names, session.run(names, {k: v for k, v in step.items() if k in wanted})))
     return time.perf_counter() - start, cache

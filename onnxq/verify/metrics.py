@@ -93,7 +93,10 @@ class Operand:
         v = self.values
         if v.ndim <= 1:
             return v.reshape(1, -1)
-        return np.moveaxis(v, self.sample_axis, 0).reshape(v.shape[self.sample_axis], -1)
+        samples = v.shape[self.sample_axis]
+        if not v.size:  # an empty output (a cache of no past tokens): rows of nothing, which agree
+            return np.zeros((samples, 0), v.dtype)
+        return np.moveaxis(v, self.sample_axis, 0).reshape(samples, -1)
 
     @property
     def nonfinite(self) -> int:
@@ -233,7 +236,7 @@ class MetricsAccumulator:
             samples=self.samples,
             max_abs_error=self.max_abs,
             mean_abs_error=self.sum_abs / max(self.count, 1),
-            cosine_mean=self.cosine_sum / max(self.samples, 1),
+            cosine_mean=self.cosine_sum / self.samples if self.samples else 1.0,  # nothing compared: nothing differs
             cosine_min=self.cosine_min,
             sqnr_db=sqnr,
             nonfinite=self.nonfinite,

@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from onnxq.calibration.axes import inferred_constants
 from onnxq.calibration.completion import completable, completed
-from onnxq.calibration.specs import Batch, InputSpec, laid_out
+from onnxq.calibration.specs import Batch, InputSpec, laid_out, with_layout
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.verify.sessions import make_session
 from onnxq.verify.synthetic_shapes import Shapes, fixed_dims, open_extents, probed_extent, shapes_for
@@ -23,9 +24,13 @@ def synthetic_batches(model: ir.Model, specs: list[InputSpec], count: int = 4, s
     integer inputs are ones (masks); booleans are True. Only a smoke test: real data says far more."""
     fixed, bounds = fixed_dims(model), _index_bounds(model)
     extent = None
-    if open_extents([s for s in specs if not completable(s)], fixed):
+    if open_extents([s for s in specs if not completable(s, specs)], fixed):
         extent = _probed(model, specs, fixed, bounds)
     shapes = shapes_for(specs, fixed, extent)
+    # Inputs whose every size the model fixes, beside inputs of 8 samples (an Optimum merged decoder's
+    # use_cache_branch [1]), held constant as a user's data gives them once (calibration.axes).
+    held = inferred_constants(specs, shapes)
+    specs = with_layout(specs, {}, held) if held else specs
     rng = np.random.default_rng(seed)
     return [_batch(specs, shapes, bounds, rng) for _ in range(count)]
 
@@ -53,7 +58,7 @@ def _probed(model: ir.Model, specs: list[InputSpec], fixed: Mapping[tuple[str, i
 def _batch(specs: Sequence[InputSpec], shapes: Shapes, bounds: Mapping[str, int],
            rng: np.random.Generator) -> Batch:
     """One batch: the inputs the completion rules make (a decoder's caches, mask, positions) left to them."""
-    batch = {s.name: _values(s, shapes[s.name], bounds, rng) for s in specs if not completable(s)}
+    batch = {s.name: _values(s, shapes[s.name], bounds, rng) for s in specs if not completable(s, list(specs))}
     batch = dict(completed(batch, list(specs)))
     for spec in specs:
         if spec.name not in batch:

@@ -18,7 +18,7 @@ from onnxq.calibration import input_specs
 from onnxq.calibration.completion import completed
 from onnxq.cli import main
 from onnxq.io import load_model
-from onnxq.verify.decode_speed import cache_pairs, decode_window
+from onnxq.verify.decode_speed import cache_pairs, decode_speed, decode_window
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.summary import format_summary
 
@@ -316,3 +316,50 @@ def test_vocabulary_bits_from_the_command_line_and_its_refusal(rng, tmp_path, ca
     assert not (tmp_path / "int8.onnx").exists()
     with pytest.raises(onnxq.errors.ConfigError, match="with int8 weights they are 8-bit already"):
         onnxq.QuantConfig(mode="weight-only", blocks=onnxq.BlockConfig(vocabulary_bits=4))
+
+
+def _seq2seq_decoder(tmp_path) -> tuple[str, list]:
+    """The test decoder as a seq2seq model's decoder: it also reads encoder_hidden_states [batch,
+    encoder_sequence_length, width] (their mean added before the lm_head) and a cross-attention cache
+    past_key_values.0.encoder.key [batch, heads, encoder_sequence_length, head_dim], returned as it came (Optimum's
+    merged decoders return it so, or empty, from their cached branch)."""
+    model = kv_decoder()
+    graph = model.graph
+    width = HEADS * HEAD_DIM
+    graph.input.extend([
+        helper.make_tensor_value_info("encoder_hidden_states", onnx.TensorProto.FLOAT,
+                                      ["batch_size", "encoder_sequence_length", width]),
+        helper.make_tensor_value_info("past_key_values.0.encoder.key", onnx.TensorProto.FLOAT,
+                                      ["batch_size", HEADS, "encoder_sequence_length", HEAD_DIM])])
+    graph.output.append(helper.make_tensor_value_info("present.0.encoder.key", onnx.TensorProto.FLOAT, None))
+    nodes = list(graph.node)
+    lm_head = next(i for i, n in enumerate(nodes) if n.name == "lm_head")
+    nodes[lm_head].input[0] = "hf_encoded"
+    nodes[lm_head:lm_head] = [
+        helper.make_node("ReduceMean", ["encoder_hidden_states", "axis1"], ["encoded"], keepdims=1, name="enc_mean"),
+        helper.make_node("Add", ["hf", "encoded"], ["hf_encoded"], name="enc_add"),
+        helper.make_node("Identity", ["past_key_values.0.encoder.key"], ["present.0.encoder.key"], name="cross")]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    path = tmp_path / "seq2seq_decoder.onnx"
+    onnx.save(model, path)
+    return str(path), input_specs(load_model(path))
+
+
+def test_a_seq2seq_decoder_keeps_its_encoder_inputs_and_cross_attention_cache_through_decoding(rng, tmp_path):
+    """A cross-attention cache is as long as the encoder's sequence, not a past: it is not made empty; decoding
+    carries the encoder's inputs through every step (they were missing from the first: exit 3)."""
+    path, specs = _seq2seq_decoder(tmp_path)
+    window = token_windows(rng, 1, 12)["input_ids"]
+    encoder = {"encoder_hidden_states": rng.normal(0, 1, (1, 5, HEADS * HEAD_DIM)).astype(np.float32),
+               "past_key_values.0.encoder.key": rng.normal(0, 1, (1, HEADS, 5, HEAD_DIM)).astype(np.float32)}
+    made = completed({"input_ids": window, "encoder_hidden_states": encoder["encoder_hidden_states"]}, specs)
+    assert "past_key_values.0.encoder.key" not in made and made["past_key_values.0.key"].shape[2] == 0
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    pairs = cache_pairs([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+    _, last = decode_window(session, window, 7, specs, pairs, encoder)
+    full = session.run(["logits"], completed({"input_ids": window, **encoder}, specs))[0]
+    np.testing.assert_allclose(last["logits"][0, -1], full[0, -1], rtol=1e-4, atol=1e-4)
+    model = load_model(path)
+    timed = decode_speed((model, model), {"input_ids": window, **encoder}, specs, steps=4, rounds=1)
+    assert timed is not None and timed.steps == 4

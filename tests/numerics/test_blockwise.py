@@ -190,3 +190,14 @@ def test_gptq_on_an_indefinite_hessian_is_the_clip_search_itself(rng):
     g = gptq_blockwise(w, h, 32, True)
     q = quantize_blockwise(w, 32, True, np.diag(h))
     assert np.array_equal(g.codes, q.codes) and np.array_equal(g.scales, q.scales)
+
+
+def test_gptq_keeps_the_weights_whose_activations_underflowed(rng):
+    """Activations of 1e-24 square to 0 in float32: an XᵀX of zeros says nothing, and GPTQ zeroed every weight as
+    if its input were always 0 (a random-init MobileNetV2's classifier: cosine 0.0). Inputs that are 0 beside
+    others that are not still have their weights zeroed."""
+    w = rng.normal(0, 1, (64, 8)).astype(np.float32)
+    g = gptq_blockwise(w, np.zeros((64, 64), np.float32), 32, True)
+    np.testing.assert_array_equal(g.codes, quantize_blockwise(w, 32, True).codes)
+    h = np.diag(np.r_[np.zeros(32), np.ones(32)]).astype(np.float32)
+    assert (dequantize_blockwise(gptq_blockwise(w, h, 32, True))[:32] == 0).all()

@@ -32,6 +32,16 @@ def test_identical_and_zero_outputs():
     assert m.cosine_mean == 1.0 and math.isinf(m.sqnr_db) and m.to_dict()["sqnr_db"] is None
 
 
+@pytest.mark.parametrize("shape", [(0, 4, 0, 16), (2, 4, 0, 16)])
+def test_empty_outputs_compare_as_equal(shape):
+    """A cache of no past tokens (an Optimum merged decoder's cross-attention present.* from its cached branch): no
+    value differs. It ended the run in a reshape error, or read cosine 0.0 and failed the gate."""
+    acc = MetricsAccumulator()
+    acc.add(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+    m = acc.result()
+    assert m.cosine_mean == 1.0 and m.cosine_min == 1.0 and failures_for(m, Tolerance(min_cosine=0.98)) == ()
+
+
 def test_tolerance_failures_name_the_metric():
     acc = MetricsAccumulator()
     acc.add(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]))

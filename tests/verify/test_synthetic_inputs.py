@@ -113,3 +113,22 @@ def test_a_cnn_keeps_its_first_sizes(rng, dims):
     model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                                          ir_version=8))
     assert synthetic_batches(model, input_specs(model), count=1)[0]["x"].shape == (8, 3, 64, 64)
+
+
+def test_an_input_the_model_fixes_whole_is_made_once_beside_the_samples(rng, tmp_path):
+    """A flag [1] beside inputs of open batch (an Optimum merged decoder's use_cache_branch) is held constant: cut
+    with the samples, it reached onnxruntime empty ('Got: 0 Expected: 1')."""
+    w = numpy_helper.from_array(rng.normal(0, 1, (16, 16)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Cast", ["use_cache_branch"], ["gate"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Mul", ["h", "gate"], ["y"], name="gated")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch_size", 16]),
+                                           helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_size", 16])], [w])
+    path = tmp_path / "flag.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    model = load_model(path)
+    batch = synthetic_batches(model, input_specs(model), count=1)[0]
+    assert batch.axes == {"use_cache_branch": None} and batch["use_cache_branch"].shape == (1,)
+    report = onnxq.quantize(path, output=tmp_path / "q.onnx").report
+    assert report.passed and any("held constant with every batch: use_cache_branch" in n for n in report.notes)
