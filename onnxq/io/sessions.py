@@ -10,6 +10,12 @@ __all__ = ["session_options", "QUIET", "ORT_ERRORS", "ExactSession"]
 ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
               ort.capi.onnxruntime_pybind11_state.InvalidGraph, ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
+# Graph optimizers left out of deployed sessions: with the CPU provider's NCHWc layout transformer, onnxruntime 1.31.1's
+# FuseFp16InitializerToFp32NodeTransformer (float16 initializers read through Cast by float32 nodes) ends the process
+# in a segmentation fault on a float16 WavLM computed for a CUDA target (a MatMul of a float16 weight after a
+# Transpose of a LayerNormalization). Either one alone left out, the session is made.
+_CRASHING_OPTIMIZERS = "FuseFp16InitializerToFp32NodeTransformer"
+
 # ORT logs a failing kernel on stderr before raising; onnxq words the exception in one line itself, so only fatal
 # messages are let through.
 QUIET = 4
@@ -25,6 +31,8 @@ def session_options(*, optimize: bool, threads: int | None = None,
     options.log_severity_level = QUIET
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    if optimize:  # onnxruntime 1.31's crash (SIGSEGV) on float16 weights; a float32 model has none for it to touch
+        options.add_session_config_entry("optimization.disable_specified_optimizers", _CRASHING_OPTIMIZERS)
     if threads:
         options.intra_op_num_threads = threads
     if profile_prefix:

@@ -2,7 +2,8 @@
 mode and format sees a constant weight: Identity (exporters write `W → Identity` for a shared weight), Cast to
 float32 (`W16 → Cast` for a float16 checkpoint), and the layout ops Unsqueeze / Squeeze / Reshape / Transpose /
 Slice / Concat with constant arguments (PyTorch's LSTM export reorders the gates with Slice → Concat → Unsqueeze into
-the LSTM's [D, 4H, K]). Chains fold one node at a time, in graph order (a float16 chain up to its Cast to float32);
+the LSTM's [D, 4H, K]), and arithmetic on constants (passes.fold_arithmetic: a weight normalization's ReduceL2 → Div
+→ Mul). Chains fold one node at a time, in graph order (a float16 chain up to its Cast to float32);
 If / Loop / Scan bodies too. The folded model is a clone; the model as given stays the reference the verification
 compares with (each fold is the numpy operation ONNX specifies, exact)."""
 
@@ -14,8 +15,8 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from onnxq.irquery import attribute, constant_array, unique_name
-from onnxq.irquery import model_names
+from onnxq.irquery import attribute, constant_array, model_names, unique_name
+from onnxq.passes.fold_arithmetic import ARITHMETIC_FOLDS
 
 __all__ = ["folded_constant_weights", "WEIGHT_FOLDS"]
 
@@ -93,7 +94,7 @@ def _transpose(node: ir.Node, array: np.ndarray) -> np.ndarray | None:
 WEIGHT_FOLDS: dict[str, Callable[[ir.Node, np.ndarray], np.ndarray | None]] = {
     "Identity": lambda node, array: array if array.dtype == np.float32 else None,
     "Cast": _cast, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Reshape": _reshape, "Transpose": _transpose,
-    "Slice": _slice, "Concat": _concat,
+    "Slice": _slice, "Concat": _concat, **ARITHMETIC_FOLDS,
 }
 
 

@@ -50,6 +50,7 @@ _REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|sta
 _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
 _CACHE_NAMES = re.compile(r"present|past|cache", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
+_COORDINATE_NAMES = re.compile(r"box|coord|landmark|keypoint|offset|regress", re.I)
 _BLANK_SHARE = 0.5  # a class the float model picks on at least half the frames is CTC's blank
 # Raw scores of fewer steps are not read as CTC's: a frame per input step makes tens (OCR 25-80, speech more), and
 # 4 steps of 5 classes from a regression head picked one class on half its frames by chance (ONNX's Div test
@@ -142,6 +143,14 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
                       "sequence as CTC's greedy decoding reads it", blank=_blank(f.values))
 
 
+def _coordinates(f: OutputFacts) -> OutputTask | None:
+    """A detector's boxes (DETR's and YOLOS's pred_boxes: a Sigmoid's [queries, 4] centres and sizes in [0, 1]) are
+    coordinates, not a map to threshold: read as a mask at 0.5, a random DETR's boxes all near 0.5 scored IoU 0."""
+    if found := _COORDINATE_NAMES.search(f.name):
+        return OutputTask("numeric", f"named as coordinates ({found.group(0)}), not decisions")
+    return None
+
+
 def _softmax(f: OutputFacts) -> OutputTask | None:
     if f.producer in ("Softmax", "LogSoftmax") or f.sums_to_one:
         why = "rows that sum to 1 (probabilities)"
@@ -165,7 +174,9 @@ def _named_classes(f: OutputFacts) -> OutputTask | None:
     """Raw scores named as classes. A dense layer's output alone is not taken for class scores: an embedding or a
     regression head looks the same, and a gate that misjudges an output would keep nodes float for nothing."""
     if f.values.dtype.kind == "f" and _CLASS_NAMES.search(f.name):
-        return _classes(f, f"scores named {f.name!r}")
+        # [samples, classes, height, width …]: a segmentation map's classes lie on axis 1 (ONNX's NCHW), as
+        # SegFormer's and DeepLab's logits do; read off the last axis, SegFormer's were taken for CTC steps.
+        return _classes(f, f"scores named {f.name!r}", 1 if f.rank >= 4 else -1)
     return None
 
 
@@ -191,6 +202,7 @@ RULES: list[tuple[str, Rule]] = [
     ("integer", _integer),
     ("language-model", _language_model),
     ("representation", _representation),
+    ("coordinates", _coordinates),
     ("softmax", _softmax),
     ("sigmoid", _sigmoid),
     ("class-scores", _named_classes),

@@ -68,3 +68,28 @@ def test_run_time_arguments_and_integer_constants_do_not_fold(rng):
     model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     folded, note = folded_constant_weights(model)
     assert folded is model and note is None
+
+
+@pytest.mark.parametrize("opset", [17, 18])  # ReduceL2's axes: an attribute, then an input
+def test_a_weight_normalization_folds_to_what_onnxruntime_computes(rng, opset):
+    """PyTorch's weight_norm as wav2vec2 / HuBERT / WavLM export it: w = v · (g / ‖v‖), the norm over K for each
+    output column. Its Conv had no constant weight (and computed in float16 for a CUDA target, it crashed ORT)."""
+    v = numpy_helper.from_array(rng.normal(0, 1, (K, N)).astype(np.float32), "v")
+    g = numpy_helper.from_array(rng.uniform(0.5, 2, (1, N)).astype(np.float32), "g")
+    axes = {"axes": [0]} if opset < 18 else {}
+    reduce_inputs = ["v"] if opset < 18 else ["v", "axes"]
+    nodes = [helper.make_node("ReduceL2", reduce_inputs, ["norm"], keepdims=1, **axes),
+             helper.make_node("Div", ["g", "norm"], ["gain"]), helper.make_node("Mul", ["v", "gain"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, N])],
+                              [v, g, _ints("axes", [0])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    folded, note = folded_constant_weights(ir.from_proto(proto))
+    assert note is not None and "1 Div / 1 Mul / 1 ReduceL2" in note
+    assert [n.op_type for n in folded.graph] == ["MatMul"]
+    x = {"x": rng.normal(0, 1, (3, K)).astype(np.float32)}
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    got = ort.InferenceSession(ir.to_proto(folded).SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # the norm's sum in float64, ORT's in float32

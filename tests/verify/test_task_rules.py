@@ -266,3 +266,39 @@ def test_an_old_softmax_over_several_axes_is_judged_by_its_values(rng):
     logits = rng.normal(0, 1, (SAMPLES, 6, 5)).astype(np.float32)
     values = np.exp(logits) / np.exp(logits).sum(axis=(1, 2), keepdims=True)
     assert _tasks(_old_softmax_model(values.shape, 11), {"y": values})["y"].kind == "numeric"
+
+
+def test_a_segmentation_maps_named_scores_have_their_classes_on_axis_1(rng):
+    """SegFormer's logits [batch, classes, height, width]: the class at every pixel. Read off the last axis, they
+    were taken for CTC steps (2 'steps' of 16 'classes') and failed the gate at cosine 1.0000."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 3 * 16 * 16)).astype(np.float32), name="w"))
+    maps = tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
+        ir.tensor(np.array([-1, 3, 16, 16], np.int64), name="shape"))], name="to_map")
+    maps.name = "logits"
+    model = to_model(tape, [x], [maps])
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    values = session.run(["logits"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
+    task = _tasks(model, {"logits": values})["logits"]
+    assert (task.kind, task.class_axis) == ("frames", 1) and "classes on axis 1" in task.rule
+    flipped = values.copy()
+    flipped[0, :, 0, 0] = flipped[0, ::-1, 0, 0]  # one pixel of one image changes class (or ties)
+    kept, total = measure_task(values, flipped, task, 0)
+    assert total == SAMPLES * 16 * 16 and kept >= total - 1
+
+
+def test_a_detectors_boxes_are_coordinates_not_a_mask(rng):
+    """DETR's pred_boxes: a Sigmoid's [batch, queries, 4]; thresholded at 0.5 as a map, boxes near 0.5 turned a
+    1.0000 cosine into IoU 0.0000 and a failed gate."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 40)).astype(np.float32), name="w"))
+    boxes = tape.op("Sigmoid", [tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
+        ir.tensor(np.array([-1, 10, 4], np.int64), name="shape"))])], name="box_head")
+    boxes.name = "pred_boxes"
+    model = to_model(tape, [x], [boxes])
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    values = session.run(["pred_boxes"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
+    task = _tasks(model, {"pred_boxes": values})["pred_boxes"]
+    assert task.kind == "numeric" and "coordinates (box)" in task.rule
