@@ -4,6 +4,8 @@ past_sequence_length + sequence_length]) and onnxq made 8 of each — 8 channels
 ViT whose position table wants 224, a cache of 8 past tokens beside a mask of 8: every vision model and every
 KV-cache decoder exported by Optimum exited 2 without data."""
 
+import importlib
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -132,3 +134,24 @@ def test_an_input_the_model_fixes_whole_is_made_once_beside_the_samples(rng, tmp
     assert batch.axes == {"use_cache_branch": None} and batch["use_cache_branch"].shape == (1,)
     report = onnxq.quantize(path, output=tmp_path / "q.onnx").report
     assert report.passed and any("held constant with every batch: use_cache_branch" in n for n in report.notes)
+
+
+def test_sizes_whose_batch_would_be_huge_are_not_tried(rng, monkeypatch):
+    """An image model that runs on no size: the sizes are tried in turn, but not 3000 × 3000 or 16000 × 16000 pixels
+    (8 of them would be 0.9 and 24 GB)."""
+    synthetic = importlib.import_module("onnxq.verify.synthetic")
+    built = []
+    real = synthetic._batch
+    monkeypatch.setattr(synthetic, "_batch", lambda specs, shapes, *a: built.append(shapes["x"]) or real(
+        specs, shapes, *a))
+    w = numpy_helper.from_array(rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([0, 7], np.int64), "bad")  # no image makes 7 values a sample
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                               helper.make_node("Reshape", ["c", "bad"], ["y"], name="reshape")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, shape])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                         ir_version=8))
+    synthetic_batches(model, input_specs(model), count=1)
+    sides = [shape[-1] for shape in built]
+    assert 224 in sides and 1024 in sides and max(sides) == 1024  # every size up to the budget, none past it
