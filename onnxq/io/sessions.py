@@ -10,10 +10,10 @@ __all__ = ["session_options", "QUIET", "ORT_ERRORS", "ExactSession"]
 ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
               ort.capi.onnxruntime_pybind11_state.InvalidGraph, ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
-# Graph optimizers left out of deployed sessions: with the CPU provider's NCHWc layout transformer, onnxruntime 1.31.1's
-# FuseFp16InitializerToFp32NodeTransformer (float16 initializers read through Cast by float32 nodes) ends the process
-# in a segmentation fault on a float16 WavLM computed for a CUDA target (a MatMul of a float16 weight after a
-# Transpose of a LayerNormalization). Either one alone left out, the session is made.
+# Left out of deployed sessions: onnxruntime 1.31.1's FuseFp16InitializerToFp32NodeTransformer (float16 weights
+# read through a Cast by float32 nodes) ends the process in a segmentation fault, beside the CPU provider's NCHWc
+# layout transformer, on a float16 Transpose feeding a MatMul of a float16 weight — every transformer onnxq computes
+# in float16 for a CUDA target (tests/verify/test_deployed_float16.py). Either one left out, the session is made.
 _CRASHING_OPTIMIZERS = "FuseFp16InitializerToFp32NodeTransformer"
 
 # ORT logs a failing kernel on stderr before raising; onnxq words the exception in one line itself, so only fatal

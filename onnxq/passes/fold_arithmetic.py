@@ -1,8 +1,8 @@
 """Arithmetic on constants that makes a weight, folded before planning (registry entries of
 passes.fold_constant_weights.WEIGHT_FOLDS): PyTorch's weight normalization exports as w = v · (g / ‖v‖) —
 ReduceL2 → Div → Mul on the two parameters — and wav2vec2 / HuBERT / WavLM keep it so in their positional Conv,
-which then had no constant weight to quantize (and, computed in float16 for a CUDA target, crashed onnxruntime's
-CPU layout transformer). Each fold is the numpy operation ONNX specifies, in the inputs' float type."""
+which then had no constant weight to quantize. Each fold is the numpy operation ONNX specifies, in the inputs'
+float type (ReduceL2's sum of squares in float64)."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ class MetricsAccumulator:
             samples=self.samples,
             max_abs_error=self.max_abs,
             mean_abs_error=self.sum_abs / max(self.count, 1),
-            cosine_mean=self.cosine_sum / self.samples if self.samples else 1.0,  # nothing compared: nothing differs
+            cosine_mean=self.cosine_sum / self.samples if self.samples else 1.0,  # nothing compared differs
             cosine_min=self.cosine_min,
             sqnr_db=sqnr,
             nonfinite=self.nonfinite,
