@@ -32,23 +32,28 @@ Rule = Callable[[InputSpec, Batch, Mapping[str, InputSpec]], "np.ndarray | None"
 
 
 def _empty_cache(spec: InputSpec, batch: Batch, specs: Mapping[str, InputSpec]) -> np.ndarray | None:
-    if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None or spec.sample_axis is None:
-        return None
-    open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
-    if len(open_axes) != 1 or _TOKENS not in batch or _cross_attention(spec, specs):
+    if not _past_cache(spec, specs) or spec.sample_axis is None or _open_axis(spec) is None or _TOKENS not in batch:
         return None
     shape = [d if isinstance(d, int) else 0 for d in spec.shape]
     shape[spec.sample_axis] = np.asarray(batch[_TOKENS]).shape[0]
     return np.zeros(shape, spec.dtype)
 
 
-def _cross_attention(spec: InputSpec, specs: Mapping[str, InputSpec]) -> bool:
-    """Whether a cache's length is named as a dimension of an input that is neither a cache nor one the rules make
-    (encoder_sequence_length, as in encoder_hidden_states): a cross-attention cache, the encoder's keys and values —
-    no past to leave empty."""
-    lengths = {d for i, d in enumerate(spec.shape or ()) if isinstance(d, str) and i != spec.sample_axis}
-    return any(not CACHE_NAME.search(s.name) and s.name not in _MADE and s.shape is not None
-               and lengths & set(s.shape) for s in specs.values())
+def _past_cache(spec: InputSpec, specs: Mapping[str, InputSpec]) -> bool:
+    """A float cache input of known rank whose length is a past: not a cross-attention cache, whose length is named
+    as a dimension of an input that is neither a cache nor one the rules make (encoder_sequence_length, as in
+    encoder_hidden_states) — the encoder's keys and values, no past to leave empty."""
+    if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None:
+        return False
+    lengths = {d for i, d in enumerate(spec.shape) if isinstance(d, str) and i != spec.sample_axis}
+    return not any(not CACHE_NAME.search(s.name) and s.name not in _MADE and s.shape is not None
+                   and lengths & set(s.shape) for s in specs.values())
+
+
+def _open_axis(spec: InputSpec) -> int | None:
+    """The one open dimension besides the samples axis (a cache's past length); None when there is not exactly one."""
+    open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
+    return open_axes[0] if len(open_axes) == 1 else None
 
 
 def _past_length(batch: Batch, specs: Mapping[str, InputSpec]) -> int | None:
@@ -56,12 +61,11 @@ def _past_length(batch: Batch, specs: Mapping[str, InputSpec]) -> int | None:
     not a past); None when they disagree or cannot be told."""
     lengths = set()
     for name, spec in specs.items():
-        if CACHE_NAME.search(name) and name in batch and spec.shape is not None \
-                and not _cross_attention(spec, specs):
-            open_axes = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != spec.sample_axis]
-            if len(open_axes) != 1:
+        if name in batch and _past_cache(spec, specs):
+            axis = _open_axis(spec)
+            if axis is None:
                 return None
-            lengths.add(np.asarray(batch[name]).shape[open_axes[0]])
+            lengths.add(np.asarray(batch[name]).shape[axis])
     return lengths.pop() if len(lengths) == 1 else (0 if not lengths else None)
 
 
@@ -113,11 +117,7 @@ def completed(batch: Batch, specs: list[InputSpec], made: MutableMapping[str, st
 def completable(spec: InputSpec, specs: list[InputSpec]) -> bool:
     """Whether one of the rules makes this input when a batch holds the token ids (made-up inputs, and each step of a
     timed decoding, leave such inputs to the rules, as a user's token windows do)."""
-    if spec.name in _MADE:
-        return True
-    if not CACHE_NAME.search(spec.name) or spec.dtype.kind != "f" or spec.shape is None:
-        return False
-    return not _cross_attention(spec, {s.name: s for s in specs})
+    return spec.name in _MADE or _past_cache(spec, {s.name: s for s in specs})
 
 
 def describe_made(made: Mapping[str, str]) -> str:
