@@ -96,3 +96,21 @@ def test_an_indefinite_hessian_rounds_to_nearest_rather_than_fail():
     w = rng.standard_normal((8, 9))
     scale = np.abs(w).max(1) / 127
     assert np.array_equal(gptq_channelwise(w, h, scale), _nearest(w, scale))
+
+
+@pytest.mark.parametrize("k", [9, 40, 77])
+def test_a_large_hessian_is_factored_by_halves_as_numpy_factors_it_whole(rng, k, monkeypatch):
+    """numpy's Cholesky ends the process (SIGSEGV) from K ≈ 16000 on: past _FACTORED_WHOLE the factor is built from
+    halves — here forced from 8 on, so 77 splits unevenly three levels deep — and equals numpy's to float64's
+    precision; an indefinite H still raises LinAlgError for the damping retries."""
+    from onnxq.numerics import gptq
+
+    monkeypatch.setattr(gptq, "_FACTORED_WHOLE", 8)
+    x = rng.normal(0, 1, (3 * k, k)) * rng.gamma(0.5, 1, k)
+    h = x.T @ x / len(x) + 0.01 * np.eye(k)
+    lower = gptq._cholesky(h)
+    np.testing.assert_allclose(lower, np.linalg.cholesky(h), rtol=1e-9, atol=1e-12)
+    indefinite = h.copy()
+    indefinite[-1, -1] = -1.0
+    with pytest.raises(np.linalg.LinAlgError):
+        gptq._cholesky(indefinite)
