@@ -139,13 +139,18 @@ def _check_one_external(tensor: onnx.TensorProto, base_dir: Path) -> None:
     if not resolved.is_relative_to(base_dir.resolve()):
         how = "through a symlink " if Path(os.path.normpath(target)).is_relative_to(base_dir) else ""
         raise ModelLoadError(f"{where} ({one_line(location)}) resolves {how}outside the model's folder {base_dir} — "
-                             "onnxq reads data only from beside the model")
+                             "onnxq reads data only from beside the model (copy it there: cp -L)")
     if not resolved.exists():
         raise ModelLoadError(f"external data file {one_line(target)} of tensor {one_line(repr(tensor.name))} is "
                              "missing — keep it beside the model")
     if not resolved.is_file():
         raise ModelLoadError(f"external data file {one_line(target)} of tensor {one_line(repr(tensor.name))} is not "
                              "a regular file — keep the data file itself beside the model")
+    if (links := resolved.stat().st_nlink) > 1:
+        # onnx_ir refuses it when the tensor is read (a hard link can bring any file into the model's folder).
+        raise ModelLoadError(f"external data file {one_line(target)} of tensor {one_line(repr(tensor.name))} has "
+                             f"{links} hard links, which onnx_ir does not read — give the model its own copy "
+                             "(cp FILE FILE.copy && mv FILE.copy FILE)")
     _check_external_range(tensor, info, where, resolved)
 
 

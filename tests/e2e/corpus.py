@@ -167,6 +167,13 @@ def _symlinked_data(work: Path) -> list[str]:
     return args
 
 
+def _hard_linked_data(work: Path) -> list[str]:
+    """A data file that is also another name: torchvision's export linked into a second folder (exit 3 before)."""
+    args = _external(work, "w.bin")
+    os.link(work / "models" / "w.bin", work / "w_elsewhere.bin")
+    return args
+
+
 # ---- graphs ---------------------------------------------------------------------------------------------------
 
 def _subgraph_model(kind: str) -> onnx.ModelProto:
@@ -425,6 +432,7 @@ CASES: dict[str, Case] = {
     "external data absolute path": Case(lambda w: _external(w, str(w / "abs" / "w.bin")), "outside the model's"),
     "external data ..": Case(lambda w: _external(w, "../w.bin"), "outside the model's"),
     "external data symlink outside": Case(_symlinked_data, "outside the model's"),
+    "external data hard-linked": Case(_hard_linked_data, "hard links"),
     "external data past the end": Case(lambda w: _external(w, "w.bin", length=K * N * 4 * 2), "past the end"),
     "external data offset past the end": Case(lambda w: _external(w, "w.bin", declared_offset=10**9), "past the end"),
     "external data missing": Case(lambda w: _external(w, "w.bin", write_data=False), "is missing"),
