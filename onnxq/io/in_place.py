@@ -7,7 +7,8 @@ parsed copy at once, and the weights stayed anonymous memory for the whole run (
 peaked at 3.4× its 652 MB, against 2.1× for the same weights in an external data file; read in place, 2.3×).
 
 The scan returns None — read the file with onnx.load — for a small file, a symlink (its data would resolve outside
-the model's folder), a file with no such tensor, and anything unexpected (a payload whose length is not its
+the model's folder), a file with more than one hard link (onnx_ir reads no external data from one: a package
+cache's or `cp -al`'s link is a model like any other, read whole), a file with no such tensor, and anything unexpected (a payload whose length is not its
 shape's, a tensor declaring external data already, wire types protobuf no longer writes): onnx.load's parse and
 the tensor checks then say what is wrong, as they always have.
 
@@ -45,7 +46,9 @@ def read_in_place(path: Path) -> onnx.ModelProto | None:
     """The model at `path` with its main graph's large raw_data payloads declared as external data in the file
     itself (location: the file's name, beside it), or None: read it with onnx.load."""
     try:
-        if path.stat().st_size < IN_PLACE_FROM_BYTES or path.resolve().parent != path.parent.resolve():
+        stat = path.stat()
+        if (stat.st_size < IN_PLACE_FROM_BYTES or stat.st_nlink > 1
+                or path.resolve().parent != path.parent.resolve()):
             return None
         with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             stripped, spans = _without_payloads(mapped)

@@ -107,6 +107,15 @@ def test_what_the_scan_does_not_handle_is_read_by_onnx_load(inline, tmp_path, ev
     link.symlink_to(inline)
     assert in_place.read_in_place(link) is None
     assert isinstance(load_model(link).graph.initializers["up"].const_value, ir.serde.TensorProtoTensor)
+    # A hard link (a package cache's, cp -al's): onnx_ir reads no external data from it, so it is read whole — it
+    # was refused in one line, "has 2 hard links", before.
+    hard = other / "hard.onnx"
+    os.link(inline, hard)
+    assert in_place.read_in_place(hard) is None
+    weights = load_model(hard).graph.initializers
+    assert isinstance(weights["up"].const_value, ir.serde.TensorProtoTensor)
+    assert np.array_equal(weights["up"].const_value.numpy(), numpy_helper.to_array(
+        next(t for t in onnx.load(inline).graph.initializer if t.name == "up")))
 
 
 # The child's own high-water mark (VmHWM is the process's; ru_maxrss would carry the parent's across exec).
