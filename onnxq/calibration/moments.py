@@ -37,6 +37,13 @@ BUDGET_BYTES = 1 << 30
 # diagonals (activation-aware clipping) stay float64: K values each.
 _MATRIX_DTYPE = np.float32
 
+# A sample's im2col rows past what its XᵀX needs: a video ResNet's 3×3×3 Convs have 25088 rows of K = 1728 a clip
+# (75 G multiply-adds each; 171 s of mc3_18's 628 s run). Past _SAMPLE_PRODUCT_MACS a sample, a seeded subset of
+# rows spread over the whole map is summed, never fewer than _MIN_SAMPLE_ROWS; image CNNs at 224 px never reach
+# it (ResNet-50: 1.0 G at most).
+_SAMPLE_PRODUCT_MACS = 1 << 32
+_MIN_SAMPLE_ROWS = 4096
+
 # (weight initializer name, read transposed): the matrix's K axis is its rows, or its columns for Gemm transB.
 WeightKey = tuple[str, bool]
 
@@ -207,9 +214,19 @@ class WeightMoments:
             for sample in part.reshape(-1, *part.shape[-(len(geometry.kernel) + 1):]):
                 rows = im2col_groups(sample[None], geometry)  # [rows, G, K]
                 if self.full:  # one BLAS product per group (einsum would not use BLAS here: 7x slower)
+                    rows = _spread_subset(rows, seed=count)
                     by_group = rows.transpose(1, 0, 2).astype(_MATRIX_DTYPE, copy=False)
                     total = total + np.matmul(by_group.transpose(0, 2, 1), by_group)
                 else:
                     total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)
                 count += rows.shape[0]
         return (total[0] if geometry.group == 1 else total), count
+
+
+def _spread_subset(rows: np.ndarray, seed: int) -> np.ndarray:
+    """rows [R, G, K], or as many of them as their products' budget allows, in order (seeded: runs agree)."""
+    count, groups, k = rows.shape
+    keep = max(_SAMPLE_PRODUCT_MACS // (groups * k * k), _MIN_SAMPLE_ROWS)
+    if count <= keep:
+        return rows
+    return rows[np.sort(np.random.default_rng(seed).choice(count, keep, replace=False))]
