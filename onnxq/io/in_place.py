@@ -8,9 +8,9 @@ peaked at 3.4× its 652 MB, against 2.1× for the same weights in an external da
 
 The scan returns None — read the file with onnx.load — for a small file, a symlink (its data would resolve outside
 the model's folder), a file with more than one hard link (onnx_ir reads no external data from one: a package
-cache's or `cp -al`'s link is a model like any other, read whole), a file with no such tensor, and anything unexpected (a payload whose length is not its
-shape's, a tensor declaring external data already, wire types protobuf no longer writes): onnx.load's parse and
-the tensor checks then say what is wrong, as they always have.
+cache's or `cp -al`'s link is a model like any other, read whole), a file with no such tensor, and anything
+unexpected (a payload whose length is not its shape's, a tensor declaring external data already, wire types
+protobuf no longer writes): onnx.load's parse and the tensor checks then say what is wrong, as they always have.
 
 The payloads are not aligned (protobuf does not align), which numpy and ONNX Runtime's kernels read as they are;
 the bytes are the file's own, so every figure is the one onnx.load would give (tested bit for bit)."""
