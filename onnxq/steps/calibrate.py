@@ -3,6 +3,7 @@ moments of its activations (weight-only GPTQ, activation-aware clipping). Its fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
@@ -92,6 +93,10 @@ def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
     return readers
 
 
+# A Conv whose im2col width K is larger is rounded to nearest: GPTQ holds XᵀX and its factors in float64 at once
+# (FCN-ResNet50's head, a 3×3 Conv over 2048 channels, K = 18432: 12 GB of RSS, and two such runs met the OOM killer).
+GPTQ_MAX_K = 8192
+
 # What each range_choice does after the method's windows, in order (config.calibration.range_choice).
 RANGE_CHOICES: dict[str, tuple[Callable[[RunState], None], ...]] = {
     "method": (),
@@ -105,8 +110,16 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     pass over the calibration data, whose first chunk runs now. None where no Conv is planned, and, with a note,
     where the data can be read only once (the ranges took it)."""
     readers: dict[WeightKey, dict[str, None]] = {}
+    wide = set()
     for plan in _static_convs(state):
+        dims = tuple(plan.node.inputs[1].shape or ())  # an initializer's: its tensor's shape, nothing read
+        if all(isinstance(d, int) for d in dims) and math.prod(dims[1:]) > GPTQ_MAX_K:
+            wide.add(plan.node.name)
+            continue
         readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    if wide:
+        state.notes.append(f"weights: {len(wide)} Conv weight(s) of K > {GPTQ_MAX_K} rounded to nearest — GPTQ's "
+                           "float64 XᵀX and its factors take 24 K² bytes (8 GB at K = 18432)")
     if not readers or state.stream is None or not state.config.per_channel:
         return None
     try:

@@ -118,3 +118,24 @@ def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_pat
         written = json.loads(report.read_text())
         assert written["config"]["weight_rounding"] == rounding
         assert any("rounded by GPTQ" in note for note in written["notes"]) == (rounding == "gptq")
+
+
+def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_so(tmp_path, monkeypatch):
+    """FCN-ResNet50's head (K = 18432) held 12 GB of float64 matrices in GPTQ: past GPTQ_MAX_K a Conv's weight is
+    rounded to nearest, its XᵀX never collected, and the notes say how many and why (here the bound lowered to 71:
+    conv1's K is 72, conv2's 16)."""
+    from onnxq.steps import calibrate
+
+    monkeypatch.setattr(calibrate, "GPTQ_MAX_K", 71)
+    model, x = _cnn(1), _inputs(np.random.default_rng(0), 32)
+    result = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "q.onnx", verify_data={"x": x[24:]})
+    notes = " | ".join(result.report.notes)
+    assert "1 Conv weight(s) of K > 71 rounded to nearest" in notes
+    assert "1 Conv weight(s) rounded by GPTQ" in notes
+    nearest = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "n.onnx", verify_data={"x": x[24:]},
+                             config=onnxq.QuantConfig(weight_rounding="nearest"))
+    weights, nearest_weights = _weights(ir.load(tmp_path / "q.onnx")), _weights(ir.load(tmp_path / "n.onnx"))
+    conv1 = next(name for name in weights if name.startswith("w1") and weights[name].dtype == np.int8)
+    conv2 = next(name for name in weights if name.startswith("w2") and weights[name].dtype == np.int8)
+    assert np.array_equal(weights[conv1], nearest_weights[conv1])
+    assert not np.array_equal(weights[conv2], nearest_weights[conv2])
