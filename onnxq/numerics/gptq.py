@@ -20,8 +20,9 @@ DAMPING = 0.01
 _LAZY = 128  # columns updated together before the rest of W (the paper's lazy batch)
 _SOLVED_WHOLE = 256  # a triangular block this small is inverted by one solve (LAPACK on the whole block)
 # numpy's Cholesky (OpenBLAS 0.3.31, numpy 2.4) ends the process with SIGSEGV from K ≈ 16000 on under the default
-# 8 MiB stack (15360 ran, 16000 did not; a 3×3 Conv of 2048 channels has K = 18432, Llama-70B's down projections
-# 28672): larger matrices are factored by halves, each LAPACK call at most this size (12000 measured safe).
+# 8 MiB stack (15360 ran, 16000 did not; FCN-ResNet50's 3×3 Conv over 2048 channels, K = 18432, ended that way;
+# Llama-70B's down projections have 28672): larger matrices are factored by halves, each LAPACK call at most this
+# size (12000 measured safe).
 _FACTORED_WHOLE = 8192
 _NEVER_ACTIVE = float(np.finfo(np.float32).tiny)
 

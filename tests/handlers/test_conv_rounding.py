@@ -132,8 +132,8 @@ def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_s
     notes = " | ".join(result.report.notes)
     assert "1 Conv weight(s) of K > 71 rounded to nearest" in notes
     assert "1 Conv weight(s) rounded by GPTQ" in notes
-    nearest = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "n.onnx", verify_data={"x": x[24:]},
-                             config=onnxq.QuantConfig(weight_rounding="nearest"))
+    onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "n.onnx", verify_data={"x": x[24:]},
+                   config=onnxq.QuantConfig(weight_rounding="nearest"))
     weights, nearest_weights = _weights(ir.load(tmp_path / "q.onnx")), _weights(ir.load(tmp_path / "n.onnx"))
     conv1 = next(name for name in weights if name.startswith("w1") and weights[name].dtype == np.int8)
     conv2 = next(name for name in weights if name.startswith("w2") and weights[name].dtype == np.int8)
