@@ -11,6 +11,10 @@ middle tier of mixed precision (fallback.py): the same layout, a byte per code.
 Clip search: per block, the range is shrunk by each ratio of CLIP_RATIOS and the one with the least reconstruction
 error kept — error weighted per input channel k by `importance` when given (the mean square of the activation
 feeding k: E[(x · (w - ŵ))²] summed over independent channels), else plain squared error.
+
+Scales lie on float16's grid wherever float16 holds them as normal numbers (2^-14 … 65504 in magnitude): rounded
+there (relative 2^-11, a thousandth of a 4-bit step) before any code is chosen, so that a file can store them in two
+bytes instead of four without changing one value (passes.insert_blockwise; GGUF's Q4_0 stores its scales so).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise", "pack_nibbles",
-           "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS", "by_rows"]
+__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise",
+           "pack_nibbles", "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS",
+           "by_rows", "on_half_grid", "half_exact"]
 
 BITS = (4, 8)
 SYMMETRIC_ZERO_POINT = 8  # at 4 bits
@@ -29,6 +34,25 @@ SYMMETRIC_ZERO_POINT = 8  # at 4 bits
 
 def symmetric_zero_point(bits: int) -> int:
     return 1 << (bits - 1)
+
+# float16's normal magnitudes: a scale there keeps float32's relative precision within 2^-11 once rounded.
+_HALF_NORMAL = (float(np.finfo(np.float16).tiny), float(np.finfo(np.float16).max))
+
+
+def on_half_grid(scales: np.ndarray) -> np.ndarray:
+    """float32 scales rounded to float16's grid where float16 holds them as normal numbers; the rest as they are."""
+    scales = np.asarray(scales, np.float32)
+    magnitude = np.abs(scales)
+    inside = (magnitude >= _HALF_NORMAL[0]) & (magnitude <= _HALF_NORMAL[1])
+    with np.errstate(over="ignore"):  # the values beyond float16's range are not taken
+        return np.where(inside, scales.astype(np.float16).astype(np.float32), scales)
+
+
+def half_exact(scales: np.ndarray) -> bool:
+    """Whether float16 holds every scale exactly (none rounded off its grid: subnormal or beyond float16's range)."""
+    with np.errstate(over="ignore"):  # beyond its range: inf, unequal
+        return bool(np.array_equal(np.asarray(scales, np.float16).astype(np.float32), scales))
+
 
 # 1.0 (no clipping) down to 0.7 in steps of 0.025.
 CLIP_RATIOS = tuple(float(r) for r in np.round(np.arange(1.0, 0.6999, -0.025), 3))
@@ -180,7 +204,7 @@ def _symmetric_scales(blocks, clip_ratios, channel_weight, bits) -> np.ndarray:
     def params_for(ratio: float):
         # A block whose extreme is a few subnormals: extreme / 8 underflows to 0; 1 quantizes it to 0 like a zero
         # block (within half a step), where a zero scale would divide by zero.
-        scale = base * np.float32(ratio)
+        scale = on_half_grid(base * np.float32(ratio))
         return np.where(scale == 0, np.float32(1.0), scale), zero_point
 
     scales, _ = _search(blocks, clip_ratios, channel_weight, bits, params_for)
@@ -194,7 +218,7 @@ def _asymmetric_scales(blocks, clip_ratios, channel_weight, bits) -> tuple[np.nd
 
     def params_for(ratio: float):
         low, high = lo * np.float32(ratio), hi * np.float32(ratio)
-        scale = ((high - low) / top).astype(np.float32)
+        scale = on_half_grid((high - low) / top)
         scale = np.where(scale == 0, np.float32(1.0), scale)
         zero_point = np.clip(np.rint(-low / scale), 0, top).astype(np.float32)
         return scale, zero_point

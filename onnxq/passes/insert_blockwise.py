@@ -1,9 +1,10 @@
-"""Weight-only rewrite (4-bit, or 8-bit): each planned MatMul / Gemm weight block-quantized along K (numerics.blockwise), the
-product computed by com.microsoft MatMulNBits (ORT's CPU and CUDA kernels) or, format qdq, by the standard opset-21
-DequantizeLinear with block_size feeding the original MatMul. Activations stay float. Gather tables (token
-embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row. Nodes named in
-blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8 weights (mode weight-only) are
-8-bit blocks throughout.
+"""Weight-only rewrite (4-bit, or 8-bit): each planned MatMul / Gemm weight block-quantized along K
+(numerics.blockwise), the product computed by com.microsoft MatMulNBits (ORT's CPU and CUDA kernels) or, format qdq,
+by the standard opset-21 DequantizeLinear with block_size feeding the original MatMul. Activations stay float.
+Gather tables (token embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row. Nodes
+named in blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8 weights (mode weight-only)
+are 8-bit blocks throughout. Scales are stored float16 behind a Cast where float16 holds them exactly
+(blocks.scale_dtype).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.io.memory import page_out
-from onnxq.numerics.blockwise import CLIP_RATIOS, BlockQuantized, pack_codes, quantize_blockwise, symmetric_zero_point
+from onnxq.numerics.blockwise import (CLIP_RATIOS, BlockQuantized, half_exact, pack_codes, quantize_blockwise,
+                                      symmetric_zero_point)
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_quantization
 from onnxq.passes.contract import PlannedRewritePass
@@ -51,6 +53,10 @@ class InsertBlockwisePass(PlannedRewritePass):
         model.opset_imports.setdefault("com.microsoft", 1)  # MatMulNBits, GatherBlockQuantized
         builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # names; no int8 weight is made
         ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
+        # float16 compute makes every scale float16 itself (passes.float16); DequantizeLinear's output takes its
+        # scale's type, so the qdq form keeps float32 scales
+        half = blocks.scale_dtype == "float16" and blocks.format == "matmulnbits" and \
+            self.config.compute_dtype != "float16"
         made: dict[tuple, ir.Value | tuple] = {}  # one set of initializers per weight and bits, shared by its readers
         tables: list[_Table] = []  # MatMulNBits weights [K, N] a Gather of their transpose can read (tied lm_head)
         gathers = [p for p in self.plans if p.node.op_type == "Gather"]  # last: they may read a product's blocks
@@ -62,14 +68,15 @@ class InsertBlockwisePass(PlannedRewritePass):
                 if tied is not None:
                     _gather_tied(builder, node, tied, blocks.size)
                 else:
-                    _gather_blockwise(builder, node, blocks.size, _symmetric(self.config, bits), ratios, bits)
+                    _gather_blockwise(builder, node, blocks.size, _symmetric(self.config, bits), ratios,
+                                      (bits, half))
                 continue
             transposed = weight_key(node)[1]
             key = (id(node.inputs[1]), transposed, bits)
             if key not in made:
                 quantized = self._quantized(node, transposed, bits, ratios)
                 base = node.inputs[1].name or "weight"
-                made[key] = (_matmulnbits_inputs(builder, quantized, base) if blocks.format == "matmulnbits"
+                made[key] = (_matmulnbits_inputs(builder, quantized, base, half) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))
                 if blocks.format == "matmulnbits" and not transposed and quantized.k % blocks.size == 0:
                     tables.append(_Table(node.inputs[1], made[key], bits, quantized.k, quantized.n))
@@ -135,9 +142,10 @@ def _symmetric(config: QuantConfig, bits: int) -> bool:
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
-                      ratios: tuple[float, ...], bits: int) -> None:
+                      ratios: tuple[float, ...], storage: tuple[int, bool]) -> None:
     """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
-    B; only the gathered rows are dequantized."""
+    B; only the gathered rows are dequantized. storage: (bits, scales in float16 where exact)."""
+    bits, half = storage
     source = ir.convenience.get_const_tensor(node.inputs[0])
     table = source.numpy().astype(np.float32, copy=False)
     quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios, bits=bits)  # N rows, K = H
@@ -145,7 +153,7 @@ def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, sym
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
     inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(codes, bits)), node.inputs[1],
-              builder.initializer(f"{base}_block_scales", quantized.scales)]
+              _scales(builder, quantized.scales, base, half)]
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points", pack_codes(quantized.zero_points, bits)))
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
@@ -194,16 +202,31 @@ def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size:
     replace_node(builder.graph, node, gathered.outputs[0])
 
 
-def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str) -> tuple[ir.Value, ...]:
+def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str,
+                        half: bool) -> tuple[ir.Value, ...]:
     """B [N, n_blocks, block_size * bits / 8] (nibbles packed at 4 bits), scales [N * n_blocks], zero points
     [N * ceil(n_blocks * bits / 8)]."""
     bits = quantized.bits
     inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(quantized.codes, bits)),
-              builder.initializer(f"{base}_block_scales", quantized.scales.reshape(-1))]
+              _scales(builder, quantized.scales.reshape(-1), base, half)]
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points",
                                           pack_codes(quantized.zero_points, bits).reshape(-1)))
     return tuple(inputs)
+
+
+def _scales(builder: GraphBuilder, scales: np.ndarray, base: str, half: bool) -> ir.Value:
+    """The float32 block scales: stored float16 behind a Cast when `half` and float16 holds every one exactly (ORT
+    folds the Cast at load, so the kernels read the same float32 values), else stored float32."""
+    if not (half and half_exact(scales)):
+        return builder.initializer(f"{base}_block_scales", scales)
+    stored = builder.initializer(f"{base}_block_scales_float16", scales.astype(np.float16))
+    first = next(iter(builder.graph))  # ahead of every node: the weight's readers share its scales
+    cast = builder.node("Cast", [stored], f"{base}_block_scales_Cast", first,
+                        attributes={"to": ir.DataType.FLOAT.value})
+    out = cast.outputs[0]
+    out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(scales.shape)
+    return out
 
 
 def _dequantized(builder: GraphBuilder, quantized: BlockQuantized, base: str, before: ir.Node) -> ir.Value:

@@ -225,3 +225,64 @@ def test_mixed_precision_keeps_float_only_when_8_bits_everywhere_fails(samples_d
     assert all(bits[n] == (8 if n in moved else 4) for n in bits)
     assert all(e.detail.startswith("kept float by fallback") for e in report.left_float if e.name in floats)
     assert min(o.metrics.cosine_mean for o in report.verification.outputs) >= 0.99999
+
+
+def _scale_arrays(model: ir.Model) -> list[np.ndarray]:
+    """Each MatMulNBits' and GatherBlockQuantized's scales as stored, through the Cast that widens float16 ones."""
+    arrays = []
+    for node in model.graph:
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized"):
+            value = node.inputs[2]
+            source = value.producer().inputs[0] if value.producer() is not None else value
+            assert source.producer() is None  # an initializer, behind one Cast at most
+            arrays.append(source.const_value.numpy())
+    return arrays
+
+
+def _stored_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values())
+
+
+@pytest.mark.parametrize("weights", [INT4, UINT4])
+def test_float16_scales_compute_what_float32_scales_do_in_half_the_bytes(samples_dir, weights):
+    """Scales lie on float16's grid (numerics.blockwise), so the default storage, float16 behind a Cast, changes no
+    value: the outputs equal those of float32 storage bit for bit, deployed (ORT folds the Cast at load) and exact
+    (ORT_DISABLE_ALL runs it), and the file holds 2 bytes a block instead of 4."""
+    from onnxq.verify.sessions import make_session
+    config = onnxq.QuantConfig(weights=weights, verify=onnxq.VerifyConfig(enabled=False))
+    half = onnxq.quantize(samples_dir / "tiny_transformer.onnx", config=config).model
+    full = onnxq.quantize(samples_dir / "tiny_transformer.onnx",
+                          config=config.replace(blocks=onnxq.BlockConfig(scale_dtype="float32"))).model
+    stored_half, stored_full = _scale_arrays(half), _scale_arrays(full)
+    assert stored_half and {a.dtype for a in stored_half} == {np.dtype(np.float16)}
+    assert {a.dtype for a in stored_full} == {np.dtype(np.float32)}
+    assert _ops(half)["Cast"] == len(stored_half) and "Cast" not in _ops(full)
+    for a, b in zip(stored_half, stored_full, strict=True):
+        assert np.array_equal(a.astype(np.float32), b)
+    assert _stored_bytes(full) - _stored_bytes(half) == sum(2 * a.size for a in stored_half)
+    data = np.load(samples_dir / "tiny_transformer_calib.npz")
+    feed = {k: data[k][:4] for k in data.files}
+    for optimize in (True, False):
+        a = make_session(half, optimize=optimize).run(None, feed)
+        b = make_session(full, optimize=optimize).run(None, feed)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_scales_float16_cannot_hold_stay_float32(tmp_path, rng):
+    """A weight with a block of subnormal-sized values (scale ~1e-9, below float16's normal range) keeps all its
+    scales float32 — rounding it to float16 would change it — while its neighbour's go float16."""
+    tiny, plain = rng.normal(0, 0.05, (64, 16)).astype(np.float32), rng.normal(0, 0.05, (16, 16)).astype(np.float32)
+    tiny[:32, 3] *= 1e-7
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+         onnx.helper.make_node("MatMul", ["h", "w2"], ["y"], name="second")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 16])],
+        [onnx.numpy_helper.from_array(tiny, "w1"), onnx.numpy_helper.from_array(plain, "w2")])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    config = onnxq.QuantConfig(weights=INT4, blocks=onnxq.BlockConfig(size=16, method="rtn"),
+                               verify=onnxq.VerifyConfig(enabled=False))
+    model = onnxq.quantize(proto, config=config).model
+    first, second = _scale_arrays(model)
+    assert first.dtype == np.float32 and abs(first.reshape(16, -1)[3, 0]) < float(np.finfo(np.float16).tiny)
+    assert second.dtype == np.float16

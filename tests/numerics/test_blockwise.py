@@ -44,10 +44,27 @@ def test_unclipped_codes_are_round_to_nearest_and_the_extreme_is_exact(rng, symm
     assert np.array_equal(dequantize_blockwise(q), ((codes - zero_point) * scale).astype(np.float32))
     inside = (codes > 0) & (codes < top)
     assert np.all(np.abs(dequantize_blockwise(q) - w)[inside] <= np.abs(scale[inside]) / 2 * (1 + 1e-6))
-    if symmetric:  # each block's largest |w| lands exactly on code 0: (0 - 8) * (m / -8) = m
+    if symmetric:  # each block's largest |w| lands on code 0: (0 - 8) * (m / -8) = m, m / -8 on float16's grid
         blocks = w.T.reshape(5, 3, 32)
         extreme = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]
-        assert np.array_equal(q.scales, (extreme / np.float32(-middle)).astype(np.float32))
+        assert np.array_equal(q.scales, blockwise.on_half_grid(extreme / np.float32(-middle)))
+        assert np.all(q.codes.reshape(5, 3, 32).min(axis=-1)[extreme > 0] == 0)
+        assert np.allclose(q.scales * -middle, extreme, rtol=2.0 ** -11, atol=0)
+
+
+def test_scales_lie_on_float16s_grid_where_float16_holds_them(rng):
+    """Normal float16 magnitudes are rounded to its grid (so float16 stores them exactly); a scale below its normal
+    range or beyond its largest value is left as float32 computed it, and the weight is not half-exact."""
+    raw = np.array([0.1, -3.3e-3, 7.1e-5, 1e-7, -2e-9, 7e4, 65504.0, 1.0], np.float32)
+    grid = blockwise.on_half_grid(raw)
+    normal = np.array([True, True, True, False, False, False, True, True])
+    assert np.array_equal(grid[normal], raw[normal].astype(np.float16).astype(np.float32))
+    assert np.array_equal(grid[~normal], raw[~normal])
+    assert np.all(np.abs(grid - raw) <= np.abs(raw) * 2.0 ** -11)
+    assert blockwise.half_exact(grid[normal]) and not blockwise.half_exact(grid)
+    for symmetric in (True, False):
+        q = quantize_blockwise(rng.normal(0, 0.02, (64, 8)).astype(np.float32), 32, symmetric)
+        assert blockwise.half_exact(q.scales)
 
 
 def test_clip_search_never_worse_than_no_clip_and_importance_is_what_it_minimises(rng):
