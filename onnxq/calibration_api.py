@@ -22,6 +22,7 @@ from onnxq.errors import CalibrationDataError
 from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
+from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
 from onnxq.smoothing import smoothable_groups
@@ -50,14 +51,15 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable).
     """
     config = config or QuantConfig()
-    with run_files() as files:  # what it reads, so that no output of the run lands on it
-        float_model = load_model(model)
-        if isinstance(model, (str, os.PathLike)):
-            files.add_input(model, "the input model")
-            for path in external_data_files(float_model):
-                files.add_input(path, "the input model's external data")
-        declare_data_files(files, data, "the calibration data")
-    return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
+    with custom_op_libraries(config.custom_op_libraries):
+        with run_files() as files:  # what it reads, so that no output of the run lands on it
+            float_model = load_model(model)
+            if isinstance(model, (str, os.PathLike)):
+                files.add_input(model, "the input model")
+                for path in external_data_files(float_model):
+                    files.add_input(path, "the input model's external data")
+            declare_data_files(files, data, "the calibration data")
+        return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
 
 
 @dataclasses.dataclass(frozen=True)

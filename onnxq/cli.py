@@ -11,8 +11,8 @@ import threading
 import traceback
 from pathlib import Path
 
-from onnxq.cli_args import (Parser, add_calibration_flags, add_tolerance_flags, add_verbose_flag, config_from_args,
-                            path_arg)
+from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_tolerance_flags, add_verbose_flag,
+                            config_from_args, path_arg)
 from onnxq.commands import SUBCOMMANDS
 from onnxq.config.formats import FORMATS
 from onnxq.errors import ConfigError, OnnxqError, one_line, ort_reason
@@ -114,6 +114,7 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float (repeatable)")
     p.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float (repeatable)")
     p.add_argument("--exclude-regex", metavar="RE", help="keep nodes whose names match RE in float")
+    add_custom_ops_flag(p)
 
 
 def _calibration_and_check_flags(p: argparse.ArgumentParser) -> None:

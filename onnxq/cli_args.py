@@ -16,7 +16,7 @@ from onnxq.errors import ConfigError
 TASK_KINDS = typing.get_args(TaskKind)
 
 __all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
-           "verify_config_from_args"]
+           "verify_config_from_args", "add_custom_ops_flag", "custom_op_libraries_from_args"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,6 +32,17 @@ def path_arg(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty path — give a file name")
     return text
+
+
+def add_custom_ops_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--custom-ops", type=path_arg, action="append", metavar="LIBRARY",
+                   help="a custom-operator library every ONNX Runtime session registers: its path, or an installed "
+                        "package with get_library_path() (onnxruntime_extensions); its nodes stay float; repeatable")
+
+
+def custom_op_libraries_from_args(config, args: argparse.Namespace) -> tuple[str, ...]:
+    """The config file's custom_op_libraries, then --custom-ops'."""
+    return tuple(dict.fromkeys([*config.custom_op_libraries, *(getattr(args, "custom_ops", None) or ())]))
 
 
 def add_verbose_flag(p: argparse.ArgumentParser) -> None:
@@ -145,7 +156,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         smooth = _smooth_value(args.smooth)
         return QuantConfig(**{**vars(config), "calibration": _changed(
             layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
-            max_samples=args.calib_samples), "smooth": config.smooth if smooth is None else smooth})
+            max_samples=args.calib_samples), "smooth": config.smooth if smooth is None else smooth,
+            "custom_op_libraries": custom_op_libraries_from_args(config, args)})
     top = {k: v for k, v in {
         "mode": args.mode,
         "target": args.target,
@@ -161,6 +173,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "smooth": _smooth_value(args.smooth),
         "recipe": args.recipe,
         "compute": args.compute,
+        "custom_op_libraries": custom_op_libraries_from_args(config, args),
     }.items() if v is not None}
     if args.weights:
         top["weights"] = QScheme(args.weights, symmetric=args.weights != "uint4")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from onnxq.calibration.data import data_files
 from onnxq.calibration_api import calibrate, merge_calibrations
-from onnxq.cli_args import (Parser, add_calibration_flags, add_layout_flags, add_tolerance_flags, add_verbose_flag,
-                            config_from_args, layout_from_args, path_arg, verify_config_from_args)
+from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_layout_flags, add_tolerance_flags,
+                            add_verbose_flag, config_from_args, custom_op_libraries_from_args, layout_from_args,
+                            path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
@@ -43,6 +44,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
     add_layout_flags(p)
+    add_custom_ops_flag(p)
     add_verbose_flag(p)
     return p
 
@@ -67,6 +69,7 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="--ray: a running cluster (auto, or ray://host:port); default: a local one for this run")
     add_calibration_flags(p)
+    add_custom_ops_flag(p)
     add_verbose_flag(p)
     return p
 
@@ -140,7 +143,8 @@ def _verify_command(argv: list[str]) -> int:
             files.claim(args.report, "--report")
         base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
         config = base.replace(verify=verify_config_from_args(base.verify, args),
-                              calibration=layout_from_args(base.calibration, args))
+                              calibration=layout_from_args(base.calibration, args),
+                              custom_op_libraries=custom_op_libraries_from_args(base, args))
         verification = verify(args.float_model, args.quant_model, args.data, config=config,
                               target=args.target or base.target)
         if args.report:

@@ -13,6 +13,7 @@ import onnx_ir as ir
 from onnxq.calibration import CalibrationSummary, DataSource
 from onnxq.config import QuantConfig
 from onnxq.io import run_files
+from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.passes.builder import shared_weight_quantization
 from onnxq.report import QuantReport
 from onnxq.steps import RunInputs, RunState, build_report, run_steps
@@ -55,8 +56,9 @@ def quantize(
     progress: called with the number of samples after each calibration batch.
     """
     given = RunInputs(model, calibration, output, verify_data, calibration_cache, progress)
-    with shared_weight_quantization(), run_files():  # every output written together at the end, or none
-        state = RunState(given, config or QuantConfig())
+    config = config or QuantConfig()
+    with shared_weight_quantization(), run_files(), custom_op_libraries(config.custom_op_libraries):
+        state = RunState(given, config)  # every output written together at the end, or none (run_files)
         try:
             run_steps(state)
             report = build_report(state)

@@ -296,6 +296,10 @@ class QuantConfig:
     # tensor cores (passes.float16: float32 kept where float16 cannot hold the values); auto: the target's
     # (float16 for cuda, float32 for CPUs). float16 pairs with weight-only blocks.
     compute: Literal["auto", "float32", "float16"] = "auto"
+    # Shared libraries of custom operators that every ONNX Runtime session of the run registers (io.custom_ops):
+    # a path, or an installed package with get_library_path() — onnxruntime_extensions for onnxruntime-extensions'
+    # operators. The nodes they define stay float; without their library a model that has them is refused.
+    custom_op_libraries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:

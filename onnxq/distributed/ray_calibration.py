@@ -16,6 +16,7 @@ from onnxq.calibration_api import calibration_job, merge_calibrations
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
 from onnxq.io import load_model
+from onnxq.io.custom_ops import custom_op_libraries
 
 __all__ = ["calibrate_on_ray", "shard_summary", "RAY_MISSING"]
 
@@ -25,8 +26,9 @@ RAY_MISSING = ("calibration on Ray needs Ray, which is not installed here — pi
 
 def shard_summary(model: str | os.PathLike, shards: Sequence[DataSource], config: QuantConfig | None = None) -> dict:
     """The partial summary of these shards, as JSON-ready data: what one worker of any engine returns."""
-    job = calibration_job(load_model(model), config or QuantConfig())
-    return job.run(list(shards)).to_json()
+    config = config or QuantConfig()
+    with custom_op_libraries(config.custom_op_libraries):  # a worker's process registers them itself
+        return calibration_job(load_model(model), config).run(list(shards)).to_json()
 
 
 class _Worker:

@@ -13,6 +13,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from onnxq.io.custom_ops import register_libraries
 from onnxq.io.memory import memory_map, page_out
 from onnxq.io.model import inline_external_tensors, prepare_for_save
 from onnxq.io.segments import SegmentedSession, plan_segments, segment_budget
@@ -153,7 +154,7 @@ def _options_like(options: ort.SessionOptions) -> ort.SessionOptions:
     # No arena: each segment's would keep its largest run's buffers beside the others' (SmolLM2's default run, all
     # its exact sessions segmented: verification 1.38 -> 1.18 GB, sensitivity 1.62 -> 1.40 GB).
     fresh.enable_cpu_mem_arena = False
-    return fresh
+    return register_libraries(fresh)
 
 
 def _drop_unused_initializers(graph: ir.Graph) -> None:

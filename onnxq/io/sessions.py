@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import onnxruntime as ort
 
+from onnxq.io.custom_ops import register_libraries
+
 __all__ = ["session_options", "QUIET", "ORT_ERRORS", "ExactSession"]
 
 # What ONNX Runtime raises for a model or a feed it refuses.
@@ -38,7 +40,7 @@ def session_options(*, optimize: bool, threads: int | None = None,
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return options
+    return register_libraries(options)
 
 
 class ExactSession(ort.InferenceSession):

@@ -10,6 +10,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line, ort_reason
+from onnxq.io.custom_ops import libraries_loaded
 from onnxq.io.model import MAX_IR_VERSION
 from onnxq.passes.op_signatures import defined
 
@@ -130,10 +131,11 @@ def _check_operators(model: ir.Model) -> None:
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if (node.domain, node.op_type, node.overload) in functions:
             continue
-        if node.domain not in KNOWN_DOMAINS:
+        if node.domain not in KNOWN_DOMAINS and not libraries_loaded():  # with them, ORT says what it lacks
             raise UnsupportedModelError(
                 f"node {node.name or node.op_type!r} is {node.domain}::{node.op_type}, a custom operator "
-                "onnxruntime runs only with its library, which onnxq does not load — export without it")
+                "onnxruntime runs only with its library — pass it with --custom-ops LIBRARY (onnxruntime-extensions' "
+                "operators: --custom-ops onnxruntime_extensions), or export without it")
         if node.op_type in QUANTIZED_OPS and node.domain in ("", "ai.onnx", "com.microsoft"):
             quantized[node.op_type] = quantized.get(node.op_type, 0) + 1
             continue

@@ -14,6 +14,7 @@ from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
+from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.verify.check import Reference, Verification, verify_models
 from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.placement import quantized_nodes
@@ -32,6 +33,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     constant_inputs say how the data holds its samples.
     target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one."""
     layout = config.calibration if isinstance(config, QuantConfig) else CalibrationConfig()
+    libraries = config.custom_op_libraries if isinstance(config, QuantConfig) else ()
     config = config.verify if isinstance(config, QuantConfig) else config or VerifyConfig()
     if providers is not None:
         config = dataclasses.replace(config, providers=tuple(providers))
@@ -58,8 +60,9 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     # A file whose nodes had to be named is run as loaded (named), so that placement finds every node.
     renamed = quant_ir.meta[LOAD_NOTES]["renamed_nodes"]
     quant_source = quant_model if isinstance(quant_model, (str, os.PathLike)) and not renamed else quant_ir
-    return verify_models(Reference(float_source, batches, graph=float_ir), quant_source, config, "the given data",
-                         quantized_nodes(quant_ir), target)
+    with custom_op_libraries(libraries):
+        return verify_models(Reference(float_source, batches, graph=float_ir), quant_source, config,
+                             "the given data", quantized_nodes(quant_ir), target)
 
 
 def _load(files, source: ModelInput, what: str) -> ir.Model:
