@@ -97,3 +97,19 @@ def test_the_python_api_takes_the_library_in_the_config(audio):
     report = onnxq.quantize(path, data, config=config).report
     assert report.passed and any(e.op_type == "MatMul" for e in report.quantized)
     assert min(o.metrics.cosine_mean for o in report.verification.outputs) >= 0.99
+
+
+def test_an_operator_the_library_does_not_define_is_refused_in_one_line(tmp_path, rng, capsys):
+    pytest.importorskip(EXTENSIONS, reason="onnxruntime-extensions is not installed")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+                               helper.make_node("Mystery", ["h"], ["y"], name="mystery", domain="ai.onnx.contrib")],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(rng.normal(0, 0.1, (64, 32)).astype(np.float32), "w")])
+    path, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)]), path)
+    assert main([str(path), "-o", str(out), "--custom-ops", EXTENSIONS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Mystery" in err[0] and "onnxruntime cannot run the model" in err[0]
+    assert not out.exists()
