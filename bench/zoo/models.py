@@ -23,9 +23,10 @@ class Task:
     metric: str
     sample_axes: dict[str, int] = dataclasses.field(default_factory=dict)
     truth: list | None = None  # the right answers, where the held-out inputs were made from them (rendered text)
-    # The held-out inputs as one feed, given to onnxq as its verification data (--verify-data): its gate then judges
-    # the task on the inputs the bench judges, not on every 10th calibration sample (5 lines, 1 page).
-    verification: dict[str, np.ndarray] | None = None
+    # The held-out inputs, given to onnxq as its verification data (--verify-data): its gate then judges the task on
+    # the inputs the bench judges, not on every 10th calibration sample (5 lines, 1 page) — as one feed, or as the
+    # batches the package runs (the recognizer's: each padded to its own widest line).
+    verification: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,15 @@ def _rec_batch(rec, lines: list[np.ndarray]) -> np.ndarray:
     return np.stack([rec.resize_norm_img(line, ratio) for line in lines]).astype(np.float32)
 
 
+def _deployed_batches(rec, lines: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Lines as TextRecognizer runs them: sorted by aspect ratio, rec_batch_num a batch, each batch padded to its own
+    widest line — the feeds the bench judges, one batch each."""
+    order = np.argsort([line.shape[1] / line.shape[0] for line in lines], kind="stable")
+    ordered = [lines[i] for i in order]
+    return [{"x": _rec_batch(rec, ordered[i:i + rec.rec_batch_num])}
+            for i in range(0, len(ordered), rec.rec_batch_num)]
+
+
 def _ppocr_rec(rng: np.random.Generator) -> Task:
     """Recognizer (PP-OCRv4, SVTR): printed lines read by TextRecognizer itself (its sorting by width, batches of
     rec_batch_num, resize_norm_img to the batch's widest aspect ratio, CTC decoding) around the given session; the
@@ -96,7 +106,7 @@ def _ppocr_rec(rng: np.random.Generator) -> Task:
         rec.session = _RecSession(session)
         return [text for text, _ in rec(held_out)[0]]
     return Task({"x": _rec_batch(rec, list(lines[:48]))}, {"x": _rec_batch(rec, held_out[:rec.rec_batch_num])},
-                answers, "string agreement", truth=list(texts[48:]), verification={"x": _rec_batch(rec, held_out)})
+                answers, "string agreement", truth=list(texts[48:]), verification=_deployed_batches(rec, held_out))
 
 
 def _ppocr_det(rng: np.random.Generator) -> Task:

@@ -162,9 +162,12 @@ def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
     if not skips:
         return (f"nothing to quantize: the model has no {'/'.join(config.op_types)} node with a constant float32 "
                 "weight — onnxq quantizes MatMul, Gemm and Gather on constant weights")
-    first = skips[0]
+    excluded = [s for s in skips if config.exclusion_reason(s.node.name or "", s.node.op_type) is not None]
+    first = (excluded or skips)[0]
+    # The exclude options are the fix only where they kept a node float; elsewhere the reason says what it is.
+    fix = "check the exclude options" if excluded else "README's Known limits list what stays float and why"
     return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
-            f"{first.reason}) — check the exclude options")
+            f"{first.reason}) — {fix}")
 
 
 def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:

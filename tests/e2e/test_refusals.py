@@ -2,12 +2,14 @@
 unused initializers (which ORT drops, then refuses the buffer handed over for), and 4-bit weights read inside an If
 branch that no calibration sample takes (its inputs are empty)."""
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
+from onnxq.cli import main
 from onnxq.verify.sessions import make_session
 
 
@@ -216,3 +218,27 @@ def test_made_up_inputs_outside_the_models_domain_ask_for_real_ones(rng, tmp_pat
     np.savez(tmp_path / "d.npz", x=rng.uniform(0.5, 2.0, (32, 16)).astype(np.float32))
     assert main([str(tmp_path / "m.onnx"), "--verify-data", str(tmp_path / "d.npz"), "-o",
                  str(tmp_path / "q.onnx")]) == 0
+
+
+@pytest.mark.parametrize("excluded", [False, True])
+def test_nothing_to_quantize_points_at_the_exclude_options_only_when_they_kept_the_nodes(rng, tmp_path, capsys,
+                                                                                         excluded):
+    """A bfloat16 weight's reason carries its own fix (convert to float32); "check the exclude options" was appended
+    to it too, though no option was set. Only nodes the options kept float point there."""
+    weight = rng.normal(0, 0.1, (64, 32)).astype(np.float32)
+    if excluded:
+        w = numpy_helper.from_array(weight, "w")
+    else:
+        w = helper.make_tensor("w", TensorProto.BFLOAT16, [64, 32],
+                               weight.astype(ml_dtypes.bfloat16).view(np.uint16).tobytes(), raw=True)
+    dtype = TensorProto.FLOAT if excluded else TensorProto.BFLOAT16
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", dtype, ["n", 64])],
+                              [helper.make_tensor_value_info("y", dtype, ["n", 32])], [w])
+    path, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert main([str(path), "-o", str(out), *(["--exclude", "mm"] if excluded else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing to quantize" in err[0] and not out.exists()
+    assert ("check the exclude options" in err[0]) == excluded
+    assert ("convert the model to float32" in err[0]) == (not excluded)
