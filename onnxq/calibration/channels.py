@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.batching import pieces, take
-from onnxq.calibration.specs import Batch, sample_axis
+from onnxq.calibration.specs import Batch
 from onnxq.calibration.runner import Exposed
 from onnxq.errors import CalibrationDataError
 
@@ -138,7 +138,7 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
 
     size = None  # samples a run takes
     for batch in batches:
-        if exposed is None or not _any_batch_size(exposed, batch):
+        if exposed is None or not exposed.takes_any_batch(batch):
             yield values(batch)
             continue
         start = 0
@@ -149,14 +149,3 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
             start = 1
         for piece in pieces(batch, size, start):
             yield values(piece)
-
-
-def _any_batch_size(exposed: Exposed, batch: Batch) -> bool:
-    """Whether the session takes any number of samples: no input it reads has a fixed size over 1 on its samples
-    axis."""
-    for spec in exposed.session.get_inputs() if exposed.session is not None else ():
-        axis = sample_axis(batch, spec.name) if spec.name in batch else None
-        if axis is not None and len(spec.shape) > axis and isinstance(spec.shape[axis], int) \
-                and spec.shape[axis] > 1:
-            return False
-    return exposed.session is not None

@@ -38,10 +38,18 @@ class TensorObserver:
     def observe(self, batch: np.ndarray) -> None:
         if batch.size == 0:
             return
-        lo, hi = float(np.min(batch)), float(np.max(batch))
+        lo, hi = self.add_to_histogram(batch)
         self.observe_extremes(lo, hi, int(batch.size))
+
+    def add_to_histogram(self, values: np.ndarray) -> tuple[float, float]:
+        """Count a part of a batch into the histogram (when there is one) and return its min and max: the batch's
+        extremes go to observe_extremes once it is whole (a batch run in pieces: calibration.runner)."""
+        lo, hi = float(np.min(values)), float(np.max(values))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError("observed values are not finite (NaN or inf)")
         if self.histogram is not None:
-            self.histogram.add(batch, lo, hi)
+            self.histogram.add(values, lo, hi)
+        return lo, hi
 
     def observe_extremes(self, lo: float, hi: float, size: int) -> None:
         """Fold in one batch known only by its min, max and size (no histogram update)."""

@@ -1,6 +1,7 @@
 """The named values of a model batch by batch (calibration.channels.values_per_batch, which SmoothQuant's
 statistics and GPTQ's moments read) come in pieces of at most VALUES_BUDGET bytes, measured on the first sample:
-the same values, in the same order, as whole batches (to float32 rounding)."""
+the same values, in the same order, as whole batches (to float32 rounding). The calibration observers
+(calibration.runner) run a batch in pieces of OBSERVED_BUDGET the same way, with the statistics of whole batches."""
 
 import numpy as np
 import onnx_ir as ir
@@ -40,3 +41,38 @@ def test_a_model_with_a_fixed_batch_size_runs_whole_batches(rng, monkeypatch):
     monkeypatch.setattr(channels, "VALUES_BUDGET", 1)
     batches = [{"x": rng.normal(0, 1, (4, 32)).astype(np.float32)}]
     assert [len(p["hidden"]) for p in _values(_model(rng, batch_dim=4), batches)] == [4]
+
+
+def _elementwise_model(rng):
+    """h = 2x, r = Relu(h) (exact whatever the batch), then a MatMul."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 32])
+    two = tape.initializer(ir.tensor(np.array(2.0, np.float32), name="two"))
+    h = tape.op("Mul", [x, two])
+    h.name = "h"
+    r = tape.op("Relu", [h])
+    r.name = "r"
+    y = tape.op("MatMul", [r, weight(tape, rng, "w", (32, 8))])
+    y.name = "y"
+    return to_model(tape, [x], [y])
+
+
+def test_observed_batches_run_in_pieces_give_the_whole_batches_statistics(rng, monkeypatch):
+    """Histograms and channel statistics fetch whole values: past OBSERVED_BUDGET a batch runs in pieces (Xception,
+    batches of 8: 3.9 GB → 0.56 GB peak, the same summary file), and each observer still sees the batch as one —
+    its extremes once a batch (average MinMax), its histogram and count the same, bit for bit."""
+    from onnxq.calibration import runner
+
+    model = _elementwise_model(rng)
+    batches = [{"x": rng.normal(0, 1, (10, 32)).astype(np.float32)} for _ in range(3)]
+
+    def observed():
+        return {n: o.state() for n, o in runner.collect_observers(model, ["h", "r"], batches, 512).items()}
+
+    whole = observed()
+    monkeypatch.setattr(runner, "OBSERVED_BUDGET", 3 * 2 * 32 * 4)  # three samples of h and r
+    runs = []
+    monkeypatch.setattr(runner.Exposed, "run", lambda self, batch, run=runner.Exposed.run: runs.append(
+        len(batch["x"])) or run(self, batch))
+    assert observed() == whole and whole["h"]["batches"] == 3
+    assert runs == [1, 3, 3, 3] + [3, 3, 3, 1] * 2  # the first sample measures them

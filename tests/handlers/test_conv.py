@@ -322,5 +322,5 @@ def test_a_conv_weight_only_blocks_leave_float_names_the_way_that_quantizes_it(r
         onnxq.quantize(model, data, config=onnxq.QuantConfig(target=target, mode="weight-only"))
     assert hint in str(refused.value)
     if target != "portable":
-        assert str(refused.value).endswith(
-            "— --target portable quantizes it for CPUs)) — check the exclude options")
+        assert str(refused.value).endswith(  # no exclude option set: the line does not point there
+            "— --target portable quantizes it for CPUs)) — README's Known limits list what stays float and why")

@@ -54,7 +54,10 @@ def test_an_images_channels_come_from_its_conv_and_its_sides_from_what_the_model
 def test_a_model_without_data_whose_sides_are_named_is_quantized(rng, tmp_path):
     path = tmp_path / "vit.onnx"
     onnx.save(_patch_model(rng), path)
-    result = onnxq.quantize(path, output=tmp_path / "q.onnx")  # exited 2: "Input channels C is not equal to …"
+    # Never-slower off: its float batch takes ~0.85 ms, about the 1 ms past which a slower timing sends nodes
+    # float — on a loaded machine it did (the test is of the made-up inputs' shapes, not of speed).
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False))
+    result = onnxq.quantize(path, output=tmp_path / "q.onnx", config=config)  # exited 2: "Input channels C is …"
     assert result.report.passed and "head" in [e.name for e in result.report.quantized]
 
 
