@@ -140,11 +140,7 @@ def _observe_part(outputs: list[np.ndarray], names: list[str], extremes: dict[st
     for name, values in zip(names, outputs):
         if not values.size:
             continue
-        try:
-            lo, hi = observers[name].add_to_histogram(values)
-        except ValueError:
-            raise CalibrationDataError(f"the model computes NaN or inf for '{name}' on a calibration batch — check "
-                                       "those inputs") from None
+        lo, hi = _checked(name, observers[name].add_to_histogram, values)
         if name in channels:
             _checked(name, channels[name].observe, values)
         seen = extremes.get(name)
@@ -163,9 +159,10 @@ def _observe_reduced(outputs: list[np.ndarray], names: list[str], observers: dic
             _checked(name, observers[name].observe_extremes, float(np.min(lo)), float(np.max(hi)), count)
 
 
-def _checked(name: str, observe: Callable, *args) -> None:
+def _checked(name: str, observe: Callable, *args):
+    """observe(*args), its result returned; a ValueError (not finite) is the data's, in one line."""
     try:
-        observe(*args)
+        return observe(*args)
     except ValueError:
         raise CalibrationDataError(
             f"the model computes NaN or inf for '{name}' on a calibration batch — check those inputs") from None
