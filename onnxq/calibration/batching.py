@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from onnxq.calibration.specs import Batch, InputSpec, laid_out, sample_axis
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["samples_in", "take", "pieces", "concatenate", "fixed_batch_size", "exact_batches", "first_samples",
-           "SampleCounter", "Holdout", "Batches"]
+__all__ = ["samples_in", "take", "pieces", "SampleRuns", "concatenate", "fixed_batch_size", "exact_batches",
+           "first_samples", "SampleCounter", "Holdout", "Batches"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def samples_in(batch: Batch) -> int:
@@ -40,6 +43,27 @@ def pieces(batch: Batch, size: int, start: int = 0) -> Iterator[Batch]:
     """The batch's samples from `start` on, `size` at a time (a batch cut to bound one run's outputs)."""
     for begin in range(start, samples_in(batch), size):
         yield take(batch, slice(begin, begin + size))
+
+
+class SampleRuns:
+    """Runs over a batch a piece of samples at a time, each run's outputs within `budget` bytes: the piece's size is
+    measured once, on the first sample of the first batch (its own run), and kept for every later batch."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.size: int | None = None  # samples a run takes, once measured
+
+    def __call__(self, batch: Batch, run: Callable[[Batch], T], nbytes: Callable[[T], int]) -> Iterator[T]:
+        """run(piece) for the batch's pieces, in order; nbytes(outputs) sizes a run's outputs."""
+        start = 0
+        if self.size is None:
+            first = run(take(batch, slice(0, 1)))
+            self.size = max(1, self.budget // max(nbytes(first), 1))
+            yield first
+            del first  # not held while the next pieces run
+            start = 1
+        for piece in pieces(batch, self.size, start):
+            yield run(piece)
 
 
 def _along(array: np.ndarray, axis: int | None, index: slice | np.ndarray) -> np.ndarray:

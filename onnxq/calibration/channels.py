@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import pieces, take
+from onnxq.calibration.batching import SampleRuns
 from onnxq.calibration.specs import Batch
 from onnxq.calibration.runner import Exposed
 from onnxq.errors import CalibrationDataError
@@ -136,16 +136,9 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
         computed = dict(zip(exposed.names, exposed.run(batch))) if exposed is not None else {}
         return computed | {n: batch[n] for n in names if n in graph_inputs}
 
-    size = None  # samples a run takes
+    cut = SampleRuns(VALUES_BUDGET)
     for batch in batches:
         if exposed is None or not exposed.takes_any_batch(batch):
             yield values(batch)
-            continue
-        start = 0
-        if size is None:
-            first = values(take(batch, slice(0, 1)))
-            size = max(1, VALUES_BUDGET // max(sum(first[n].nbytes for n in exposed.names), 1))
-            yield first
-            start = 1
-        for piece in pieces(batch, size, start):
-            yield values(piece)
+        else:
+            yield from cut(batch, values, lambda got: sum(got[n].nbytes for n in exposed.names))

@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from onnxq.calibration.batching import pieces, samples_in, take
+from onnxq.calibration.batching import SampleRuns, samples_in
 from onnxq.calibration.bodies import BodyValues
 from onnxq.calibration.specs import Batch, sample_axis
 from onnxq.errors import CalibrationDataError, ort_reason
@@ -55,13 +55,13 @@ def collect_observers(model: ir.Model, value_names: Iterable[str], batches: Iter
     reduce_in_graph = histogram_bins is None and not channels
     # Nothing computed to observe (weight-only plans, or only graph inputs): no session, the data still streams.
     exposed = _exposed(model, fetched, reduce_in_graph) if fetched else None
-    seen, piece = 0, None
+    seen, cut = 0, SampleRuns(OBSERVED_BUDGET)
     for batch in batches:
         if exposed is not None and reduce_in_graph:
             exposed, outputs = _run(exposed, batch, observers, histogram_bins)
             _observe_reduced(outputs, exposed.names, observers)
         elif exposed is not None:
-            exposed, piece = _observe_in_pieces(exposed, batch, piece, (observers, channels, histogram_bins))
+            exposed = _observe_in_pieces(exposed, batch, cut, (observers, channels, histogram_bins))
         for name in names:
             if name in graph_inputs:
                 _checked(name, observers[name].observe, batch[name])
@@ -110,28 +110,26 @@ def _run(exposed: Exposed, batch: Batch, observers: dict[str, TensorObserver],
                     histogram_bins)
 
 
-def _observe_in_pieces(exposed: Exposed, batch: Batch, piece: int | None,
-                       sinks: tuple) -> tuple[Exposed, int | None]:
-    """One batch's whole values into their observers, run `piece` samples at a time (None: not measured yet — the
-    first sample alone, then as many as OBSERVED_BUDGET holds); each observer takes the batch's extremes once, as
-    for a batch run whole. Returns the session (_run may replace it) and the piece size."""
+def _observe_in_pieces(exposed: Exposed, batch: Batch, cut: SampleRuns, sinks: tuple) -> Exposed:
+    """One batch's whole values into their observers, a piece of samples a run (cut: within OBSERVED_BUDGET); each
+    observer takes the batch's extremes once, as for a batch run whole. Returns the session (_run may replace it)."""
     observers, channels, histogram_bins = sinks
     extremes: dict[str, list] = {}
-    parts = [batch] if not exposed.takes_any_batch(batch) else None
-    if parts is None and piece is None:
-        exposed, outputs = _run(exposed, take(batch, slice(0, 1)), observers, histogram_bins)
-        piece = max(1, OBSERVED_BUDGET // max(sum(o.nbytes for o in outputs), 1))
-        _observe_part(outputs, exposed.names, extremes, observers, channels)
-        del outputs
-        parts = pieces(batch, piece, 1)
-    for part in parts if parts is not None else pieces(batch, piece):
+
+    def run(part: Batch) -> list[np.ndarray]:
+        nonlocal exposed
         exposed, outputs = _run(exposed, part, observers, histogram_bins)
+        return outputs
+
+    runs = cut(batch, run, lambda outputs: sum(o.nbytes for o in outputs)) if exposed.takes_any_batch(batch) \
+        else [run(batch)]
+    for outputs in runs:
         _observe_part(outputs, exposed.names, extremes, observers, channels)
         del outputs  # before the next piece's are made
     for name, (lo, hi, size, observer) in extremes.items():
         if observers[name] is observer:  # not emptied since (a body's value, when its way out failed: _run)
             _checked(name, observer.observe_extremes, lo, hi, size)
-    return exposed, piece
+    return exposed
 
 
 def _observe_part(outputs: list[np.ndarray], names: list[str], extremes: dict[str, list],
