@@ -21,9 +21,10 @@ _LAZY = 128  # columns updated together before the rest of W (the paper's lazy b
 _SOLVED_WHOLE = 256  # a triangular block this small is inverted by one solve (LAPACK on the whole block)
 # numpy's Cholesky (OpenBLAS 0.3.31, numpy 2.4) ends the process with SIGSEGV from K ≈ 16000 on under the default
 # 8 MiB stack (15360 ran, 16000 did not; FCN-ResNet50's 3×3 Conv over 2048 channels, K = 18432, ended that way;
-# Llama-70B's down projections have 28672): larger matrices are factored by halves, each LAPACK call at most this
-# size (12000 measured safe).
-_FACTORED_WHOLE = 8192
+# Llama-70B's down projections have 28672): larger matrices are factored by halves, in place, each LAPACK call at
+# most this size (12000 measured safe; smaller keeps numpy's copies of the block small).
+_FACTORED_WHOLE = 2048
+_PRODUCT_ROWS = 1024  # rows of a block product computed at a time: its temporaries stay small
 _NEVER_ACTIVE = float(np.finfo(np.float32).tiny)
 
 
@@ -36,11 +37,10 @@ def gptq_blockwise(weight: np.ndarray, hessian: np.ndarray, block_size: int, sym
     fixed beforehand on the original weights ("static groups"), so blocks stay contiguous along K.
     Every output channel is fitted on its own (the errors spread along its row only), so they are taken a slice at a
     time (numerics.blockwise.by_rows): W in float64 whole was 226 MB for SmolLM2's lm_head."""
-    h = _regularized(hessian)
     importance, zero = _error_weights(np.diag(hessian))
-    order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(weight.shape[0])
-    # Contiguous: every slice of rows reads it (a reversed view costs each product a copy).
-    h_inv = np.ascontiguousarray(_upper_cholesky_of_inverse(h[np.ix_(order, order)] if act_order else h))
+    order = (np.argsort(-_regularized_diagonal(np.diag(hessian)), kind="stable") if act_order
+             else np.arange(weight.shape[0]))
+    h_inv = _upper_cholesky_of_inverse(hessian, order if act_order else None)
     fit = _Fit(h_inv, order, importance, zero, block_size, symmetric, tuple(clip_ratios), act_order, bits)
     return by_rows(lambda rows: _gptq_rows(rows, fit), weight, 8 * weight.shape[0])
 
@@ -136,70 +136,90 @@ def _error_weights(diagonal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return diagonal.astype(np.float32), ~(diagonal > 0)
 
 
-def _regularized(hessian: np.ndarray) -> np.ndarray:
+def _regularized(hessian: np.ndarray, extra: float = 0.0) -> np.ndarray:
     """H in float64, inputs never active (nothing spreads to or from them: their weights round to nearest) with a
-    unit diagonal, damped by DAMPING of its mean diagonal. Never active: a mean square under float32's smallest
-    normal (values under 1e-19, stored as subnormals with a few bits of precision, or 0) — a random-init
-    MobileNetV2's 1e-43 diagonal was indefinite however damped."""
+    unit diagonal, damped by DAMPING of its mean diagonal (then by `extra` of the damped one's). Never active: a mean
+    square under float32's smallest normal (values under 1e-19, stored as subnormals with a few bits of precision,
+    or 0) — a random-init MobileNetV2's 1e-43 diagonal was indefinite however damped."""
     h = np.array(hessian, dtype=np.float64)
     dead = ~(np.diag(h) > _NEVER_ACTIVE)  # NaN too
     h[dead, :], h[:, dead] = 0.0, 0.0
     h[dead, dead] = 1.0
     h[np.diag_indices(h.shape[0])] += DAMPING * np.mean(np.diag(h))
+    if extra:
+        h[np.diag_indices(h.shape[0])] += extra * np.mean(np.diag(h))
     return h
 
 
-def _upper_cholesky_of_inverse(h: np.ndarray) -> np.ndarray:
-    """U upper triangular with H⁻¹ = UᵀU: row i of U holds what column i's error does to the columns after it.
-    Without forming H⁻¹: with J the reversal of the order, JHJ = LLᵀ gives H⁻¹ = (J L⁻ᵀ J)(J L⁻¹ J), so U = J L⁻¹ J
-    — one Cholesky factorization and one triangular inverse, ~K³ flops where inverting H and factoring the inverse
-    took ~5 K³ (K = 4608, ResNet-50's last 3×3 Convs: 8.1 s → 2.2 s a matrix, the same U to 2e-15).
+def _regularized_diagonal(diagonal: np.ndarray) -> np.ndarray:
+    """The diagonal of _regularized(H) from H's: the order act_order takes, without a K×K copy."""
+    d = np.array(diagonal, dtype=np.float64)
+    d[~(d > _NEVER_ACTIVE)] = 1.0
+    return d + DAMPING * np.mean(d)
+
+
+def _upper_cholesky_of_inverse(hessian: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """U upper triangular with H⁻¹ = UᵀU, H the damped hessian (_regularized), its rows and columns in `order`: row i
+    of U holds what column i's error does to the columns after it. Without forming H⁻¹: with J the reversal of the
+    order, JHJ = LLᵀ gives H⁻¹ = (J L⁻ᵀ J)(J L⁻¹ J), so U = J L⁻¹ J — one Cholesky factorization and one triangular
+    inverse, ~K³ flops where inverting H and factoring the inverse took ~5 K³ (K = 4608: 8.1 s → 2.2 s a matrix).
+    Both run in place in H's damped copy, through its reversed view, which then holds U itself: beside it only
+    blocks of a quarter of its size (K = 6912: 1.48 GB over the call with a copy per step, numpy's and ours).
     Where float rounding left the damped H indefinite, damped more (10x, 100x); failing that, U = I: each column
     rounds to nearest, its error spread nowhere."""
-    mean = np.mean(np.diag(h))
     for extra in (0.0, 10 * DAMPING, 100 * DAMPING):
+        work = _regularized(hessian if order is None else hessian[np.ix_(order, order)], extra)
         try:
-            return _upper_from_reversed_factor(_cholesky(
-                (h + extra * mean * np.eye(h.shape[0]) if extra else h)[::-1, ::-1]))
+            _cholesky_in_place(work[::-1, ::-1])
         except np.linalg.LinAlgError:
             continue
-    return np.eye(h.shape[0])
+        _invert_lower_in_place(work[::-1, ::-1])
+        return work
+    return np.eye(hessian.shape[0])
 
 
-def _cholesky(h: np.ndarray) -> np.ndarray:
-    """L lower triangular with LLᵀ = H, by halves above _FACTORED_WHOLE: [[A, Bᵀ], [B, C]] gives L₁₁ = chol(A),
-    L₂₁ = B L₁₁⁻ᵀ, L₂₂ = chol(C − L₂₁L₂₁ᵀ). LinAlgError where H (or a Schur complement, in float) is not positive
-    definite, as numpy's."""
-    k = h.shape[0]
+def _row_slices(rows: int):
+    return (slice(start, start + _PRODUCT_ROWS) for start in range(0, rows, _PRODUCT_ROWS))
+
+
+def _cholesky_in_place(a: np.ndarray) -> None:
+    """a (symmetric positive definite) overwritten by L, lower triangular with LLᵀ = a, by halves above
+    _FACTORED_WHOLE: [[A, Bᵀ], [B, C]] gives L₁₁ = chol(A), L₂₁ = B L₁₁⁻ᵀ, L₂₂ = chol(C − L₂₁L₂₁ᵀ). LinAlgError
+    where a (or a Schur complement, in float) is not positive definite, as numpy's."""
+    k = a.shape[0]
     if k <= _FACTORED_WHOLE:
-        return np.linalg.cholesky(h)
+        a[...] = np.linalg.cholesky(a)
+        return
     half = k // 2
-    top = _cholesky(h[:half, :half])
-    below = h[half:, :half] @ _lower_inverse(top).T
-    lower = np.zeros((k, k), dtype=np.result_type(h.dtype, np.float32))
-    lower[:half, :half], lower[half:, :half] = top, below
-    lower[half:, half:] = _cholesky(h[half:, half:] - below @ below.T)
-    return lower
+    top, below, corner = a[:half, :half], a[half:, :half], a[half:, half:]
+    _cholesky_in_place(top)
+    top_inverse = np.tril(top)
+    _invert_lower_in_place(top_inverse)
+    for rows in _row_slices(k - half):
+        below[rows] = below[rows] @ top_inverse.T
+    del top_inverse
+    factor = np.ascontiguousarray(below)
+    for rows in _row_slices(k - half):
+        corner[rows] -= factor[rows] @ factor.T
+    del factor
+    _cholesky_in_place(corner)
+    a[:half, half:] = 0.0
 
 
-def _upper_from_reversed_factor(lower: np.ndarray) -> np.ndarray:
-    """U = J L⁻¹ J from L, the Cholesky factor of JHJ (_upper_cholesky_of_inverse): a view — K = 4608 is 170 MB a
-    copy."""
-    return _lower_inverse(lower)[::-1, ::-1]
-
-
-def _lower_inverse(lower: np.ndarray) -> np.ndarray:
-    """The inverse of a lower triangular matrix, by halves (numpy has no triangular solve): [[A, 0], [C, D]]⁻¹ =
-    [[A⁻¹, 0], [−D⁻¹CA⁻¹, D⁻¹]], the off-diagonal block two matrix products."""
-    k = lower.shape[0]
+def _invert_lower_in_place(a: np.ndarray) -> None:
+    """a (lower triangular) overwritten by its inverse, by halves: [[A, 0], [C, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹CA⁻¹, D⁻¹]],
+    the off-diagonal block two matrix products (numpy has no triangular solve)."""
+    k = a.shape[0]
     if k <= _SOLVED_WHOLE:
-        return np.tril(np.linalg.solve(lower, np.eye(k)))
+        a[...] = np.tril(np.linalg.solve(np.tril(a), np.eye(k)))
+        return
     half = k // 2
-    a, d = _lower_inverse(lower[:half, :half]), _lower_inverse(lower[half:, half:])
-    inverse = np.zeros_like(lower)
-    inverse[:half, :half], inverse[half:, half:] = a, d
-    inverse[half:, :half] = -(d @ (lower[half:, :half] @ a))
-    return inverse
+    _invert_lower_in_place(a[:half, :half])
+    _invert_lower_in_place(a[half:, half:])
+    product = a[half:, :half] @ a[:half, :half]
+    corner = a[half:, half:]
+    for rows in _row_slices(k - half):
+        a[half:, :half][rows] = -(corner[rows] @ product)
 
 
 def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
@@ -218,7 +238,7 @@ def gptq_channelwise(weight: np.ndarray, hessian: np.ndarray, scale: np.ndarray,
     groups = h.shape[0]
     w = np.array(weight, np.float64).reshape(groups, n // groups, k)
     s = np.asarray(scale, np.float64).reshape(groups, n // groups)
-    factors = [_upper_cholesky_of_inverse(_regularized(h_g)) for h_g in h]
+    factors = [_upper_cholesky_of_inverse(h_g) for h_g in h]
     u = factors[0][None] if groups == 1 else np.stack(factors)
     codes = np.zeros(w.shape, np.float64)
     for start in range(0, k, _LAZY):

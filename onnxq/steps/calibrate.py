@@ -93,8 +93,9 @@ def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
     return readers
 
 
-# A Conv whose im2col width K is larger is rounded to nearest: GPTQ holds XᵀX and its factors in float64 at once
-# (FCN-ResNet50's head, a 3×3 Conv over 2048 channels, K = 18432: 12 GB of RSS, and two such runs met the OOM killer).
+# A Conv whose im2col width K is larger is rounded to nearest: GPTQ holds XᵀX (float32) and factors a float64 copy
+# (FCN-ResNet50's head, a 3×3 Conv over 2048 channels, K = 18432: 12 GB of RSS, and two such runs met the OOM killer,
+# before the factoring went in place: ~14 K² bytes since, 4.6 GB there, and a Cholesky of ~7 minutes on 2 cores).
 GPTQ_MAX_K = 8192
 
 # What each range_choice does after the method's windows, in order (config.calibration.range_choice).
@@ -119,7 +120,7 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
         readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
     if wide:
         state.notes.append(f"weights: {len(wide)} Conv weight(s) of K > {GPTQ_MAX_K} rounded to nearest — GPTQ's "
-                           "float64 XᵀX and its factors take 24 K² bytes (8 GB at K = 18432)")
+                           "XᵀX and its float64 factor take ~14 K² bytes (4.6 GB at K = 18432)")
     if not readers or state.stream is None or not state.config.per_channel:
         return None
     try:

@@ -65,15 +65,21 @@ def test_pairs_stay_within_the_limit_where_nearest_would_pass_it():
 
 @pytest.mark.parametrize("k", [5, 256, 700])
 def test_the_upper_cholesky_factor_of_the_inverse_is_found_without_inverting(rng, k):
-    """U upper triangular with UᵀU = H⁻¹ (by one Cholesky factorization and a triangular inverse by halves: 700
-    splits unevenly down to blocks solved whole), to float64's precision."""
-    from onnxq.numerics.gptq import _upper_cholesky_of_inverse
+    """U upper triangular with UᵀU = H⁻¹, H the damped hessian (by one Cholesky factorization and a triangular
+    inverse by halves: 700 splits unevenly down to blocks solved whole), to float64's precision; in an order, the
+    factor of H's rows and columns in it; the hessian given is left as it was."""
+    from onnxq.numerics.gptq import _regularized, _upper_cholesky_of_inverse
 
     x = rng.normal(0, 1, (3 * k, k)) * rng.gamma(0.5, 1, k)  # channels of very different sizes
-    h = x.T @ x / len(x) + 0.01 * np.eye(k)
+    h = x.T @ x / len(x)
+    given = h.copy()
     u = _upper_cholesky_of_inverse(h)
-    assert np.array_equal(u, np.triu(u)) and np.all(np.diag(u) > 0)
-    np.testing.assert_allclose(u.T @ u @ h, np.eye(k), atol=1e-9)
+    assert np.array_equal(u, np.triu(u)) and np.all(np.diag(u) > 0) and u.flags.c_contiguous
+    np.testing.assert_allclose(u.T @ u @ _regularized(h), np.eye(k), atol=1e-9)
+    order = rng.permutation(k)
+    u = _upper_cholesky_of_inverse(h, order)
+    np.testing.assert_allclose(u.T @ u @ _regularized(h[np.ix_(order, order)]), np.eye(k), atol=1e-9)
+    assert np.array_equal(h, given)
 
 
 def test_inputs_of_subnormal_magnitude_are_never_active_and_round_to_nearest():
@@ -101,16 +107,21 @@ def test_an_indefinite_hessian_rounds_to_nearest_rather_than_fail():
 @pytest.mark.parametrize("k", [9, 40, 77])
 def test_a_large_hessian_is_factored_by_halves_as_numpy_factors_it_whole(rng, k, monkeypatch):
     """numpy's Cholesky ends the process (SIGSEGV) from K ≈ 16000 on: past _FACTORED_WHOLE the factor is built from
-    halves — here forced from 8 on, so 77 splits unevenly three levels deep — and equals numpy's to float64's
-    precision; an indefinite H still raises LinAlgError for the damping retries."""
+    halves in place — here forced from 8 on, so 77 splits unevenly three levels deep — and equals numpy's to
+    float64's precision, on a reversed view too; an indefinite H still raises LinAlgError for the damping retries."""
     from onnxq.numerics import gptq
 
     monkeypatch.setattr(gptq, "_FACTORED_WHOLE", 8)
+    monkeypatch.setattr(gptq, "_PRODUCT_ROWS", 5)  # products in row slices, the last one short
     x = rng.normal(0, 1, (3 * k, k)) * rng.gamma(0.5, 1, k)
     h = x.T @ x / len(x) + 0.01 * np.eye(k)
-    lower = gptq._cholesky(h)
+    lower = h.copy()
+    gptq._cholesky_in_place(lower)
     np.testing.assert_allclose(lower, np.linalg.cholesky(h), rtol=1e-9, atol=1e-12)
+    reversed_view = h.copy()[::-1, ::-1]  # negative strides, as _upper_cholesky_of_inverse factors JHJ
+    gptq._cholesky_in_place(reversed_view)
+    np.testing.assert_allclose(reversed_view, np.linalg.cholesky(h[::-1, ::-1]), rtol=1e-9, atol=1e-12)
     indefinite = h.copy()
     indefinite[-1, -1] = -1.0
     with pytest.raises(np.linalg.LinAlgError):
-        gptq._cholesky(indefinite)
+        gptq._cholesky_in_place(indefinite)

@@ -1,7 +1,7 @@
 """numpy 2.4's Cholesky (OpenBLAS 0.3.31) ends the process with SIGSEGV on a matrix of K ≈ 16000 or more under the
 default 8 MiB stack — the XᵀX of a 3×3 Conv over 2048 channels (torchvision's FCN-ResNet50 head, K = 18432) ended a
 static run that way (such a Conv is rounded to nearest now); a 4-bit MatMul's can be as wide (Llama-70B's down
-projections: K = 28672). GPTQ factors such a matrix by halves (numerics.gptq._cholesky). In a child process: a crash
+projections: K = 28672). GPTQ factors such a matrix by halves (numerics.gptq._cholesky_in_place). In a child process: a crash
 would end the test run. About a minute and 5 GB on 2 cores: slow step."""
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 
 _CHILD = """
 import numpy as np
-from onnxq.numerics.gptq import _upper_cholesky_of_inverse
+from onnxq.numerics.gptq import _regularized, _upper_cholesky_of_inverse
 k = 16384
 rng = np.random.default_rng(0)
 x = rng.standard_normal((k, 32))
@@ -19,8 +19,8 @@ h = x @ x.T
 h[np.diag_indices(k)] += 1.0
 u = _upper_cholesky_of_inverse(h)
 probe = rng.standard_normal(k)
-# UᵀU = H⁻¹: H (UᵀU) p = p, checked on one vector (a product of two K×K matrices would take minutes)
-print(float(np.max(np.abs(h @ (u.T @ (u @ probe)) - probe))))
+# UᵀU = H⁻¹ of the damped H: H (UᵀU) p = p, checked on one vector (a product of two K×K matrices would take minutes)
+print(float(np.max(np.abs(_regularized(h) @ (u.T @ (u @ probe)) - probe))))
 """
 
 
