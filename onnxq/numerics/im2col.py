@@ -5,7 +5,6 @@ gemm_view is the weight's side). Padding holds the activation's zero point: a pa
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 
@@ -45,33 +44,33 @@ class ConvGeometry:
 
 def im2col(a: np.ndarray, geometry: ConvGeometry, zero_point: int, group: int) -> np.ndarray:
     """Group `group`'s columns of a [N, C, *spatial] uint8 input: [N · prod(output), taps · C/group]."""
-    spatial = a.shape[2:]
     channels = a.shape[1] // geometry.group
     part = a[:, group * channels:(group + 1) * channels]
-    padded = np.pad(part, ((0, 0), (0, 0), *geometry.padding(spatial)), constant_values=zero_point)
-    out = geometry.output_shape(spatial)
-    taps = []
-    for tap in itertools.product(*(range(k) for k in geometry.kernel)):
-        index = tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
-                      for t, d, s, o in zip(tap, geometry.dilations, geometry.strides, out))
-        taps.append(padded[(slice(None), slice(None), *index)])
-    columns = np.stack(taps, axis=1)  # [N, taps, C/group, *out]
-    columns = np.moveaxis(columns.reshape(columns.shape[0], -1, *out), 1, -1)  # [N, *out, taps · C/group]
-    return columns.reshape(-1, columns.shape[-1])
+    windows = _windows(part, geometry, zero_point)  # [N, C/group, *out, *kernel]
+    n = len(geometry.kernel)
+    order = (0, *range(2, 2 + n), *range(2 + n, 2 + 2 * n), 1)  # [N, *out, *kernel, C/group]
+    return np.ascontiguousarray(windows.transpose(order)).reshape(-1, int(np.prod(geometry.kernel)) * channels)
 
 
 def im2col_groups(a: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
     """A float [N, C, *spatial] input as every group's GEMM rows at once: [N · prod(output), group, taps · C/group],
     K ordered as im2col's (kernel taps, input channels of the group, channels fastest); padding holds 0."""
-    spatial = a.shape[2:]
-    padded = np.pad(a, ((0, 0), (0, 0), *geometry.padding(spatial)))
-    out = geometry.output_shape(spatial)
-    taps = []
-    for tap in itertools.product(*(range(k) for k in geometry.kernel)):
-        index = tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
-                      for t, d, s, o in zip(tap, geometry.dilations, geometry.strides, out))
-        taps.append(padded[(slice(None), slice(None), *index)])
-    columns = np.stack(taps, axis=-1)  # [N, C, *out, taps]
-    columns = np.moveaxis(columns, 1, -1)  # [N, *out, taps, C]
-    rows = columns.reshape(-1, len(taps), geometry.group, a.shape[1] // geometry.group)  # [rows, taps, g, C/g]
-    return np.ascontiguousarray(rows.transpose(0, 2, 1, 3)).reshape(rows.shape[0], geometry.group, -1)
+    groups, n = geometry.group, len(geometry.kernel)
+    windows = _windows(a, geometry, 0)  # [N, C, *out, *kernel]
+    split = windows.reshape(a.shape[0], groups, a.shape[1] // groups, *windows.shape[2:])  # a view: C split
+    order = (0, *range(3, 3 + n), 1, *range(3 + n, 3 + 2 * n), 2)  # [N, *out, group, *kernel, C/group]
+    rows = np.ascontiguousarray(split.transpose(order))  # the one copy
+    return rows.reshape(-1, groups, int(np.prod(geometry.kernel)) * (a.shape[1] // groups))
+
+
+def _windows(a: np.ndarray, geometry: ConvGeometry, fill: int) -> np.ndarray:
+    """The padded input's windows as a view [N, C, *out, *kernel]: each output position's taps, strides and
+    dilations applied (no copy but the padding's)."""
+    n = len(geometry.kernel)
+    padded = np.pad(a, ((0, 0), (0, 0), *geometry.padding(a.shape[2:])), constant_values=fill)
+    spans = [(k - 1) * d + 1 for k, d in zip(geometry.kernel, geometry.dilations)]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, spans, axis=tuple(range(2, 2 + n)))
+    out = geometry.output_shape(a.shape[2:])
+    index = (slice(None), slice(None), *(slice(0, s * (o - 1) + 1, s) for s, o in zip(geometry.strides, out)),
+             *(slice(None, None, d) for d in geometry.dilations))
+    return windows[index]
