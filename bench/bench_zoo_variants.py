@@ -5,10 +5,11 @@ the fallback kept float, the wall time; with --latency, each file's latency agai
 medians). The summary and JSON report of each variant are written beside its model.
 
     python bench/bench_zoo_variants.py [--model ppocr_rec] [--out bench/out/zoo_variants] [--latency 50] \
-        default recipe-auto per-token no-fallback
+        [--no-speed] default recipe-auto per-token no-fallback
 
-The verification data and metrics are bench_zoo's (bench/zoo/models.py); sensitivity off and no speed timing, as
-bench_zoo runs onnxq."""
+The verification data and metrics are bench_zoo's (bench/zoo/models.py), the sensitivity off as bench_zoo runs
+onnxq; --no-speed leaves out the speed timing (verify.measure_speed), and with it never-slower, which acts only on
+a model measured slower than float."""
 
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ VARIANTS = {"default": ({}, {}), "recipe-auto": ({"recipe": "auto"}, {}),
             "no-fallback": ({}, {"fallback": False})}
 
 
-def quantized(entry, model: Path, task, name: str, out: Path) -> tuple[Path, onnxq.QuantReport, float]:
+def quantized(entry, model: Path, task, name: str, out: Path, speed: bool) -> tuple[Path, onnxq.QuantReport, float]:
     top, verify = VARIANTS[name]
     config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes=task.sample_axes),
-                               verify=onnxq.VerifyConfig(sensitivity_samples=0, measure_speed=False, **verify), **top)
+                               verify=onnxq.VerifyConfig(sensitivity_samples=0, measure_speed=speed, **verify), **top)
     path = out / f"{entry.name}.{name}.onnx"
     start = time.perf_counter()
     report = onnxq.quantize(model, task.calibration, output=path, verify_data=task.verification,
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--model", default="ppocr_rec", choices=[e.name for e in ZOO])
     parser.add_argument("--out", type=Path, default=Path("bench/out/zoo_variants"))
     parser.add_argument("--latency", type=int, default=0, metavar="ROUNDS", help="0: no latency")
+    parser.add_argument("--no-speed", action="store_true", help="onnxq without its speed timing")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print("machine:", machine())
@@ -65,7 +67,7 @@ def main() -> None:
     float_answers = task.answers(session(model, THREADS))
     paths = {"float": model}
     for name in args.variants:
-        path, report, wall = quantized(entry, model, task, name, args.out)
+        path, report, wall = quantized(entry, model, task, name, args.out, not args.no_speed)
         paths[name] = path
         answers = task.answers(session(path, THREADS))
         names = {e.name for e in report.quantized}
