@@ -46,17 +46,14 @@ def im2col(a: np.ndarray, geometry: ConvGeometry, zero_point: int, group: int) -
     """Group `group`'s columns of a [N, C, *spatial] uint8 input: [N · prod(output), taps · C/group]."""
     channels = a.shape[1] // geometry.group
     part = a[:, group * channels:(group + 1) * channels]
-    windows = _windows(part, geometry, zero_point)  # [N, C/group, *out, *kernel]
-    n = len(geometry.kernel)
-    order = (0, *range(2, 2 + n), *range(2 + n, 2 + 2 * n), 1)  # [N, *out, *kernel, C/group]
-    return np.ascontiguousarray(windows.transpose(order)).reshape(-1, int(np.prod(geometry.kernel)) * channels)
+    return im2col_groups(part, dataclasses.replace(geometry, group=1), zero_point)[:, 0]
 
 
-def im2col_groups(a: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    """A float [N, C, *spatial] input as every group's GEMM rows at once: [N · prod(output), group, taps · C/group],
-    K ordered as im2col's (kernel taps, input channels of the group, channels fastest); padding holds 0."""
+def im2col_groups(a: np.ndarray, geometry: ConvGeometry, fill: int = 0) -> np.ndarray:
+    """A [N, C, *spatial] input as every group's GEMM rows at once: [N · prod(output), group, taps · C/group],
+    K ordered as im2col's (kernel taps, input channels of the group, channels fastest); padding holds `fill`."""
     groups, n = geometry.group, len(geometry.kernel)
-    windows = _windows(a, geometry, 0)  # [N, C, *out, *kernel]
+    windows = _windows(a, geometry, fill)  # [N, C, *out, *kernel]
     split = windows.reshape(a.shape[0], groups, a.shape[1] // groups, *windows.shape[2:])  # a view: C split
     order = (0, *range(3, 3 + n), 1, *range(3 + n, 3 + 2 * n), 2)  # [N, *out, group, *kernel, C/group]
     rows = np.ascontiguousarray(split.transpose(order))  # the one copy
