@@ -6,6 +6,7 @@ import collections
 
 from onnxq.report import QuantReport
 from onnxq.verify.check import OutputCheck, Verification
+from onnxq.verify.outcome import coarse_task
 
 __all__ = ["format_summary", "format_verification"]
 
@@ -46,12 +47,22 @@ def _tasks(v: Verification) -> list[str]:
             continue
         stable = v.stability.get(name)
         own = "" if stable is None else f"; float keeps {stable:.4f} of its own under one step of input noise"
-        lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}")
+        lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}{_coarse(v, name)}")
     for alike in grouped.values():
         if len(alike) > 2:
             name, task = alike[0]
             lines.append(f"  {len(alike)} output(s): {task.words} (e.g. {name[:28]}: {task.rule})")
     return lines
+
+
+def _coarse(v: Verification, name: str) -> str:
+    """A warning where the verification data is too small for the output's task bar (verify.outcome.coarse_task)."""
+    check = next((o for o in v.outputs if o.name == name), None)
+    bar = v.task_bars.get(name)
+    if check is None or bar is None or check.metrics.task is None:
+        return ""
+    words = coarse_task(check.metrics.task_units, bar, check.metrics.task)
+    return "" if words is None else f"; COARSE: {words}"
 
 
 def format_verification(v: Verification) -> list[str]:

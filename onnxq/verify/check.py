@@ -8,7 +8,7 @@ provider is present, predicted from ORT's kernel registrations where it is not).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -77,6 +77,9 @@ class Verification:
     # Per output with a task metric, the float model's own agreement under input rounding (verify.stability): the
     # bar where it is below the kind's default.
     stability: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Per output with a task metric, the share of its answer it must keep (the kind's default, the user's, or the
+    # float model's own where lower).
+    task_bars: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -102,7 +105,8 @@ class Verification:
                 "agreement_bounds": {n: dataclasses.asdict(t) for n, t in self.agreement_bounds.items()},
                 "unavailable": list(self.unavailable),
                 "predicted": {p.provider: p.to_dict() for p in self.predicted},
-                "tasks": {n: {**t.to_dict(), "float_stability": self.stability.get(n)} for n, t in self.tasks.items()},
+                "tasks": {n: {**t.to_dict(), "float_stability": self.stability.get(n), "bar": self.task_bars.get(n)}
+                          for n, t in self.tasks.items()},
                 "coverage": None if self.coverage is None else self.coverage.to_dict()}
 
 
@@ -156,12 +160,18 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     verification = Verification(data, reference.samples, checks, found.agreement, tuple(unavailable),
                                 None if coverage is None else coverage.result(checks[0].outputs, checks[0].task,
                                                                               others), found.bounds,
-                                tasks=tasks, stability=stability)
+                                tasks=tasks, stability=stability, task_bars=_task_bars(tasks, tolerance_for))
     first = reference.batches.first()
     if quantized_nodes is None or first is None:
         return verification
     return with_placement(verification, quant_model, first, quantized_nodes,
                           absent_providers(config.providers, target or "portable"))
+
+
+def _task_bars(tasks: Mapping[str, OutputTask], tolerance_for: Callable[[str], Tolerance]) -> dict[str, float]:
+    """Each task-gated output's bar, as its tolerance resolved it."""
+    bars = {name: tolerance_for(name).min_task_agreement for name in tasks}
+    return {name: bar for name, bar in bars.items() if bar is not None}
 
 
 def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSession],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 from onnxq.config import Tolerance, VerifyConfig
@@ -11,7 +12,7 @@ from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_WORDS, OutputTask
 
 __all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances", "task_bar", "REPORTED",
-           "task_tolerances"]
+           "task_tolerances", "coarse_task"]
 
 # The tolerance of a comparison that is reported, not gated (the float model on another provider, the kernels' gap).
 REPORTED = Tolerance(min_cosine=None, task="numeric")
@@ -103,6 +104,21 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         found.append(f"{TASK_WORDS[metrics.task]} {metrics.task_agreement:.4f} < {bar} (over {metrics.task_units} "
                      f"{_UNITS[metrics.task]})")
     return tuple(found)
+
+
+def coarse_task(units: int, bar: float, kind: str) -> str | None:
+    """Words for a task agreement the verification data cannot resolve at its bar: one changed decision among
+    `units` costs more than 1 - bar allows, so the gate (and the fallback) asks for no change at all; None when the
+    data resolves the bar. A detector's class scores over 8 pages held 8 positives at 0.5 on its coarsest
+    level: the fallback kept 73 of its 102 Convs float to change none of them."""
+    if units and units * (1 - bar) >= 1:
+        return None
+    if not units:
+        return f"no {_UNITS[kind]} in the verification data: its {TASK_WORDS[kind]} says nothing"
+    need = math.ceil(1 / max(1 - bar, 1e-9))
+    return (f"over {units} {_UNITS[kind]} one change is {1 / units:.4f} of it, where the bar {bar:.4g} allows "
+            f"{1 - bar:.4f}: the gate allows no change (verification data with {need}+ {_UNITS[kind]} would "
+            "allow some)")
 
 
 _UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
