@@ -103,8 +103,8 @@ def input_ranges(model: onnx.ModelProto, calibration: dict[str, np.ndarray],
     first = next(iter(calibration.values()))
     lows: dict[str, np.ndarray] = {}
     highs: dict[str, np.ndarray] = {}
-    for start in range(0, len(first), 2):  # two samples a run: a page's activations are large
-        feed = {k: v[start:start + 2] for k, v in calibration.items()}
+    for start in range(len(first)):  # one sample a run: a page's activations are large, some models take 1
+        feed = {k: v[start:start + 1] for k, v in calibration.items()}
         for name, value in zip(names, runner.run(names, feed)):
             channels = np.moveaxis(value, 1, 0).reshape(value.shape[1], -1) if value.ndim == 4 else value.reshape(1, -1)
             lows[name] = np.minimum(lows.get(name, np.inf), channels.min(1))

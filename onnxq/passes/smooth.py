@@ -93,7 +93,9 @@ class SmoothPass(KeepsOutputNames):
             s = group.scales.astype(np.float32)
             inv_s = (np.float32(1) / s).astype(np.float32)
             first = group.nodes[0]
-            channels = _Channels(s.size, reads_channels_last(first), len(first.inputs[1].shape))
+            # The weight's rank from its tensor: a value made from a Constant node may carry no shape.
+            channels = _Channels(s.size, reads_channels_last(first),
+                                 len(ir.convenience.get_const_tensor(first.inputs[1]).shape))
             taker = _divide_at_producer(builder, group.activation, inv_s, set(group.nodes), channels)
             if taker is None and not (channels.last and self.insert_mul):
                 absorbed[group.activation.name or ""] = NOT_ABSORBED

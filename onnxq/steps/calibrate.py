@@ -113,7 +113,9 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     readers: dict[WeightKey, dict[str, None]] = {}
     wide = set()
     for plan in _static_convs(state):
-        dims = tuple(plan.node.inputs[1].shape or ())  # an initializer's: its tensor's shape, nothing read
+        # The tensor's shape, nothing read: a value made from a Constant node (PaddlePaddle's exports) has none.
+        weight = ir.convenience.get_const_tensor(plan.node.inputs[1])
+        dims = tuple(plan.node.inputs[1].shape or ()) if weight is None else tuple(weight.shape)
         if all(isinstance(d, int) for d in dims) and math.prod(dims[1:]) > GPTQ_MAX_K:
             wide.add(plan.node.name)
             continue

