@@ -166,7 +166,9 @@ def _sigmoid(f: OutputFacts) -> OutputTask | None:
         return None
     why = f"{f.producer} output" if f.producer in ("Sigmoid", "HardSigmoid") else f"values in [0, 1] named {f.name!r}"
     if f.spatial:
-        return OutputTask("iou", f"{why}, a map: the mask at 0.5", None)
+        # Rank 3 is a mask [N, H, W] or a detector's scores [N, anchors, classes]: the same measure fits both.
+        what = "a map" if f.rank >= 4 else "a map or scores per anchor and class"
+        return OutputTask("iou", f"{why}, {what}: the IoU of its positives at 0.5", None)
     return OutputTask("frames", f"{why}: on/off decisions at 0.5", None)
 
 

@@ -64,7 +64,7 @@ def test_each_kind_of_output_gets_its_task_by_the_first_matching_rule(rng):
         "label": "labels", "logits": "next-token", "sentence_embedding": "numeric"}
     assert "no rule matched" in tasks["output"].rule  # a dense layer's raw output: an embedding looks the same
     assert "Softmax output over 30 classes" in tasks["probs"].rule
-    assert "6 steps of 5 classes" in tasks["steps"].rule and "Sigmoid output, a map" in tasks["segmap"].rule
+    assert "6 steps of 5 classes" in tasks["steps"].rule and "Sigmoid output, a map: the IoU of its positives at 0.5" in tasks["segmap"].rule
     assert "language model (30 classes" in tasks["logits"].rule and tasks["logits"].labels == "ids"
     assert "named as a representation (embed)" in tasks["sentence_embedding"].rule
 
@@ -123,7 +123,7 @@ def test_a_tolerance_sets_where_a_map_and_binary_decisions_turn_on(rng):
     verify = config_from_args(args).verify
     tasks = _tasks(model, outputs, verify)
     assert (tasks["segmap"].kind, tasks["segmap"].threshold) == ("iou", 0.3)
-    assert tasks["segmap"].rule.endswith("the mask at 0.3 (the output's tolerance)")
+    assert tasks["segmap"].rule.endswith("the IoU of its positives at 0.3 (the output's tolerance)")
     assert (tasks["speech"].kind, tasks["speech"].threshold) == ("frames", 0.7)
     assert tasks["probs"].kind == "top1" and tasks["probs"].class_axis == -1
     # The same outputs measured at both thresholds: a value between them counts on at 0.3 only.
@@ -302,3 +302,20 @@ def test_a_detectors_boxes_are_coordinates_not_a_mask(rng):
     values = session.run(["pred_boxes"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
     task = _tasks(model, {"pred_boxes": values})["pred_boxes"]
     assert task.kind == "numeric" and "coordinates (box)" in task.rule
+
+
+def test_a_detectors_scores_per_anchor_and_class_are_judged_by_their_positives(rng):
+    """PicoDet's and YOLO's class scores, a Sigmoid's [batch, anchors, classes]: rank 3 has no channel axis, so the
+    rule cannot tell them from a mask [batch, height, width] and says both; the IoU of the positives fits both."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 60)).astype(np.float32), name="w"))
+    scores = tape.op("Sigmoid", [tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
+        ir.tensor(np.array([-1, 20, 3], np.int64), name="shape"))])], name="score_head")
+    scores.name = "scores"
+    model = to_model(tape, [x], [scores])
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    values = session.run(["scores"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
+    task = _tasks(model, {"scores": values})["scores"]
+    assert task.kind == "iou" and "a map or scores per anchor and class" in task.rule
+    assert "the IoU of its positives at 0.5" in task.rule
