@@ -109,9 +109,10 @@ class WeightMoments:
             self.get(self._chunks[0].keys[0])
 
     def spill(self, stored: Callable[[ir.TensorProtocol], ir.TensorProtocol]) -> None:
-        """The matrices held moved to the run's spill file (io.SpillFile.stored), read back memory-mapped: once the
-        model is rewritten only a fallback probe reads them again, and held they sat beside every later session
-        (SmolLM2's 4-bit run: 1 GB through verification and sensitivity). Each shared matrix is written once."""
+        """The matrices held moved to the run's spill file (io.SpillFile.stored), read back memory-mapped — by the
+        rewrite one at a time, then only by a fallback probe; held, they sat beside the rewrite's weights and every
+        later session (SmolLM2's 4-bit run: 1 GB through verification and sensitivity). Each shared matrix is
+        written once."""
         moved: dict[int, np.ndarray] = {}
         for key, matrix in self._held.items():
             if id(matrix) not in moved:

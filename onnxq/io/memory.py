@@ -13,10 +13,10 @@ import onnx_ir as ir
 __all__ = ["page_out", "trim_heap", "memory_map"]
 
 
-def page_out(source: ir.Model | ir.TensorProtocol) -> None:
-    """Drop a model's (or one tensor's) memory-mapped external data from this process's resident memory. It stays
-    valid: the next read faults it back in from the file, through the page cache. So the float weights a phase
-    has read are not counted next to what the next phase builds."""
+def page_out(source: ir.Model | ir.TensorProtocol | np.ndarray) -> None:
+    """Drop a model's (or one tensor's, or an array's) memory-mapped external data from this process's resident
+    memory. It stays valid: the next read faults it back in from the file, through the page cache. So the float
+    weights a phase has read are not counted next to what the next phase builds."""
     if not hasattr(mmap, "MADV_DONTNEED"):  # not Linux / macOS: leave it to the OS
         return
     tensors = ([v.const_value for v in source.graph.initializers.values()] if isinstance(source, ir.Model)
@@ -27,13 +27,13 @@ def page_out(source: ir.Model | ir.TensorProtocol) -> None:
             mapping.madvise(mmap.MADV_DONTNEED)
 
 
-def memory_map(tensor: ir.TensorProtocol | None) -> mmap.mmap | None:
+def memory_map(tensor: ir.TensorProtocol | np.ndarray | None) -> mmap.mmap | None:
     """The memory map a tensor's bytes are read from: an external tensor's own (once read), or the one an in-memory
-    tensor's array is a view of (a weight the run's spill file holds, given to a graph through the run's memo:
-    passes.builder.remap_shared_weights); None for a tensor with memory of its own."""
+    tensor's array (or an array) is a view of (a weight the run's spill file holds, given to a graph through the
+    run's memo: passes.builder.remap_shared_weights); None for a tensor with memory of its own."""
     if isinstance(tensor, ir.ExternalTensor):
         return tensor.raw
-    base = getattr(tensor, "raw", None)
+    base = tensor if isinstance(tensor, np.ndarray) else getattr(tensor, "raw", None)
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):

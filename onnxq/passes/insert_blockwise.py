@@ -105,6 +105,8 @@ class InsertBlockwisePass(PlannedRewritePass):
                 importance = np.diag(moments) if moments.ndim == 2 else moments
             quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
         page_out(tensor)  # a memory-mapped float weight is not read again here
+        if moments is not None:
+            page_out(moments)  # a spilled XᵀX: the next weight that shares it reads it back from the page cache
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
         return quantized

@@ -3,6 +3,7 @@ output format's lowering and the compute precision (its float16 section joins th
 
 from __future__ import annotations
 
+from onnxq.io.memory import trim_heap
 from onnxq.passes.apply import apply_plans
 from onnxq.steps.state import RunState
 
@@ -10,6 +11,12 @@ __all__ = ["rewrite"]
 
 
 def rewrite(state: RunState) -> bool:
+    stored = state.spill.storing(state.reference)
+    if state.moments is not None and stored is not None:
+        # To the run's file before GPTQ reads them, each paged out once used (passes.insert_blockwise): held, they
+        # sat beside the rewrite's weights (SmolLM2's 4-bit run: 0.4 GB of XᵀX, the rewrite's peak of 1,009 MiB).
+        state.moments.spill(stored)
+        trim_heap()
     rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments,
                             state.magnitudes)
     state.bias_fallbacks = rewritten.bias_fallbacks
@@ -17,9 +24,6 @@ def rewrite(state: RunState) -> bool:
         state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")
     if rewritten.float16 is not None:
         state.sections.append(rewritten.float16)
-    stored = state.spill.storing(state.reference)
-    if state.moments is not None and stored is not None:
-        state.moments.spill(stored)  # only a fallback probe reads them from here on
     if rewritten.separated_adds:
         state.notes.append(f"{len(rewritten.separated_adds)} Add after a quantized MatMul written as Sum (e.g. after "
                            f"{rewritten.separated_adds[0]}): ORT would fuse MatMul + Add into a float Gemm")

@@ -104,10 +104,10 @@ def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng
         {k: v.tobytes() for k, v in _packed(apart.model).items()}
 
 
-def test_the_matrices_go_to_the_spill_file_after_the_rewrite_and_the_fallback_reads_them_back(rng, monkeypatch,
-                                                                                                  made):
-    """After the rewrite only a fallback probe reads XᵀX again: a large model's matrices are spilled (memory-mapped,
-    shared ones written once) and the 8-bit tier the fallback quantizes from them is the same as from memory."""
+def test_the_matrices_go_to_the_spill_file_before_the_rewrite_and_round_as_from_memory(rng, monkeypatch, made):
+    """A large model's XᵀX are spilled before the rewrite (memory-mapped, shared ones written once; each paged out
+    once GPTQ has used it): the rewrite's 4-bit weights and the 8-bit tier the fallback quantizes from them are the
+    same as from memory."""
     import onnxq.io.spill as spill_module
 
     model, data = _three_readers(rng), {"x": rng.normal(0, 1, (64, WIDTH)).astype(np.float32)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -152,5 +153,27 @@ def test_weights_on_file_already_are_not_spilled_again(tmp_path, monkeypatch):
         model.graph.initializers["q"].const_value = rebuilt
         assert spill.spill_quantized(model) == {}
         assert model.graph.initializers["q"].const_value is rebuilt and np.array_equal(rebuilt.numpy(), quantized)
+    finally:
+        spill.close(keep=None)
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: ir.Tensor(a),  # written from its own memory, no copy
+    lambda a: ir.Tensor(a.astype(np.float16)),
+    lambda a: ir.Tensor(a.view(np.dtype(np.float32).newbyteorder("<"))),  # as read from a file ('<' said outright)
+    lambda a: ir.Tensor(np.asfortranarray(a)),  # not C-contiguous: tobytes' copy in ONNX's order
+    lambda a: ir.Tensor(a.astype(ml_dtypes.bfloat16), dtype=ir.DataType.BFLOAT16),
+], ids=["float32", "float16", "little-endian", "fortran", "bfloat16"])
+def test_a_stored_tensor_reads_back_its_values_whatever_its_layout(rng, monkeypatch, make):
+    monkeypatch.setattr(spill_module, "SPILL_TENSOR_MIN_BYTES", 0)
+    tensor = make(rng.normal(0, 1, (64, 48)).astype(np.float32))
+    copied = isinstance(spill_module._raw_bytes(tensor), bytes)
+    assert copied == (not tensor.numpy().flags.c_contiguous)
+    spill = SpillFile()
+    try:
+        twin = spill.stored(tensor)
+        assert isinstance(twin, ir.ExternalTensor) and twin.dtype == tensor.dtype
+        np.testing.assert_array_equal(twin.numpy(), tensor.numpy())
+        assert twin.tobytes() == tensor.tobytes()
     finally:
         spill.close(keep=None)
