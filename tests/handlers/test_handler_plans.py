@@ -125,3 +125,29 @@ def test_initializer_that_is_also_a_graph_input_is_not_constant(rng):
     model.graph.inputs.append(model.graph.initializers["w"])
     plan = _plan(node_named(model, "mm"))
     assert isinstance(plan, Skip) and "also a graph input" in plan.reason
+
+
+@pytest.mark.parametrize("bad, found", [(np.nan, "NaN"), (np.inf, "Inf"), (-np.inf, "Inf")])
+def test_one_non_finite_value_among_finite_ones_refuses_the_weight(rng, bad, found):
+    """The weight's largest magnitude is read from its extremes (no copy of it): a single NaN or ±Inf still shows."""
+    from onnxq.errors import UnsupportedModelError
+    from onnxq.handlers.plan import unusable_weight
+
+    model = _matmul_model(rng)
+    node = node_named(model, "mm")
+    values = rng.normal(0, 1, (8, 5)).astype(np.float32)
+    values[3, 2] = bad
+    with pytest.raises(UnsupportedModelError, match=f"holds {found}"):
+        unusable_weight(node, node.inputs[1], ir.tensor(values))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_weight_of_tiny_values_of_either_sign_stays_float(rng, sign):
+    from onnxq.handlers.plan import TINY_WEIGHT, unusable_weight
+
+    model = _matmul_model(rng)
+    node = node_named(model, "mm")
+    values = np.zeros((8, 5), np.float32)
+    values[1, 1] = sign * TINY_WEIGHT / 4
+    assert "largest |weight| is 2.5e-31" in unusable_weight(node, node.inputs[1], ir.tensor(values))
+    assert unusable_weight(node, node.inputs[1], ir.tensor(np.zeros((8, 5), np.float32))) is None
