@@ -288,34 +288,30 @@ def test_a_segmentation_maps_named_scores_have_their_classes_on_axis_1(rng):
     assert total == SAMPLES * 16 * 16 and kept >= total - 1
 
 
+def _sigmoid_head_task(rng, name: str, per_sample: tuple[int, int]) -> OutputTask:
+    """The task chosen for a Sigmoid output [batch, *per_sample] named `name`, on real ORT outputs."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
+    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, int(np.prod(per_sample)))).astype(np.float32), name="w"))
+    head = tape.op("Sigmoid", [tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
+        ir.tensor(np.array([-1, *per_sample], np.int64), name="shape"))])], name="head")
+    head.name = name
+    model = to_model(tape, [x], [head])
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    values = session.run([name], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
+    return _tasks(model, {name: values})[name]
+
+
 def test_a_detectors_boxes_are_coordinates_not_a_mask(rng):
     """DETR's pred_boxes: a Sigmoid's [batch, queries, 4]; thresholded at 0.5 as a map, boxes near 0.5 turned a
     1.0000 cosine into IoU 0.0000 and a failed gate."""
-    tape = ir.tape.Tape()
-    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
-    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 40)).astype(np.float32), name="w"))
-    boxes = tape.op("Sigmoid", [tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
-        ir.tensor(np.array([-1, 10, 4], np.int64), name="shape"))])], name="box_head")
-    boxes.name = "pred_boxes"
-    model = to_model(tape, [x], [boxes])
-    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
-    values = session.run(["pred_boxes"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
-    task = _tasks(model, {"pred_boxes": values})["pred_boxes"]
+    task = _sigmoid_head_task(rng, "pred_boxes", (10, 4))
     assert task.kind == "numeric" and "coordinates (box)" in task.rule
 
 
 def test_a_detectors_scores_per_anchor_and_class_are_judged_by_their_positives(rng):
     """PicoDet's and YOLO's class scores, a Sigmoid's [batch, anchors, classes]: rank 3 has no channel axis, so the
     rule cannot tell them from a mask [batch, height, width] and says both; the IoU of the positives fits both."""
-    tape = ir.tape.Tape()
-    x = ir.val("x", ir.DataType.FLOAT, ["batch", 8])
-    w = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 60)).astype(np.float32), name="w"))
-    scores = tape.op("Sigmoid", [tape.op("Reshape", [tape.op("MatMul", [x, w]), tape.initializer(
-        ir.tensor(np.array([-1, 20, 3], np.int64), name="shape"))])], name="score_head")
-    scores.name = "scores"
-    model = to_model(tape, [x], [scores])
-    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
-    values = session.run(["scores"], {"x": rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)})[0]
-    task = _tasks(model, {"scores": values})["scores"]
+    task = _sigmoid_head_task(rng, "scores", (20, 3))
     assert task.kind == "iou" and "a map or scores per anchor and class" in task.rule
     assert "the IoU of its positives at 0.5" in task.rule
