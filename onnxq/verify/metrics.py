@@ -71,12 +71,14 @@ class OutputMetrics:
 
 
 class Operand:
-    """An output in float64 with what a comparison reads of it alone, each computed once: a verification compares
-    the float reference with several models' outputs (each provider, the exact quantization) and a deployed output
-    with the reference and the exact one. A logits batch of a language model is 50 M values: each pass counts."""
+    """An output with what a comparison reads of it alone, each computed once: a verification compares the float
+    reference with several models' outputs (each provider, the exact quantization) and a deployed output with the
+    reference and the exact one. A logits batch of a language model is 50 M values: each pass counts. float32 values
+    stay float32 (their sums are float64, a chunk at a time: _row_dots); any other type is made float64."""
 
     def __init__(self, array: np.ndarray, sample_axis: int = 0) -> None:
-        self.values = np.asarray(array, dtype=np.float64)
+        values = np.asarray(array)
+        self.values = values if values.dtype == np.float32 else values.astype(np.float64)
         self.sample_axis = sample_axis
         # For a language model's logits: the batch's tokens [samples, sequence] and attention mask (or None), so
         # that the next token each position predicts can be scored (set by the verification, which has the batch).
@@ -108,7 +110,7 @@ class Operand:
     def norms(self) -> np.ndarray:
         if self._norms is None:
             rows = self.rows
-            self._norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))  # no squared copy of a batch of logits
+            self._norms = np.sqrt(_row_dots(rows, rows))  # no squared copy of a batch of logits
         return self._norms
 
     @property
@@ -197,16 +199,13 @@ class MetricsAccumulator:
                                         "quantized form")
         self.nonfinite += got.nonfinite
         self.reference_nonfinite += ref.nonfinite
-        # One float64 temporary of the output's size, not four (a decoder's logits: 100 MB each per window pair).
-        diff = np.subtract(ref.values, got.values, out=np.empty_like(ref.values))  # an array even for a scalar
-        np.abs(diff, out=diff)
-        if diff.size:
-            largest = float(diff.max())
+        largest, absolute, squares = _difference_sums(ref.values, got.values)
+        if largest is not None:
             self.max_abs = largest if math.isnan(largest) else max(self.max_abs, largest)
-        self.sum_abs += float(diff.sum())
-        self.count += diff.size
+        self.sum_abs += absolute
+        self.count += ref.values.size
         self.signal += ref.energy
-        self.noise += _sum_of_squares(diff)
+        self.noise += squares
         cos = _cosine_rows(ref, got)
         self.cosine_sum += float(cos.sum())
         self.cosine_min = min(self.cosine_min, float(cos.min())) if cos.size else self.cosine_min
@@ -262,14 +261,51 @@ def _ranks(rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 
 def _sum_of_squares(values: np.ndarray) -> float:
-    """Σ x², without a squared copy of the array (a batch of a decoder's logits)."""
-    flat = values.reshape(-1)
-    return float(np.dot(flat, flat))
+    """Σ x² in float64, without a squared copy of the array (a batch of a decoder's logits)."""
+    return float(_row_dots(values.reshape(1, -1), values.reshape(1, -1))[0])
+
+
+# Values of a float32 output made float64 at a time: three float64 copies of a decoder's logits (reference, deployed,
+# exact; 50 MB each a window of SmolLM2) were a third of its verification's peak.
+_CHUNK = 1 << 20
+
+
+def _chunks(*arrays: np.ndarray):
+    """The arrays' columns [rows, columns] in float64, _CHUNK values at a time; whole when all are float64 already
+    (the sums then as they always were)."""
+    if all(a.dtype == np.float64 for a in arrays):
+        yield arrays
+        return
+    step = max(1, _CHUNK // max(arrays[0].shape[0], 1))
+    for start in range(0, arrays[0].shape[1], step):
+        yield tuple(a[:, start:start + step].astype(np.float64) for a in arrays)
+
+
+def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ a·b over each row of [rows, columns], in float64."""
+    total = np.zeros(a.shape[0])
+    for x, y in _chunks(a, b):
+        total += np.einsum("ij,ij->i", x, y)
+    return total
+
+
+def _difference_sums(ref: np.ndarray, got: np.ndarray) -> tuple[float | None, float, float]:
+    """(max |ref − got| (None for no values; NaN propagates), Σ |ref − got|, Σ (ref − got)²) in float64, with one
+    temporary of a chunk's size (or of the output's, for float64 outputs)."""
+    largest, absolute, squares = [], 0.0, 0.0
+    for r, g in _chunks(np.reshape(ref, (1, -1)), np.reshape(got, (1, -1))):
+        diff = np.subtract(r, g)
+        np.abs(diff, out=diff)
+        if diff.size:
+            largest.append(diff.max())
+        absolute += float(diff.sum())
+        squares += float(np.dot(diff[0], diff[0]))
+    return (float(np.max(largest)) if largest else None), absolute, squares
 
 
 def _cosine_rows(a: Operand, b: Operand) -> np.ndarray:
     na, nb = a.norms, b.norms
-    dot = np.einsum("ij,ij->i", a.rows, b.rows)
+    dot = _row_dots(a.rows, b.rows)
     both_zero = (na == 0) & (nb == 0)
     # Two all-zero rows agree perfectly; one zero row against a non-zero one does not.
     return np.where(both_zero, 1.0, dot / np.maximum(na * nb, 1e-300))

@@ -68,3 +68,28 @@ def test_a_nan_max_abs_error_is_not_hidden_by_an_earlier_batch():
     acc.add(np.ones((1, 2)), np.ones((1, 2)) * 1.5)
     acc.add(np.ones((1, 2)), np.array([[np.nan, 1.0]]))
     assert math.isnan(acc.result().max_abs_error)
+
+
+def test_float32_outputs_are_compared_in_chunks_with_float64_sums(rng, monkeypatch):
+    """A decoder's logits stay float32 (three float64 copies of a window's were a third of SmolLM2's verification
+    peak): the figures over chunks of columns, summed in float64, are those of the whole output made float64."""
+    from onnxq.verify import metrics as metrics_module
+
+    ref = rng.normal(0, 3, (3, 5, 1000)).astype(np.float32)
+    got = (ref + rng.normal(0, 0.05, ref.shape)).astype(np.float32)
+    got[1, 2, 7] = np.nan
+    whole, chunked = MetricsAccumulator(), MetricsAccumulator()
+    whole.add(ref.astype(np.float64), got.astype(np.float64))
+    monkeypatch.setattr(metrics_module, "_CHUNK", 777)  # not a divisor of a row: the last chunk is short
+    chunked.add(ref, got)
+    assert metrics_module.Operand(ref).values.dtype == np.float32  # no float64 copy of the output
+    a, b = whole.result(), chunked.result()
+    assert math.isnan(b.max_abs_error) and b.nonfinite == 1
+    got[1, 2, 7] = ref[1, 2, 7]
+    whole, chunked = MetricsAccumulator(), MetricsAccumulator()
+    whole.add(ref.astype(np.float64), got.astype(np.float64))
+    chunked.add(ref, got)
+    a, b = whole.result(), chunked.result()
+    for field in ("cosine_mean", "cosine_min", "mean_abs_error", "sqnr_db", "max_abs_error"):
+        assert getattr(b, field) == pytest.approx(getattr(a, field), rel=1e-12), field
+    assert (b.samples, b.argmax_agreement, b.topk_agreement) == (a.samples, a.argmax_agreement, a.topk_agreement)
