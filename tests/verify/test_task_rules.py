@@ -64,7 +64,8 @@ def test_each_kind_of_output_gets_its_task_by_the_first_matching_rule(rng):
         "label": "labels", "logits": "next-token", "sentence_embedding": "numeric"}
     assert "no rule matched" in tasks["output"].rule  # a dense layer's raw output: an embedding looks the same
     assert "Softmax output over 30 classes" in tasks["probs"].rule
-    assert "6 steps of 5 classes" in tasks["steps"].rule and "Sigmoid output, a map: the IoU of its positives at 0.5" in tasks["segmap"].rule
+    assert "6 steps of 5 classes" in tasks["steps"].rule
+    assert "Sigmoid output, a map: the IoU of its positives at 0.5" in tasks["segmap"].rule
     assert "language model (30 classes" in tasks["logits"].rule and tasks["logits"].labels == "ids"
     assert "named as a representation (embed)" in tasks["sentence_embedding"].rule
 
