@@ -262,7 +262,8 @@ def _ranks(rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 def _sum_of_squares(values: np.ndarray) -> float:
     """Σ x² in float64, without a squared copy of the array (a batch of a decoder's logits)."""
-    return float(_row_dots(values.reshape(1, -1), values.reshape(1, -1))[0])
+    flat = values.reshape(1, -1)
+    return float(_row_dots(flat, flat)[0])
 
 
 # Values of a float32 output made float64 at a time: three float64 copies of a decoder's logits (reference, deployed,
@@ -282,10 +283,10 @@ def _chunks(*arrays: np.ndarray):
 
 
 def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Σ a·b over each row of [rows, columns], in float64."""
+    """Σ a·b over each row of [rows, columns], in float64; a row's own squares (b is a) convert each chunk once."""
     total = np.zeros(a.shape[0])
-    for x, y in _chunks(a, b):
-        total += np.einsum("ij,ij->i", x, y)
+    for chunk in _chunks(a) if b is a else _chunks(a, b):
+        total += np.einsum("ij,ij->i", chunk[0], chunk[-1])
     return total
 
 
