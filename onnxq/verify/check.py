@@ -8,7 +8,7 @@ provider is present, predicted from ORT's kernel registrations where it is not).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -25,7 +25,7 @@ from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import OutputCheck, failures_for, task_tolerances
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.predict import predict_placement, predictable, with_mismatches
-from onnxq.verify.reference import Reference
+from onnxq.verify.reference import OutputStore, Reference
 from onnxq.verify.sessions import ModelSource, make_session
 from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
@@ -147,12 +147,12 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     tasks = reference.tasks(config)
     stability = reference.stability(tasks)
     tolerance_for = task_tolerances(config, tasks, stability)
-    coverage = None if target is None else CoverageRun(
-        quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
-        task.metric, tasks, tolerance_for)
     comparisons = Comparisons(reference.names, providers, tasks)
-    _run_batches(reference, sessions, floats, (comparisons, task, coverage))
-    del sessions, floats
+    deployed = _run_deployed(reference, sessions, floats, (comparisons, task), keep=target is not None)
+    del sessions, floats  # gone before the exact quantization's sessions are made
+    coverage = None if deployed is None else _run_exact(reference, deployed, CoverageRun(
+        quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model), reference.names, config, target,
+        task.metric, tasks, tolerance_for))
     found = comparisons.result(config, tolerance_for)
     checks = tuple(ProviderCheck(p, found.outputs[p], None, task.result(p), found.float_drift.get(p))
                    for p in providers)
@@ -174,26 +174,62 @@ def _task_bars(tasks: Mapping[str, OutputTask], tolerance_for: Callable[[str], T
     return {name: bar for name, bar in bars.items() if bar is not None}
 
 
-def _run_batches(reference: Reference, sessions: Mapping[str, ort.InferenceSession],
-                 floats: Mapping[str, ort.InferenceSession], into: tuple) -> None:
-    """Every verification batch through every session, each output in float64 once (with its norms) for every
-    comparison it takes part in."""
-    comparisons, task, coverage = into
+def _run_deployed(reference: Reference, sessions: Mapping[str, ort.InferenceSession],
+                  floats: Mapping[str, ort.InferenceSession], into: tuple[Comparisons, _TaskRun],
+                  keep: bool) -> _Deployed | None:
+    """Every verification batch through every deployed session, each output read once (with its norms) for every
+    comparison it takes part in. keep: this CPU's outputs and the task metric's float answers are returned for the
+    exact quantization's pass (_run_exact)."""
+    comparisons, task = into
+    kept = _Deployed(OutputStore(reference.store.memory_bytes, recomputable=False), []) if keep else None
+    for batch, outputs, expected in _expected(reference, comparisons.tasks):
+        raw = {p: s.run(reference.names, batch) for p, s in sessions.items()}
+        answer = task.add(batch, outputs, raw)
+        if kept is not None:
+            kept.outputs.append(raw[_CPU])
+            kept.answers.append(answer)
+        got = {p: [Operand(g, e.sample_axis) for g, e in zip(values, expected)] for p, values in raw.items()}
+        del raw
+        floated = {p: [Operand(g, e.sample_axis) for g, e in zip(s.run(reference.names, batch), expected)]
+                   for p, s in floats.items()}
+        comparisons.add(expected, got, floated)
+        del outputs, expected, got, floated  # not alive through the next batch's runs
+    return kept
+
+
+def _run_exact(reference: Reference, deployed: _Deployed, coverage: CoverageRun) -> CoverageRun:
+    """The same batches through the exact quantization (and the AVX2 emulation), made once the deployed sessions
+    are gone: a deployed session owns a packed copy of the quantized weights and its arena keeps a run's buffers,
+    which were resident beside the exact sessions' (SmolLM2's W8A8 verification peaked at 840 MiB with both)."""
+    try:
+        for i, (batch, _, expected) in enumerate(_expected(reference, coverage.tasks)):
+            here = [Operand(d, e.sample_axis) for d, e in zip(deployed.outputs[i], expected)]
+            coverage.add(batch, expected, here, deployed.answers[i])
+            del expected, here
+    finally:
+        deployed.outputs.close()
+    return coverage
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deployed:
+    """This CPU's deployed outputs of each batch (in memory up to the reference's budget, then on disk) and the
+    task metric's answer on the float outputs (None without one)."""
+
+    outputs: OutputStore
+    answers: list
+
+
+def _expected(reference: Reference,
+              tasks: Mapping[str, OutputTask]) -> Iterator[tuple[Batch, list[np.ndarray], list[Operand]]]:
+    """Each batch, the reference's outputs, and those as operands, each on its samples axis, logits with their
+    tokens."""
     sample_axes = SampleAxes()
     for batch, outputs in reference:
-        raw = {p: s.run(reference.names, batch) for p, s in sessions.items()}
-        expected_task = task.add(batch, outputs, raw)
         samples = samples_in(batch)
-        axes = [sample_axes.of(n, e, samples) for n, e in zip(reference.names, outputs)]
-        expected = [Operand(e, a) for e, a in zip(outputs, axes)]
-        _with_tokens(expected, reference.names, comparisons.tasks, batch)
-        got = {p: [Operand(g, a) for g, a in zip(values, axes)] for p, values in raw.items()}
-        del raw
-        floated = {p: [Operand(g, a) for g, a in zip(s.run(reference.names, batch), axes)] for p, s in floats.items()}
-        if coverage is not None:
-            coverage.add(batch, expected, got[_CPU], expected_task)
-        comparisons.add(expected, got, floated)
-        del expected, got, floated  # not alive through the next batch's runs
+        expected = [Operand(e, sample_axes.of(n, e, samples)) for n, e in zip(reference.names, outputs)]
+        _with_tokens(expected, reference.names, tasks, batch)
+        yield batch, outputs, expected
 
 
 def _with_tokens(operands: Sequence[Operand], names: Sequence[str], tasks: Mapping[str, OutputTask],

@@ -21,6 +21,7 @@ import onnx_ir as ir
 from onnxq.calibration.specs import Batch
 from onnxq.handlers.conv import is_depthwise
 from onnxq.handlers.plan import is_relu_like
+from onnxq.io import page_out
 from onnxq.irquery import attribute, constant_array, producer
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
@@ -237,6 +238,8 @@ class SaturationEmulator:
         self.products = integer_products(model)
         self.stats = {p.name: [0, 0, 0.0] for p in self.products}
         self.risky = [p for p in self.products if can_saturate(p.weight)]
+        for product in self.products:  # read once: a spilled weight need not stay resident (risky ones come back)
+            page_out(product.weight)
         self._activations = list(dict.fromkeys(p.activation for p in self.risky))
         # One base run yields the outputs and the risky products' activations.
         self._base = make_session(_exposing(model, self._activations), optimize=False)
