@@ -183,7 +183,11 @@ def _tied(node: ir.Node, tables: Sequence[_Table], bits: int) -> _Table | None:
     for tied in tables:
         if tied.bits != bits or tuple(table.shape) != (tied.n, tied.k) or tied.made[2:]:  # symmetric blocks only
             continue
-        if np.array_equal(table.numpy(), ir.convenience.get_const_tensor(tied.weight).numpy().T):
+        weight = ir.convenience.get_const_tensor(tied.weight)
+        equal = np.array_equal(table.numpy(), weight.numpy().T)
+        page_out(table)  # both read whole (SmolLM2: 113 MB each): not resident through the rest of the rewrite
+        page_out(weight)
+        if equal:
             return tied
     return None
 
