@@ -25,6 +25,7 @@ from onnxq.io import page_out
 from onnxq.irquery import attribute, constant_array, producer
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
+from onnxq.verify.narrow_view import narrow_view
 from onnxq.verify.qdq_view import qdq_view
 from onnxq.verify.sessions import make_session
 
@@ -235,6 +236,7 @@ class SaturationEmulator:
         self.output_names = list(output_names)
         self.base_saturates = base_saturates
         model = qdq_view(model)  # QLinearMatMul / QLinearConv: their exact float product, then the requantization
+        model = narrow_view(model)  # a wide MatMulNBits in slices: not its whole weight dequantized each run
         self.products = integer_products(model)
         self.stats = {p.name: [0, 0, 0.0] for p in self.products}
         self.risky = [p for p in self.products if can_saturate(p.weight)]
