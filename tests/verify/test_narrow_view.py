@@ -1,7 +1,8 @@
 """A wide MatMulNBits in the exact quantization runs as slices along N (ORT_DISABLE_ALL dequantizes a whole weight
 each run: a language model's lm_head, 113 MB of float32 for SmolLM2-135M's): the outputs bit for bit the whole
 product's, on every kind of input the product reads — 4 and 8 bits, zero points, float16 scales behind a Cast, a
-bias — and a whole run's figures the same with the slices as without."""
+bias — and a whole run's figures the same with the slices as without. The sensitivity keeps the product whole: its
+peak is elsewhere, and SmolLM2's 4-bit sensitivity peaked 30 MiB higher with slices."""
 
 import importlib
 
@@ -15,7 +16,6 @@ from onnxq.verify.narrow_view import narrow_view
 from onnxq.verify.sessions import make_session
 
 narrow_module = importlib.import_module("onnxq.verify.narrow_view")
-sensitivity_module = importlib.import_module("onnxq.search.sensitivity")
 
 K, N = 64, 1000
 
@@ -77,10 +77,6 @@ def test_the_slices_compute_the_whole_product_bit_for_bit(bits, symmetric, plain
 
 
 def test_a_whole_run_reads_the_same_with_slices(monkeypatch):
-    # The sensitivity on the exact quantization, as it runs where the switch model's kernels are not the deployed
-    # model's (SmolLM2's 4-bit run).
-    monkeypatch.setattr(sensitivity_module, "_session",
-                        lambda model, *_: (sensitivity_module._exact(model), "exact", "the test's choice"))
     rng = np.random.default_rng(5)
     data = [{"x": rng.normal(0, 1, (16, K)).astype(np.float32)}]
     verify = {"x": rng.normal(0, 1, (8, K)).astype(np.float32)}
@@ -97,5 +93,5 @@ def test_a_whole_run_reads_the_same_with_slices(monkeypatch):
     monkeypatch.setattr(narrow_module, "_split", lambda *a: made.append(1) or original(*a))
     monkeypatch.setattr(narrow_module, "NARROW_BYTES", K * 4 * 128)
     sliced = run()
-    assert len(made) == 2  # the exact quantization and the sensitivity ran the product in slices
-    assert sliced == whole and whole[1]["kernels"] == "exact"
+    assert len(made) == 1  # the verification's exact quantization ran the product in slices
+    assert sliced == whole
