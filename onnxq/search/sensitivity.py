@@ -324,7 +324,8 @@ def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Ba
 
 def _exact(model: ir.Model) -> ort.InferenceSession:
     # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ. A wide
-    # MatMulNBits stays whole here (verify.narrow_view's slices: SmolLM2's 4-bit sensitivity peaked 30 MiB higher).
+    # MatMulNBits stays whole here: with verify.narrow_view's slices SmolLM2's 4-bit sensitivity peaked no lower
+    # (983-985 MiB, against 948-966 whole): its peak is not the dequantized lm_head.
     return OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
 
 

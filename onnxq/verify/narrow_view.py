@@ -4,8 +4,9 @@ NARROW_BYTES of dequantized weight, their outputs concatenated.
 Without graph optimizations ORT does not pre-pack MatMulNBits' blocks: each run dequantizes the whole weight into a
 float32 buffer and multiplies by it. For a language model's lm_head that buffer is the vocabulary times the hidden
 size (SmolLM2-135M: 49,152 × 576, 113 MB) in every run of the verification's exact quantization, where the file
-itself holds 28 MB (the sensitivity's switch model keeps it whole: its peak is elsewhere, and with slices it rose). Each output column is the same dot product over K whichever columns share a product, so
-the outputs are the whole product's bit for bit (tested); the slices are views of the packed weight, no copy."""
+itself holds 28 MB. Each output column is the same dot product over K whichever columns share a product, so the
+outputs are the whole product's bit for bit (tested); the slices are views of the packed weight, no copy. The
+sensitivity's switch model keeps its products whole: with slices its peak was no lower (it is not this buffer)."""
 
 from __future__ import annotations
 
