@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.irquery import attribute, constant_array, model_names, unique_name
-from onnxq.passes.builder import replace_node
+from onnxq.irquery import attribute, constant_array
+from onnxq.passes.builder import GraphBuilder, replace_node
 
 __all__ = ["narrow_view", "NARROW_BYTES"]
 
@@ -25,16 +25,16 @@ _B, _SCALES, _ZERO_POINTS, _G_IDX, _BIAS = 1, 2, 3, 4, 5  # MatMulNBits' inputs
 
 def narrow_view(model: ir.Model, narrow_bytes: int | None = None) -> ir.Model:
     """The model itself when no MatMulNBits dequantizes more than narrow_bytes (None: NARROW_BYTES), else a copy
-    with each such product split along N (its slices named after it: _1, _2, …)."""
+    with each such product split along N (its slices named after it)."""
     narrow_bytes = NARROW_BYTES if narrow_bytes is None else narrow_bytes
-    if not any(_columns(node, narrow_bytes) for node in model.graph):
+    wide = {i: columns for i, node in enumerate(model.graph) if (columns := _columns(node, narrow_bytes))}
+    if not wide:
         return model
-    view = model.clone()
-    taken = model_names(view)
-    for node in list(view.graph):
-        columns = _columns(node, narrow_bytes)
-        if columns:
-            _split(view.graph, node, columns, taken)
+    view = model.clone()  # the same nodes in the same order; the tensors shared
+    builder = GraphBuilder(view.graph)
+    for i, node in enumerate(list(view.graph)):
+        if i in wide:
+            _split(builder, node, wide[i])
     return view
 
 
@@ -59,36 +59,29 @@ def _weights(node: ir.Node) -> dict[int, ir.Value]:
             if len(node.inputs) > i and node.inputs[i] is not None}
 
 
-def _split(graph: ir.Graph, node: ir.Node, columns: int, taken: set[str]) -> None:
+def _split(builder: GraphBuilder, node: ir.Node, columns: int) -> None:
     n = attribute(node, "N")
     weights = {i: _constant(value) for i, value in _weights(node).items()}
-    made, parts = [], []
+    attributes = {k: a.value for k, a in node.attributes.items()}
+    parts = []
     for start in range(0, n, columns):
         stop = min(n, start + columns)
-        inputs: list[ir.Value | None] = [node.inputs[0]]
-        for i in range(1, len(node.inputs)):
-            if i not in weights:
-                inputs.append(node.inputs[i])
-                continue
-            array, cast_to = weights[i]
-            sliced = _slice(graph, array, n, (start, stop), f"{node.inputs[i].name}_n{start}", taken)
+        inputs = list(node.inputs)
+        for i, (array, cast_to) in weights.items():
+            rows = array.reshape(n, -1)[start:stop]  # a view: the input is laid out by N first, [N, …] or flat
+            sliced = rows.reshape((stop - start, *array.shape[1:])) if array.ndim > 1 else rows.reshape(-1)
+            inputs[i] = builder.initializer(f"{node.inputs[i].name}_n{start}", sliced)
             if cast_to is not None:  # float16 scales behind a Cast (passes.insert_blockwise): the slice's own Cast
-                made.append(ir.node("Cast", [sliced], {"to": cast_to},
-                                    name=unique_name(f"{sliced.name}_Cast", taken)))
-                sliced = made[-1].outputs[0]
-            inputs.append(sliced)
-        attributes = {**{k: a.value for k, a in node.attributes.items()}, "N": stop - start}
-        part = ir.node("MatMulNBits", inputs, attributes, domain="com.microsoft",
-                       name=unique_name(node.name or "MatMulNBits", taken))
-        made.append(part)
-        parts.append(part.outputs[0])
-    concat = ir.node("Concat", parts, {"axis": -1}, name=unique_name(f"{node.name}_Concat", taken))
-    graph.insert_before(node, [*made, concat])
+                inputs[i] = builder.node("Cast", [inputs[i]], f"{inputs[i].name}_Cast", node,
+                                         attributes={"to": cast_to}).outputs[0]
+        parts.append(builder.node("MatMulNBits", inputs, node.name or "MatMulNBits", node,
+                                  attributes={**attributes, "N": stop - start}, domain="com.microsoft").outputs[0])
+    concat = builder.node("Concat", parts, f"{node.name}_Concat", node, attributes={"axis": -1})
     producers = [value.producer() for value in _weights(node).values() if value.producer() is not None]
-    replace_node(graph, node, concat.outputs[0])
+    replace_node(builder.graph, node, concat.outputs[0])
     for producer in producers:  # the whole scales' Cast (or a Constant), read by nothing now
         if not producer.outputs[0].uses() and not producer.outputs[0].is_graph_output():
-            graph.remove(producer, safe=True)
+            builder.graph.remove(producer, safe=True)
 
 
 def _constant(value: ir.Value) -> tuple[np.ndarray, ir.DataType | None] | None:
@@ -101,18 +94,3 @@ def _constant(value: ir.Value) -> tuple[np.ndarray, ir.DataType | None] | None:
         return None
     array = constant_array(cast.inputs[0])
     return None if array is None else (array, ir.DataType(attribute(cast, "to")))
-
-
-def _slice(graph: ir.Graph, array: np.ndarray, n: int, columns: tuple[int, int], name: str,
-           taken: set[str]) -> ir.Value:
-    """Rows start:stop of an input laid out by N first ([N, …] or [N × per_row] flat): a view, not a copy."""
-    start, stop = columns
-    per_row = array.size // n
-    rows = array.reshape(n, per_row)[start:stop]
-    value = ir.Value(name=unique_name(name, taken),
-                     const_value=ir.Tensor(rows.reshape((stop - start,) + array.shape[1:]) if array.ndim > 1
-                                           else rows.reshape(-1)))
-    value.shape = ir.Shape(value.const_value.shape)
-    value.type = ir.TensorType(value.const_value.dtype)
-    graph.register_initializer(value)
-    return value
