@@ -35,6 +35,7 @@ from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
+from onnxq.search.local_error import LocalSums, add_local_sums
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.outcome import task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
@@ -204,7 +205,7 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
         members.setdefault(group_pattern(node_name), []).append(i)
-    local = [math.nan if a is None else a.result().sqnr_db for a in runner.local]
+    local = [math.nan if a is None else a.sqnr_db for a in runner.local]
     alone = {index[0] for index in members.values() if len(index) == 1}  # ranked alone even when groups only
     nodes = []
     for i, (node_name, op_type, *_) in enumerate(twins):
@@ -260,24 +261,23 @@ class _SwitchRuns:
         self.batches = self._fitted(names + local_outputs)
         # The all-off outputs, on disk beyond the float reference's budget (a decoder's logits: 25 MB a window).
         self.references, self.task_references = OutputStore(store_budget(model), recomputable=False), []
-        # A body's twins have no local error (their values are not graph outputs): None.
-        self.local = [MetricsAccumulator() if twin[2] else None for twin in twins]
-        measured = [accumulator for accumulator in self.local if accumulator is not None]
+        # A body's twins have no local error (their sums are not graph outputs): None.
+        self.local = [LocalSums() if twin[2] else None for twin in twins]
+        measured = [sums for sums in self.local if sums is not None]
         for batch in self.batches:
             values = self.session.run(names + local_outputs, self._feed(batch, set()))
             self.references.append(values[:len(names)])
             if metric is not None:  # the float model's answer, once per batch
                 self.task_references.append(metric(names, values[:len(names)], samples_in(batch)))
             pairs = values[len(names):]
-            for i, accumulator in enumerate(measured):
-                accumulator.add(pairs[2 * i + 1], pairs[2 * i])  # float twin is the reference
-            # Not alive through the next batch's run: a window's twin pairs are 150 MB on SmolLM2, held twice.
+            for i, sums in enumerate(measured):
+                sums.add(pairs[2 * i], pairs[2 * i + 1])
             del values, pairs
 
     def _fitted(self, fetched: list[str]) -> list[Batch]:
-        """The batches cut so that one run's fetched values (the outputs and every twin's local pair) hold at most
-        OUTPUT_BUDGET bytes: a decoder's logits and 300 twin values of 16 windows took SmolLM2's run from 4.8 to
-        11.3 GB. Not for a model whose inputs fix the batch size."""
+        """The batches cut so that one run's fetched values (the outputs and every twin pair's local sums) hold at
+        most OUTPUT_BUDGET bytes: a decoder's logits and 300 twin values of 16 windows took SmolLM2's run from 4.8
+        to 11.3 GB. Not for a model whose inputs fix the batch size."""
         first = self.batches[0]
         if samples_in(first) <= 1 or any(isinstance(i.shape[0], int) and i.shape[0] > 1
                                          for i in self.session.get_inputs() if i.shape):
@@ -330,11 +330,11 @@ def _exact(model: ir.Model) -> ort.InferenceSession:
 
 
 def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:
-    """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type,
-    quantized output name, float output name)]). Every output the model reads (LSTM's Y_h and Y_c too) is
-    switched; the first is the one whose local error is read. A node inside an If / Loop / Scan body is doubled
-    there, its switch read from the main graph's inputs; its twins are not graph outputs (a body's values cannot
-    be), so its local error is not measured (names "")."""
+    """The float model with each planned node doubled behind a switch; returns (model, [(node name, op type, the
+    names of its twins' local sums Σ float² and Σ (quantized − float)²)]). Every output the model reads (LSTM's Y_h
+    and Y_c too) is switched; the first is the one whose local error is summed. A node inside an If / Loop / Scan
+    body is doubled there, its switch read from the main graph's inputs; its twins' sums cannot be graph outputs (a
+    body's values cannot be), so its local error is not measured (names "")."""
     model = builder.float_model.clone()
     model_outputs = len(model.graph.outputs)
     by_name = {n.name: n for n in model.graph.all_nodes()}
@@ -350,25 +350,27 @@ def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model
     # By name: a rewrite form may replace a node and its output value (the name stays).
     values = {v.name: v for node in model.graph.all_nodes() for v in node.outputs}
     taken = model_names(model)
-    result = []
-    for i, (plan, outputs) in enumerate(zip(own_plans, pairs)):
+    for i, outputs in enumerate(pairs):
         switch = ir.val(_SWITCH.format(i), ir.DataType.BOOL, [])
         model.graph.inputs.append(switch)
         for quantized_name, float_name in outputs:
             graph = values[float_name].producer().graph
             _switch(values[quantized_name], values[float_name], switch,
                     model_outputs if graph is model.graph else len(graph.outputs), taken)
-        # The first pair's names now (a model output's quantized twin was renamed); none for a dead node's outputs.
-        first = (values[outputs[0][0]].name, outputs[0][1]) if not plan.scope and outputs else ("", "")
-        result.append((plan.node.name, plan.node.op_type, *first))
+    # The first pair's local sums (search.local_error) take the place of its values among the graph's outputs: none
+    # for a body's twins or a dead node's outputs.
+    del model.graph.outputs[model_outputs:]
+    sums = add_local_sums(model.graph, [(values[outputs[0][0]], values[outputs[0][1]])
+                                        if not plan.scope and outputs else None
+                                        for plan, outputs in zip(own_plans, pairs)])
     model.graph.sort()
-    return model, result
+    return model, [(plan.node.name, plan.node.op_type, *names) for plan, names in zip(own_plans, sums)]
 
 
 def _doubled(node: ir.Node, main: ir.Graph) -> list[tuple[str, str]]:
     """A float twin of the node put before it; (quantized, float) output names for each output it gives. In the
-    main graph the first pair also become graph outputs (their local error is read; it keeps them through the
-    passes); the twin's other outputs are its graph's outputs while the passes run (_KEPT marks them)."""
+    main graph the first pair also become graph outputs (kept through the passes; their local sums then take their
+    place); the twin's other outputs are its graph's outputs while the passes run (_KEPT marks them)."""
     twin = ir.node(node.op_type, list(node.inputs), dict(node.attributes), domain=node.domain,
                    name=f"{node.name}_onnxq_float", num_outputs=len(node.outputs))
     node.graph.insert_before(node, twin)
