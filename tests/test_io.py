@@ -170,3 +170,28 @@ def test_every_session_stops_its_threads_spinning_when_a_run_returns(rng, optimi
     session = OrtModel(model).session(options, ["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ model.graph.initializers["w"].const_value.numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_streamed_file_holds_every_kind_of_tensor_as_serialized_whole(rng, tmp_path):
+    """io.streamed_proto writes each initializer of 4 KB or more from its own buffer (a TensorProto without its raw
+    data, then the bytes): every numeric type, its name, doc string and metadata read back as onnx_ir serializes
+    them whole; 4-bit types (two to a byte) through onnx_ir's own bytes."""
+    import ml_dtypes
+
+    arrays = [rng.standard_normal((64, 64)).astype(np.float32), rng.integers(-128, 127, (100, 100), dtype=np.int8),
+              rng.standard_normal((70, 70)).astype(np.float16), rng.standard_normal((40, 40)),
+              rng.standard_normal((70, 70)) > 0, rng.integers(0, 9, 5000), rng.standard_normal(3).astype(np.float32),
+              rng.standard_normal((70, 70)).astype(ml_dtypes.bfloat16)]
+    tensors = [ir.tensor(a, name=f"t{i}") for i, a in enumerate(arrays)]
+    tensors.append(ir.tensor(rng.integers(-8, 7, (100, 100), dtype=np.int8), dtype=ir.DataType.INT4, name="t_int4"))
+    tensors[0].doc_string, tensors[0].metadata_props["origin"] = "a weight", "test"
+    model = _model(rng)
+    for tensor in tensors:
+        model.graph.register_initializer(ir.Value(name=tensor.name, const_value=tensor, type=ir.TensorType(
+            tensor.dtype), shape=tensor.shape))
+    whole = {t.name: t for t in ir.serde.serialize_model(model).graph.initializer}
+    save_model(model, tmp_path / "q.onnx")
+    saved = {t.name: t for t in onnx.load(tmp_path / "q.onnx").graph.initializer}
+    assert saved.keys() == whole.keys()
+    for name, tensor in saved.items():
+        assert tensor.SerializeToString(deterministic=True) == whole[name].SerializeToString(deterministic=True), name
