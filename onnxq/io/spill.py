@@ -89,6 +89,18 @@ class SpillFile:
             logger.warning("a float weight kept in memory: the temporary file refused it (%s)", e)
             return tensor
 
+    def stored_array(self, array: np.ndarray) -> np.ndarray:
+        """An array the run holds outside any model (its memo's 4-bit codes and scales: passes.builder.
+        spill_shared_blocks) moved to the file and read back memory-mapped, when it is in memory and at least
+        SPILL_QUANTIZED_MIN_BYTES (else, or when the disk refuses it, the array as it is)."""
+        if array.nbytes < SPILL_QUANTIZED_MIN_BYTES or memory_map(array) is not None:
+            return array
+        try:
+            return self._write(ir.Tensor(np.ascontiguousarray(array))).numpy()
+        except OSError as e:
+            logger.warning("a quantized weight's blocks kept in memory: the temporary file refused them (%s)", e)
+            return array
+
     def page_out(self) -> None:
         for tensor in self._spilled:
             page_out(tensor)

@@ -11,6 +11,7 @@ import onnx_ir as ir
 
 from onnxq.config import QScheme
 from onnxq.io import page_out
+from onnxq.io.memory import memory_map
 from onnxq.irquery import OUTER_NAMES, unique_name
 from collections.abc import Callable, Mapping
 
@@ -22,7 +23,7 @@ from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize
 Hessians = Callable[[str], "np.ndarray | None"]
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization",
-           "remap_shared_weights", "replace_node",
+           "remap_shared_weights", "spill_shared_blocks", "replace_node",
            "replace_node_with", "rewrite_each", "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
@@ -55,6 +56,26 @@ def remap_shared_weights(twins: Mapping[int, ir.TensorProtocol]) -> None:
         twin = twins.get(id(quantized))
         if twin is not None:
             memo[key] = (tensor, twin.numpy(), qparams)
+
+
+def spill_shared_blocks(store: Callable[[np.ndarray], np.ndarray], min_bytes: int) -> None:
+    """The run's memo of block-quantized weights moved by `store` (io.SpillFile.stored_array: to the run's file, read
+    back memory-mapped) when it holds at least min_bytes: its codes are a byte per 4-bit code, SmolLM2's 150 MB of
+    anonymous memory held from the rewrite to the run's end beside every later step's sessions, while the model's
+    packed copy of them was already on file."""
+    memo = _BLOCK_MEMO.get()
+    if not memo or sum(_block_bytes(blocks) for _, blocks in memo.values()) < min_bytes:
+        return
+    for key, (tensor, blocks) in memo.items():
+        memo[key] = (tensor, dataclasses.replace(
+            blocks, codes=store(blocks.codes), scales=store(blocks.scales),
+            zero_points=None if blocks.zero_points is None else store(blocks.zero_points)))
+
+
+def _block_bytes(blocks) -> int:
+    in_memory = [a for a in (blocks.codes, blocks.scales, blocks.zero_points) if a is not None and
+                 memory_map(a) is None]
+    return sum(a.nbytes for a in in_memory)
 
 
 def shared_block_quantization() -> dict | None:

@@ -78,6 +78,8 @@ class InsertBlockwisePass(PlannedRewritePass):
                 base = node.inputs[1].name or "weight"
                 made[key] = (_matmulnbits_inputs(builder, quantized, base, half) if blocks.format == "matmulnbits"
                              else _dequantized(builder, quantized, base, node))
+                for array in (quantized.codes, quantized.scales, quantized.zero_points):
+                    page_out(array)  # the memo's blocks on the run's file (io.spill): read once per graph built
                 if blocks.format == "matmulnbits" and not transposed and quantized.k % blocks.size == 0:
                     tables.append(_Table(node.inputs[1], made[key], bits, quantized.k, quantized.n))
             _replace_product(builder, node, made[key], bits, transposed, blocks)

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from onnxq.errors import CalibrationDataError, ort_reason
 from onnxq.io import page_out, trim_heap
 from onnxq.io.sessions import ORT_ERRORS
-from onnxq.passes.builder import remap_shared_weights
+from onnxq.io.spill import SPILL_MIN_BYTES
+from onnxq.passes.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
@@ -57,7 +58,7 @@ STEPS: tuple[Step, ...] = (
     Step("sensitivity", sensitivity, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("fallback", fall_back),
     Step("check_speed", check_speed, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
-    Step("save", save, page_out_before=True),
+    Step("save", save, page_out_before=True, trim_heap_before=True),
 )
 
 
@@ -88,6 +89,7 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             state.spill.spill([state.reference, state.unconverted, state.work, state.quantized_from])
         if step.spill_quantized_before and state.work is not None:
             remap_shared_weights(state.spill.spill_quantized(state.work))
+            spill_shared_blocks(state.spill.stored_array, SPILL_MIN_BYTES)
         if step.page_out_before and state.reference is not None:
             page_out(state.reference)
             state.spill.page_out()

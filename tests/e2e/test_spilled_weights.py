@@ -138,6 +138,46 @@ def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tm
     assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
 
 
+def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_file(tmp_path, monkeypatch):
+    """The run's memo of 4-bit blocks (a byte per code: SmolLM2's 150 MB of anonymous memory from the rewrite to the
+    run's end) goes to the spill file with the model's weights; the sensitivity's twins and the fallback's probes
+    built from it give the same model and figures."""
+    from onnxq.io.memory import memory_map
+    from onnxq.passes import builder
+    from onnxq.steps import run as run_module
+
+    path = tmp_path / "model.onnx"
+    onnx.save(genai_decoder(vocab=1024), path)
+    config = onnxq.QuantConfig(weights=onnxq.QScheme("int4"), verify=ANY_SPEED.verify)
+    seen = []
+
+    def probe(state) -> bool:
+        arrays = [a for _, blocks in builder._BLOCK_MEMO.get().values()
+                  for a in (blocks.codes, blocks.scales, blocks.zero_points) if a is not None]
+        seen.append((len(arrays), sum(memory_map(a) is not None for a in arrays)))
+        return False
+
+    steps = list(run_module.STEPS)
+    steps.insert(next(i for i, s in enumerate(steps) if s.name == "sensitivity") + 1, run_module.Step("probe", probe))
+    monkeypatch.setattr(run_module, "STEPS", tuple(steps))
+
+    def run(out):
+        return onnxq.quantize(path, token_windows(np.random.default_rng(1), 32, 16), output=out,
+                              verify_data=token_windows(np.random.default_rng(2), 8, 16), config=config)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
+        patch.setattr(spill_module, "SPILL_QUANTIZED_MIN_BYTES", 0)
+        patch.setattr(run_module, "SPILL_MIN_BYTES", 0)
+        spilled = run(tmp_path / "spilled.onnx")
+    kept = run(tmp_path / "kept.onnx")
+    assert seen[0][0] > 10 and seen[0][1] == seen[0][0]  # every array of the memo on file
+    assert seen[1][1] == 0  # the defaults keep a small model's in memory
+    assert _initializers(tmp_path / "spilled.onnx") == _initializers(tmp_path / "kept.onnx")
+    assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
+    assert [n.harm for n in spilled.report.sensitivity.nodes] == [n.harm for n in kept.report.sensitivity.nodes]
+
+
 def test_weights_on_file_already_are_not_spilled_again(tmp_path, monkeypatch):
     """A graph rebuilt from the remapped memo holds views of the spill file: the next step's spill leaves them."""
     monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
