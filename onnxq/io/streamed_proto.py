@@ -30,24 +30,28 @@ _STREAMED_FROM_BYTES = 4 << 10
 
 def write_streamed(model: ir.Model, path: str | os.PathLike) -> None:
     """Write the model (no external data) with its main-graph initializers of _STREAMED_FROM_BYTES or more streamed
-    after the rest, each memory-mapped one paged out once written; the model is left as it was (its initializers in
-    their order)."""
-    initializers = dict(model.graph.initializers)
-    large = [v for v in initializers.values()
+    after the rest, each memory-mapped one paged out once written; the model is left as it was. The graph's bytes
+    are onnx_ir's serialization with those initializers' tensors left out: their value_info and quantization
+    annotations stay as onnx_ir writes them, and each streamed tensor is named by its value, as onnx_ir names it."""
+    large = [v for v in model.graph.initializers.values()
              if v.const_value is not None and v.const_value.nbytes >= _STREAMED_FROM_BYTES]
-    for value in large:
-        model.graph.initializers.pop(value.name)
+    tensors = [v.const_value for v in large]
     try:
-        head = ir.serde.serialize_model(model).SerializeToString()
-    finally:
-        model.graph.initializers.clear()
-        for value in initializers.values():
-            model.graph.register_initializer(value)
-    with open(path, "wb") as file:
-        file.write(head)
-        del head
         for value in large:
-            shell, payload = _tensor_pieces(value.const_value)
+            value.const_value = ir.Tensor(np.zeros(0, np.uint8))  # serialized, then dropped: written below
+        head = ir.serde.serialize_model(model)
+    finally:
+        for value, tensor in zip(large, tensors):
+            value.const_value = tensor
+    streamed = {v.name for v in large}
+    kept = [t for t in head.graph.initializer if t.name not in streamed]
+    del head.graph.initializer[:]
+    head.graph.initializer.extend(kept)
+    with open(path, "wb") as file:
+        file.write(head.SerializeToString())
+        del head, kept
+        for value in large:
+            shell, payload = _tensor_pieces(value.const_value, value.name)
             raw = header(TENSOR_RAW_DATA, len(payload)) if payload is not None else b""
             size = len(shell) + len(raw) + (0 if payload is None else len(payload))
             initializer = header(GRAPH_INITIALIZER, size)
@@ -59,15 +63,17 @@ def write_streamed(model: ir.Model, path: str | os.PathLike) -> None:
             page_out(value.const_value)
 
 
-def _tensor_pieces(tensor: ir.TensorProtocol) -> tuple[bytes, memoryview | None]:
+def _tensor_pieces(tensor: ir.TensorProtocol, name: str) -> tuple[bytes, memoryview | None]:
     """(the TensorProto's bytes without raw_data, raw_data's bytes as a view of the tensor's buffer), or (the whole
     TensorProto's bytes, None) for a tensor whose serialized bytes are not its array's memory (4-bit and 2-bit types
     packed two or four to a byte, strings, a big-endian machine)."""
     if tensor.dtype == ir.DataType.STRING or tensor.dtype.bitwidth < 8 or sys.byteorder != "little" \
             or isinstance(tensor, ir.ExternalTensor):  # the caller inlines external data (io.model)
-        return ir.serde.serialize_tensor(tensor).SerializeToString(), None
+        proto = ir.serde.serialize_tensor(tensor)
+        proto.name = name
+        return proto.SerializeToString(), None
     array = np.ascontiguousarray(tensor.numpy())
-    shell = onnx.TensorProto(name=tensor.name or "", data_type=tensor.dtype.value, dims=list(tensor.shape.numpy()))
+    shell = onnx.TensorProto(name=name, data_type=tensor.dtype.value, dims=list(tensor.shape.numpy()))
     if tensor.doc_string:
         shell.doc_string = tensor.doc_string
     for key, text in tensor.metadata_props.items():
