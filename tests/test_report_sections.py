@@ -104,8 +104,8 @@ def test_a_peak_set_by_the_speed_line_says_what_the_quantization_took_before_it(
              "save": 1_070_000_000}
     memory = MemoryUse(peaks, 540_000_000)
     assert memory.peak_before_speed == 790_000_000
-    assert memory.text() == ["memory:      peak RSS 1070 MB, 2.0x the float model's 540 MB, reached in check_speed "
-                             "(ORT's float and quantized sessions timed as deployed); 790 MB (1.5x) before it "
+    assert memory.text() == ["memory:      peak RSS 1070 MB, 1.98x the float model's 540 MB, reached in check_speed "
+                             "(ORT's float and quantized sessions timed as deployed); 790 MB (1.46x) before it "
                              "(--no-speed)"]
     quantization = MemoryUse({"load_and_plan": 300_000_000, "verify": 790_000_000, "check_speed": 790_000_000},
                              540_000_000)
