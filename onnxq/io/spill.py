@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import logging
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.io.memory import memory_map, page_out
+from onnxq.io.memory import memory_map, page_out, raw_bytes
 from onnxq.io.model import model_size_bytes
 
 __all__ = ["SpillFile", "SPILL_MIN_BYTES", "SPILL_TENSOR_MIN_BYTES", "SPILL_QUANTIZED_MIN_BYTES"]
@@ -140,7 +139,7 @@ class SpillFile:
             self._folder = Path(tempfile.mkdtemp(prefix="onnxq-spill-"))
             atexit.register(shutil.rmtree, self._folder, ignore_errors=True)  # a run_steps without close
         self._offset += -self._offset % _ALIGN
-        data = _raw_bytes(tensor)
+        data = raw_bytes(tensor)
         with open(self._folder / _NAME, "ab") as file:
             file.truncate(self._offset)  # the alignment's padding
             file.write(data)
@@ -149,16 +148,6 @@ class SpillFile:
         self._offset += len(data)
         self._spilled.append(twin)
         return twin
-
-
-def _raw_bytes(tensor: ir.TensorProtocol) -> bytes | np.ndarray:
-    """The tensor's bytes as ONNX stores them, without a copy where its array already is that layout (a whole
-    copy per tensor was the load's peak: the 113 MB table a folded Transpose makes, +113 MB while written)."""
-    array = tensor.raw if isinstance(tensor, ir.Tensor) else None
-    if (isinstance(array, np.ndarray) and array.flags.c_contiguous and array.dtype.isnative
-            and sys.byteorder == "little" and array.dtype.itemsize * 8 == tensor.dtype.bitwidth):
-        return array.reshape(-1).view(np.uint8)
-    return tensor.tobytes()
 
 
 def _distinct_bytes(holders: list[tuple[ir.Value, ir.TensorProtocol]]) -> int:

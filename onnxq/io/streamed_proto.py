@@ -13,13 +13,12 @@ took 414 MiB over its start for 157 MB of weights).
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxq.io.memory import page_out
+from onnxq.io.memory import page_out, raw_bytes
 from onnxq.io.wire import GRAPH_INITIALIZER, MODEL_GRAPH, TENSOR_RAW_DATA, header
 
 __all__ = ["write_streamed"]
@@ -63,19 +62,16 @@ def write_streamed(model: ir.Model, path: str | os.PathLike) -> None:
             page_out(value.const_value)
 
 
-def _tensor_pieces(tensor: ir.TensorProtocol, name: str) -> tuple[bytes, memoryview | None]:
-    """(the TensorProto's bytes without raw_data, raw_data's bytes as a view of the tensor's buffer), or (the whole
-    TensorProto's bytes, None) for a tensor whose serialized bytes are not its array's memory (4-bit and 2-bit types
-    packed two or four to a byte, strings, a big-endian machine)."""
-    if tensor.dtype == ir.DataType.STRING or tensor.dtype.bitwidth < 8 or sys.byteorder != "little" \
-            or isinstance(tensor, ir.ExternalTensor):  # the caller inlines external data (io.model)
+def _tensor_pieces(tensor: ir.TensorProtocol, name: str) -> tuple[bytes, bytes | np.ndarray | None]:
+    """(the TensorProto's bytes without raw_data, raw_data's bytes: a view of the tensor's array where it is that
+    layout, io.memory.raw_bytes), or (a string tensor's whole TensorProto, None)."""
+    if tensor.dtype == ir.DataType.STRING:
         proto = ir.serde.serialize_tensor(tensor)
         proto.name = name
         return proto.SerializeToString(), None
-    array = np.ascontiguousarray(tensor.numpy())
     shell = onnx.TensorProto(name=name, data_type=tensor.dtype.value, dims=list(tensor.shape.numpy()))
     if tensor.doc_string:
         shell.doc_string = tensor.doc_string
     for key, text in tensor.metadata_props.items():
         shell.metadata_props.add(key=key, value=text)
-    return shell.SerializeToString(), memoryview(array.reshape(-1).view(np.uint8))
+    return shell.SerializeToString(), raw_bytes(tensor)

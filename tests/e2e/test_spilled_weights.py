@@ -16,6 +16,7 @@ from decoder_model import genai_decoder, token_windows
 
 import onnxq
 from onnxq.io import spill as spill_module
+from onnxq.io.memory import raw_bytes
 from onnxq.io.spill import SpillFile
 
 ANY_SPEED = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False))
@@ -207,7 +208,7 @@ def test_weights_on_file_already_are_not_spilled_again(tmp_path, monkeypatch):
 def test_a_stored_tensor_reads_back_its_values_whatever_its_layout(rng, monkeypatch, make):
     monkeypatch.setattr(spill_module, "SPILL_TENSOR_MIN_BYTES", 0)
     tensor = make(rng.normal(0, 1, (64, 48)).astype(np.float32))
-    copied = isinstance(spill_module._raw_bytes(tensor), bytes)
+    copied = isinstance(raw_bytes(tensor), bytes)
     assert copied == (not tensor.numpy().flags.c_contiguous)
     spill = SpillFile()
     try:
