@@ -12,7 +12,8 @@ from onnxq.calibration.summary import CalibrationSummary
 from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.handlers import NodePlan, plan_model
-from onnxq.passes.smooth import NOT_ABSORBED, SmoothPass
+from onnxq.io.memory import trim_heap
+from onnxq.passes.smooth import NOT_ABSORBED, SmoothPass, StoredRows
 from onnxq.report import SmoothedActivation
 from onnxq.search.recipe import RecipeGroup
 from onnxq.smoothing import choose_smoothing, smoothable_groups, static_error
@@ -53,10 +54,11 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
 
 
 def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
-                 cached: CalibrationSummary | None, stored=None) -> tuple[SmoothedActivation, ...]:
+                 cached: CalibrationSummary | None,
+                 stored_rows: StoredRows | None = None) -> tuple[SmoothedActivation, ...]:
     """SmoothQuant on the float graph `work` (in place) — AWQ's activation-aware scales for weight-only blocks —
     from the per-channel statistics of a calibration cache (of the float model) or, without one, of the
-    calibration data. stored: where each scaled weight goes once made (passes.smooth.SmoothPass)."""
+    calibration data. stored_rows: where each scaled weight goes as it is made (passes.smooth.SmoothPass)."""
     candidates = awq_groups(plans, work) if config.weight_only else smoothable_groups(plans)
     if cached is not None:
         missing = [c.activation.name for c in candidates if c.activation.name not in cached.channels]
@@ -67,12 +69,14 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
     else:
         check_reusable(stream.source, "smoothing")
         stats = _channel_stats(work, candidates, stream)
+        trim_heap()  # the statistics' sessions are gone: what they freed goes back before the weights are read
     if config.weight_only:
         blocks = config.blocks
         form = BlockForm(blocks.size, config.weights.bits, config.weights.symmetric, blocks.accuracy_level == 4)
         groups, choices = choose_awq(candidates, stats, _alpha(config), form)
     else:
         groups, choices = choose_smoothing(candidates, stats, _alpha(config))
-    absorbed = SmoothPass(groups, insert_mul=not config.weight_only, stored=stored)(work).absorbed
+    trim_heap()  # the search's products and quantized copies, freed
+    absorbed = SmoothPass(groups, insert_mul=not config.weight_only, stored_rows=stored_rows)(work).absorbed
     return tuple(SmoothedActivation(c.activation, None if absorbed.get(c.activation) == NOT_ABSORBED else c.alpha,
                                     absorbed.get(c.activation), c.errors) for c in choices)

@@ -88,6 +88,29 @@ class SpillFile:
             logger.warning("a float weight kept in memory: the temporary file refused it (%s)", e)
             return tensor
 
+    def stored_rows(self, name: str, shape: tuple[int, ...], pieces: Iterable[np.ndarray]) -> ir.TensorProtocol:
+        """A float32 weight of `shape` a pass computes piece by piece along its first axis, written as the pieces
+        come, so that the pass holds one at a time instead of the whole (SmoothQuant's scaled lm_head: 113 MB for
+        SmolLM2, beside the 113 MB of its source's pages). The tensor `stored` would give for the whole: in memory
+        under SPILL_TENSOR_MIN_BYTES, or what the disk refuses (the pieces written so far read back)."""
+        pieces = iter(pieces)
+        if 4 * int(np.prod(shape, dtype=np.int64)) < SPILL_TENSOR_MIN_BYTES:
+            return ir.Tensor(np.concatenate(list(pieces)).reshape(shape), name=name)
+        start, written, piece = self._start(), 0, np.zeros(0, np.float32)
+        try:
+            with open(self._folder / _NAME, "ab") as file:
+                file.truncate(start)
+                for piece in pieces:
+                    file.write(np.ascontiguousarray(piece, np.float32).reshape(-1).view(np.uint8))
+                    file.flush()  # a refusal raises here, before the piece counts as written
+                    written += piece.size
+        except OSError as e:
+            logger.warning("a float weight kept in memory: the temporary file refused it (%s)", e)
+            done = np.fromfile(self._folder / _NAME, np.float32, count=written, offset=start) if written else piece[:0]
+            rest = [p.reshape(-1) for p in (piece, *pieces)]
+            return ir.Tensor(np.concatenate([done.reshape(-1), *rest]).astype(np.float32).reshape(shape), name=name)
+        return self._appended(start, 4 * written, ir.DataType.FLOAT, shape, name)
+
     def stored_array(self, array: np.ndarray) -> np.ndarray:
         """An array the run holds outside any model (its memo's 4-bit codes and scales: passes.builder.
         spill_shared_blocks) moved to the file and read back memory-mapped, when it is in memory and at least
@@ -135,17 +158,26 @@ class SpillFile:
         return twins
 
     def _write(self, tensor: ir.TensorProtocol) -> ir.ExternalTensor:
+        start = self._start()
+        data = raw_bytes(tensor)
+        with open(self._folder / _NAME, "ab") as file:
+            file.truncate(start)  # the alignment's padding (or what a refused write left)
+            file.write(data)
+        return self._appended(start, len(data), tensor.dtype, tensor.shape, tensor.name)
+
+    def _start(self) -> int:
+        """The aligned offset the next tensor is written at (the file made on first use)."""
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="onnxq-spill-"))
             atexit.register(shutil.rmtree, self._folder, ignore_errors=True)  # a run_steps without close
-        self._offset += -self._offset % _ALIGN
-        data = raw_bytes(tensor)
-        with open(self._folder / _NAME, "ab") as file:
-            file.truncate(self._offset)  # the alignment's padding
-            file.write(data)
-        twin = ir.ExternalTensor(_NAME, self._offset, len(data), tensor.dtype, shape=tensor.shape, name=tensor.name,
+        return self._offset + -self._offset % _ALIGN
+
+    def _appended(self, start: int, length: int, dtype: ir.DataType, shape: ir.Shape | tuple[int, ...],
+                  name: str | None) -> ir.ExternalTensor:
+        twin = ir.ExternalTensor(_NAME, start, length, dtype, name=name,
+                                 shape=shape if isinstance(shape, ir.Shape) else ir.Shape(shape),
                                  base_dir=self._folder)
-        self._offset += len(data)
+        self._offset = start + length
         self._spilled.append(twin)
         return twin
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from onnxq.numerics.qparams import QParams
@@ -9,6 +11,8 @@ from onnxq.numerics.qparams import QParams
 __all__ = ["quantize", "dequantize", "broadcast_along"]
 
 _DTYPE_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+# quantize's float32 temporary, at most (a piece of the first axis; at least one row).
+_PIECE_BYTES = 8 << 20
 
 
 def broadcast_along(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
@@ -20,22 +24,43 @@ def broadcast_along(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarr
     return values.reshape(shape)
 
 
-def quantize(x: np.ndarray, qparams: QParams) -> np.ndarray:
+def quantize(x: np.ndarray, qparams: QParams, after_piece: Callable[[], None] | None = None) -> np.ndarray:
     """y = saturate(round_half_even(x / scale) + zero_point), computed in float32 like ONNX Runtime.
 
     Rounding, the zero-point shift and saturation stay in float32, in place: a rounded float32 is an exact
     integer, adding a zero point up to 255 stays exact below 2**24, and anything larger saturates anyway.
-    This keeps the temporaries to one float32 array (an embedding table is tens of MB).
+    A large x is taken _PIECE_BYTES of its first axis at a time, so that the float32 temporary is one piece, not
+    the whole (an embedding table or an lm_head is 113 MB for SmolLM2); after_piece is called after each (the
+    caller drops a memory-mapped source's pages there).
     """
     x = np.asarray(x, dtype=np.float32)
     scale = broadcast_along(qparams.scale.astype(np.float32), x.ndim, qparams.axis)
     zero_point = broadcast_along(qparams.zero_point.astype(np.float32), x.ndim, qparams.axis)
-    lo, hi = _DTYPE_LIMITS[qparams.dtype]
+    if x.ndim == 0:
+        return _quantized(x, scale, zero_point, qparams.dtype)
+    out = np.empty(x.shape, qparams.dtype)
+    step = max(1, _PIECE_BYTES // max(x[:1].nbytes, 1))
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        out[rows] = _quantized(x[rows], _rows(scale, rows, x.shape[0]), _rows(zero_point, rows, x.shape[0]),
+                               qparams.dtype)
+        if after_piece is not None:
+            after_piece()
+    return out
+
+
+def _rows(values: np.ndarray, rows: slice, count: int) -> np.ndarray:
+    """The part of broadcastable per-axis values that goes with `rows` of the first axis (all of it along others)."""
+    return values[rows] if values.ndim and values.shape[0] == count and count > 1 else values
+
+
+def _quantized(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    lo, hi = _DTYPE_LIMITS[np.dtype(dtype)]
     y = np.divide(x, scale, dtype=np.float32)
     np.rint(y, out=y)
     y += zero_point
     np.clip(y, lo, hi, out=y)
-    return y.astype(qparams.dtype)
+    return y.astype(dtype)
 
 
 def dequantize(q: np.ndarray, qparams: QParams) -> np.ndarray:

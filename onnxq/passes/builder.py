@@ -114,9 +114,13 @@ class GraphBuilder:
 
     def initializer(self, base: str, array: np.ndarray) -> ir.Value:
         name = self.unique(base)
-        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
-        value.shape = ir.Shape(array.shape)
-        value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
+        return self.tensor_initializer(name, ir.tensor(array, name=name))
+
+    def tensor_initializer(self, name: str, tensor: ir.TensorProtocol) -> ir.Value:
+        """An initializer holding `tensor` under `name`, a name this builder gave (unique)."""
+        value = ir.Value(name=name, const_value=tensor)
+        value.shape = ir.Shape(tensor.shape)
+        value.type = ir.TensorType(tensor.dtype)
         self.graph.register_initializer(value)
         return value
 
@@ -158,8 +162,10 @@ class GraphBuilder:
         array = tensor.numpy().astype(np.float32, copy=False)
         if transpose:
             array = np.ascontiguousarray(array.T)
-        quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis, hessian)
-        page_out(tensor)  # a memory-mapped float weight is not read again here
+        # A memory-mapped float weight's pages dropped as it is read (a piece at a time): not read again here.
+        quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis, hessian,
+                                                   lambda: page_out(tensor))
+        page_out(tensor)
         if memo is not None:
             quantized.flags.writeable = False  # shared by graphs: a write would change them all
             memo[key] = (tensor, quantized, qparams)  # the tensor is held so that its id stays its own
@@ -188,14 +194,16 @@ class GraphBuilder:
 
 
 def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme, pair_limit_axis: int | None = None,
-                          hessian: np.ndarray | None = None) -> tuple[np.ndarray, QParams]:
+                          hessian: np.ndarray | None = None,
+                          after_piece: Callable[[], None] | None = None) -> tuple[np.ndarray, QParams]:
     """A float weight's integer array and qparams under the scheme; pair_limit_axis: its K axis, whose pairs are
     kept within the U8S8 limit (numerics.pairs). A weight of rank > 2 is a Conv's, limited as im2col reads it.
     hessian: a Conv weight's XᵀX / n (per group), its codes rounded by GPTQ on the same scales (int8 per output
-    channel, symmetric; otherwise it is not used)."""
+    channel, symmetric; otherwise it is not used). after_piece: called as rounding to nearest goes through the
+    weight a piece at a time (numerics.affine.quantize)."""
     qparams = _weight_qparams(array, axis, scheme)
     if pair_limit_axis is None:
-        quantized = quantize(array, qparams)
+        quantized = quantize(array, qparams, after_piece)
     elif array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
         quantized, qparams = quantize_pair_limited(gemm_view(array), qparams, 1)
         quantized = from_gemm_view(quantized, array.shape)

@@ -14,7 +14,7 @@ consumer path: other readers must not see X / s.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -25,9 +25,9 @@ from onnxq.io.memory import page_out
 from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import KeepsOutputNames
-from onnxq.passes.smooth_weights import reads_channels_last, scale_input_channels
+from onnxq.passes.smooth_weights import reads_channels_last, scale_input_channels, scaled_pieces
 
-__all__ = ["SmoothGroup", "SmoothPass", "NOT_ABSORBED"]
+__all__ = ["SmoothGroup", "SmoothPass", "StoredRows", "NOT_ABSORBED"]
 
 # The normalizations over the last axis, and the inputs that scale (and shift) their normalized output: γ and β.
 # SkipSimplifiedLayerNormalization's input 3 is a bias added before normalizing, not a shift; the genai builder
@@ -37,6 +37,11 @@ _NORMS = {("", "LayerNormalization"): (1, 2), ("", "RMSNormalization"): (1,),
           ("com.microsoft", "SkipLayerNormalization"): (2, 3),
           ("com.microsoft", "SkipSimplifiedLayerNormalization"): (2,)}
 
+
+# A scaled weight's rows a piece at a time (name, shape, pieces) to where it is stored: the tensor that holds it.
+StoredRows = Callable[[str, tuple[int, ...], Iterable[np.ndarray]], ir.TensorProtocol]
+# The float32 bytes of one piece of a scaled weight written away (stored_rows).
+_PIECE_BYTES = 8 << 20
 
 # What the report says of a Conv activation whose producers cannot take 1 / s.
 NOT_ABSORBED = ("nothing: no producer takes 1 / s exactly (an inserted Mul would be quantized with the range left as "
@@ -71,14 +76,15 @@ class SmoothPass(KeepsOutputNames):
     graph. ensures: KeepsOutputNames'. The result says what absorbed each activation's 1 / s (for the report)."""
 
     def __init__(self, groups: Sequence[SmoothGroup], insert_mul: bool = True,
-                 stored: Callable[[ir.TensorProtocol], ir.TensorProtocol] | None = None) -> None:
+                 stored_rows: StoredRows | None = None) -> None:
         """insert_mul False: a group no producer absorbs is left as it was (weight-only scaling, whose model would
-        pay the Mul on every token for no integer kernel). stored: where each scaled weight goes once made (the
-        run's spill file: io.SpillFile.stored); None keeps them in memory."""
+        pay the Mul on every token for no integer kernel). stored_rows: where each scaled weight goes as it is
+        made, a piece of rows at a time (the run's spill file: io.SpillFile.stored_rows); None keeps them in
+        memory."""
         super().__init__()
         self.groups = groups
         self.insert_mul = insert_mul
-        self.stored = stored
+        self.stored_rows = stored_rows
 
     def requires(self, model: ir.Model) -> None:
         super().requires(model)
@@ -104,23 +110,34 @@ class SmoothPass(KeepsOutputNames):
                 _insert_mul(builder, group, inv_s)
                 taker = "inserted Mul"
             for node in group.nodes:
-                scaled = _scale_weight(builder, node, s)
-                if self.stored is not None:
-                    scaled.const_value = self.stored(scaled.const_value)
+                _scale_weight(builder, node, s, self.stored_rows)
             absorbed[group.activation.name or ""] = taker
         RemoveUnusedNodesPass()(model)
         model.graph.sort()
         return SmoothResult(model, modified=bool(self.groups), absorbed=absorbed)
 
 
-def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray) -> ir.Value:
+def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray, stored_rows: StoredRows | None) -> None:
     value = node.inputs[1]
     source = ir.convenience.get_const_tensor(value)
     weight = source.numpy().astype(np.float32, copy=False)  # read, not written
-    scaled = builder.initializer(f"{value.name or 'weight'}_smoothed", scale_input_channels(node, weight, s))
+    base = f"{value.name or 'weight'}_smoothed"
+    if stored_rows is None:
+        scaled = builder.initializer(base, scale_input_channels(node, weight, s))
+    else:
+        name = builder.unique(base)
+        scaled = builder.tensor_initializer(name, stored_rows(name, weight.shape, _paging_out(
+            scaled_pieces(node, weight, s, _PIECE_BYTES), source)))
     page_out(source)  # a memory-mapped weight's pages: read once, replaced by the scaled one
     node.replace_input_with(1, scaled)
-    return scaled
+
+
+def _paging_out(pieces: Iterator[np.ndarray], source: ir.TensorProtocol) -> Iterator[np.ndarray]:
+    """The pieces, the source's memory-mapped pages dropped after each is made: a large weight's pages are not all
+    resident at once."""
+    for piece in pieces:
+        page_out(source)
+        yield piece
 
 
 def _only_feeds(value: ir.Value, readers: set[ir.Node]) -> bool:

@@ -52,7 +52,7 @@ STEPS: tuple[Step, ...] = (
     Step("smooth", smooth),
     Step("calibrate", calibrate),
     Step("magnitudes", magnitudes),
-    Step("rewrite", rewrite, page_out_before=True, spill_before=True),
+    Step("rewrite", rewrite, page_out_before=True, trim_heap_before=True, spill_before=True),
     Step("verify", verify, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("recipe", recipe),
     Step("sensitivity", sensitivity, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),

@@ -146,6 +146,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     task = _TaskRun(config, reference.names, providers)
     tasks = reference.tasks(config)
     stability = reference.stability(tasks)
+    reference.release_session()  # every float output is kept now
     tolerance_for = task_tolerances(config, tasks, stability)
     comparisons = Comparisons(reference.names, providers, tasks)
     deployed = _run_deployed(reference, sessions, floats, (comparisons, task), keep=target is not None)

@@ -123,13 +123,32 @@ class Reference:
         self.float_model = float_model
         self.synthetic = synthetic
         self.graph = float_model if isinstance(float_model, ir.Model) else graph
-        self.session = make_session(float_model, optimize=False)
+        self._session: object | None = make_session(float_model, optimize=False)
         self.names = [o.name for o in self.session.get_outputs()]
         self.batches = self._fitted(batches if isinstance(batches, Batches) else Batches.held(batches))
         self.store = OutputStore(store_budget(self.graph) if memory_bytes is None else memory_bytes)
         self.limit: int | None = None  # a head: only the first `limit` batches
         self._samples: int | None = None
+        self._all_kept = False  # every batch's outputs in the store (prefetch)
         self._stability: dict[tuple, dict[str, float]] = {}  # shared with heads (copy.copy): keyed by limit
+
+    @property
+    def session(self):
+        """The float model's session (no graph optimizations), made again if released."""
+        if self._session is None:
+            self._session = make_session(self.float_model, optimize=False)
+        return self._session
+
+    @session.setter
+    def session(self, session) -> None:
+        self._session = session
+
+    def release_session(self) -> None:
+        """Drop the session while every output is kept (prefetch): a large model's float session — its graph,
+        a segmented session's parts — is not held beside the quantized sessions that follow (Optimum's
+        SmolLM2 export: 7,400 nodes). A later run that needs it makes it again."""
+        if self._all_kept and not self.store.stopped:
+            self._session = None
 
     def _fitted(self, batches: Batches) -> Batches:
         """The batches cut so that each one's float outputs hold at most OUTPUT_BUDGET bytes: every comparison holds
@@ -219,5 +238,6 @@ class Reference:
         for _ in self:
             if self.store.stopped:
                 return
+        self._all_kept = self.whole
         if isinstance(self.float_model, ir.Model) and self.whole:
             page_out(self.float_model)

@@ -64,3 +64,24 @@ def test_per_axis_bit_exact(axis, rng):
     np.testing.assert_array_equal(dequantize(q, qp), _reference("DequantizeLinear", q, qp))
     # Per channel, the largest magnitude maps to ±127.
     assert np.all(np.abs(q.astype(np.int32)).max(axis=reduce) == 127)
+
+
+@pytest.mark.parametrize("axis,shape", [(None, (64, 33)), (0, (64, 33)), (1, (64, 33)), (-1, (64, 33)),
+                                        (0, (20, 3, 5)), (1, (20, 3, 5)), (None, (1, 7))],
+                         ids=["tensor", "axis0", "axis1", "axis-1", "conv-axis0", "conv-axis1", "one-row"])
+def test_a_large_array_is_quantized_a_piece_at_a_time_bit_exact(axis, shape, rng, monkeypatch):
+    """quantize takes a large array a piece of its first axis at a time (here 5 rows' bytes a piece), each piece
+    with its own rows' scales along axis 0 or all of them along others: bit-exact with onnx.reference, and
+    after_piece called once per piece."""
+    import onnxq.numerics.affine as affine
+
+    x = (rng.normal(0, 2, shape) * rng.choice([1, 10], shape)).astype(np.float32)
+    monkeypatch.setattr(affine, "_PIECE_BYTES", 5 * x[:1].nbytes)
+    channels = 1 if axis is None else shape[axis]
+    low, high = -rng.uniform(1, 4, channels).astype(np.float32), rng.uniform(1, 4, channels).astype(np.float32)
+    qp = (choose_qparams(float(low[0]), float(high[0]), np.int8, False) if axis is None
+          else choose_qparams(low, high, np.uint8, False, axis=axis))
+    calls = []
+    got = quantize(x, qp, lambda: calls.append(1))
+    np.testing.assert_array_equal(got, _reference("QuantizeLinear", x, qp))
+    assert len(calls) == -(-shape[0] // 5)

@@ -215,10 +215,15 @@ def test_smoothing_statistics_of_shards_merge_to_those_of_all_the_data(samples_d
     assert merged.copy().channels.keys() == merged.channels.keys()  # through JSON and back
 
 
-def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng):
+@pytest.mark.parametrize("piece_bytes", [8 << 20, 300 << 10], ids=["whole", "pieces"])
+def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng, monkeypatch, piece_bytes):
     """A large model's scaled weights (a second copy of its products') are written to the run's spill file one by
-    one, not held until the next spill; the model computes exactly what the in-memory smoothing gives."""
+    one, a piece of rows at a time (300 kB: seven pieces of each 2 MiB weight), not held until the next spill; the
+    model computes exactly what the in-memory smoothing gives."""
+    import onnxq.passes.smooth as smooth_module
     from onnxq.io.spill import SPILL_TENSOR_MIN_BYTES, SpillFile
+
+    monkeypatch.setattr(smooth_module, "_PIECE_BYTES", piece_bytes)
 
     width = 512  # 512 × 1024 float32 weights: 2 MiB each, over the spill file's per-tensor minimum
     tape = ir.tape.Tape()
@@ -235,7 +240,7 @@ def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng):
     groups, _ = choose_smoothing(candidates, stats, 0.5)
     in_memory, spilled, spill = model.clone(), model.clone(), SpillFile()
     SmoothPass(_rebound(groups, in_memory))(in_memory)
-    SmoothPass(_rebound(groups, spilled), stored=spill.stored)(spilled)
+    SmoothPass(_rebound(groups, spilled), stored_rows=spill.stored_rows)(spilled)
     try:
         scaled = [v for n, v in spilled.graph.initializers.items() if n.endswith("_smoothed")
                   and v.const_value.nbytes >= SPILL_TENSOR_MIN_BYTES]
@@ -245,6 +250,62 @@ def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng):
                                           value.const_value.numpy())
     finally:
         spill.close(None)
+
+
+@pytest.mark.parametrize("op,shape,attributes", [
+    ("MatMul", (K, 40), {}),
+    ("Gemm", (40, K), {"transB": 1}),
+    ("Conv", (12, K // 4, 3, 3), {"group": 4}),
+], ids=["matmul", "gemm-transB", "grouped-conv"])
+def test_a_weight_scaled_in_pieces_is_the_weight_scaled_whole(rng, op, shape, attributes):
+    """scaled_pieces: the rows of s · W a few at a time (3 rows' bytes a piece), concatenated, bit for bit the
+    whole product — each piece takes the factor of its own rows (MatMul's K, a Conv's output channels) or all of
+    it (Gemm transB's K along the columns)."""
+    from onnxq.passes.smooth_weights import scale_input_channels, scaled_pieces
+
+    w = rng.normal(0, 1, shape).astype(np.float32)
+    node = ir.node(op, [ir.val("x"), ir.Value(name="w", const_value=ir.tensor(w))], attributes)
+    s = rng.uniform(0.5, 4.0, K).astype(np.float32)
+    row_bytes = 4 * int(np.prod(shape[1:]))
+    pieces = list(scaled_pieces(node, w, s, 3 * row_bytes))
+    assert [len(p) for p in pieces] == [3] * (shape[0] // 3) + ([shape[0] % 3] if shape[0] % 3 else [])
+    np.testing.assert_array_equal(np.concatenate(pieces), scale_input_channels(node, w, s))
+
+
+_REFUSING_DISK_CHILD = """
+import resource, signal, sys
+import numpy as np
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
+import onnx_ir as ir
+from onnxq.io.spill import SpillFile
+rows = np.arange(4 << 18, dtype=np.float32).reshape(1024, 1024)  # 4 MiB, written 1 MiB a piece
+spill = SpillFile()
+try:
+    first = spill.stored_rows("w", rows.shape, iter(np.split(rows, 4)))  # the fourth MiB is refused
+    second = spill.stored_rows("v", (256, 1024), iter([rows[:256] + 1]))  # 1 MiB where the first began: fits
+    assert type(first) is ir.Tensor and type(second) is ir.ExternalTensor, (type(first), type(second))
+    np.testing.assert_array_equal(first.numpy(), rows)
+    np.testing.assert_array_equal(second.numpy(), rows[:256] + 1)
+    assert first.name == "w" and first.shape == ir.Shape([1024, 1024])
+finally:
+    spill.close(None)
+print("ok")
+"""
+
+
+def test_a_weight_the_disk_refuses_midway_stays_in_memory_whole(tmp_path):
+    """stored_rows on a disk that fills after three of four pieces: the tensor is in memory, its pieces written so
+    far read back, the rest as they come — the same values; the next weight is written where the refused one
+    began."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([sys.executable, "-c", _REFUSING_DISK_CHILD], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2], env={**__import__("os").environ,
+                                                                       "TMPDIR": str(tmp_path)})
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
 
 
 def _rebound(groups, model):

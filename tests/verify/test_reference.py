@@ -33,6 +33,24 @@ def test_outputs_kept_in_memory_are_computed_once(rng):
     assert len(list(reference)) == 3 and len(runs) == 3 and reference.store.spilled == 0
 
 
+def test_a_released_session_is_made_again_only_when_a_run_needs_it(rng):
+    """Once every output is kept, the float session is dropped (a large model's is not held beside the quantized
+    sessions that follow); the kept outputs need none, and a run that does (a stability check, a head past the
+    store) gets a new one computing the same."""
+    reference, runs = _counting_reference(rng, _batches(rng))
+    batch = _batches(np.random.default_rng(5), 1)[0]
+    first = reference.session.run(reference.names, batch)[0]
+    reference.release_session()
+    assert reference._session is not None  # nothing kept yet: kept
+    reference.prefetch()
+    expected = [o[0].copy() for _, o in reference]
+    reference.release_session()
+    assert reference._session is None
+    assert all(np.array_equal(o[0], e) for (_, o), e in zip(reference, expected)) and len(runs) == 4
+    assert reference._session is None  # iterating the kept outputs made none
+    np.testing.assert_array_equal(reference.session.run(reference.names, batch)[0], first)
+
+
 def test_outputs_over_the_memory_budget_go_to_disk_and_are_still_computed_once(rng, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     kept, _ = _counting_reference(np.random.default_rng(1), _batches(np.random.default_rng(2)))
