@@ -104,8 +104,8 @@ def test_a_head_shares_the_outputs_and_counts_its_samples(rng):
     assert reference.head(1).samples == 4
 
 
-def test_the_memory_budget_is_an_eighth_of_the_model_within_bounds(rng, monkeypatch):
-    """A model's float outputs kept in memory: an eighth of its weights, at least MIN_MEMORY_BYTES, at most
+def test_the_memory_budget_is_a_share_of_the_model_within_bounds(rng, monkeypatch):
+    """A model's float outputs kept in memory: 1/MEMORY_SHARE of its weights, at least MIN_MEMORY_BYTES, at most
     MEMORY_BYTES — a language model's logits outweigh its weights. The rest go to disk, read back the same."""
     reference_module = __import__("onnxq.verify.reference", fromlist=["store_budget"])
     tape = ir.tape.Tape()
@@ -116,6 +116,8 @@ def test_the_memory_budget_is_an_eighth_of_the_model_within_bounds(rng, monkeypa
     assert reference_module.store_budget(model) == reference_module.MIN_MEMORY_BYTES
     assert reference_module.store_budget(None) == reference_module.MEMORY_BYTES
     monkeypatch.setattr(reference_module, "MIN_MEMORY_BYTES", 0)
+    assert reference_module.store_budget(model) == 256 * 256 * 4 // 32
+    monkeypatch.setattr(reference_module, "MEMORY_SHARE", 8)
     assert reference_module.store_budget(model) == 256 * 256 * 4 // 8
     batches = [{"x": rng.normal(0, 1, (16, 256)).astype(np.float32)} for _ in range(4)]  # 16 kB of outputs each
     reference = Reference(model, batches)
