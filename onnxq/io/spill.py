@@ -76,6 +76,11 @@ class SpillFile:
         least SPILL_MIN_BYTES of weights, the rule of `spill`); None keeps a small model's in memory."""
         return self.stored if model_size_bytes(model) >= SPILL_MIN_BYTES else None
 
+    def storing_rows(self, model: ir.Model) -> Callable[[str, tuple[int, ...], Iterable[np.ndarray]],
+                                                         ir.TensorProtocol] | None:
+        """`stored_rows` under the same rule as `storing`."""
+        return self.stored_rows if self.storing(model) is not None else None
+
     def stored(self, tensor: ir.TensorProtocol) -> ir.TensorProtocol:
         """One float weight a pass has just computed, moved to the file at once when it is spillable (else, or
         when the disk refuses it, the tensor as it is): a pass that makes many (SmoothQuant's scaled weights, a

@@ -19,8 +19,7 @@ def smooth(state: RunState) -> bool:
     cached, note = smoothing_cache(state.reference, state.work, config, state.stream, given.cache)
     state.notes += [note] if note else []
     # A large model's scaled weights (a second copy of its products') go to the run's spill file as they are made.
-    spilled = state.spill.storing(state.work) is not None
     state.smoothing = smooth_model(state.work, state.plans, config, state.stream, cached,
-                                   state.spill.stored_rows if spilled else None)
+                                   state.spill.storing_rows(state.work))
     state.quantized_from = state.work.clone()
     return True
