@@ -4,10 +4,11 @@ unrolled RNN's cell, read once per time step) is fitted to all of its inputs and
 its im2col rows (numerics.im2col: one per output position, K over kernel taps and the group's input channels), one
 matrix per group ([G, K, K]; a depthwise Conv's are 9 × 9).
 
-Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose K×K accumulators
-fit it, one pass over the calibration data per chunk, and only the chunk in use is held. Within the
-budget (the usual case) that is one pass and every matrix stays for the sensitivity and fallback probes that
-quantize again; beyond it a later request for an earlier chunk's matrix runs its pass again."""
+Memory is bounded by a budget, not by the model: the weights are taken in graph order in chunks whose accumulators
+fit it (each K×K matrix kept as its packed upper triangle, numerics.symmetric, and unpacked for the weight that asks),
+one pass over the calibration data per chunk, and only the chunk in use is held. Within the budget (the usual case)
+that is one pass and every matrix stays for the sensitivity and fallback probes that quantize again; beyond it a
+later request for an earlier chunk's matrix runs its pass again."""
 
 from __future__ import annotations
 
@@ -21,15 +22,17 @@ import onnx_ir as ir
 from onnxq.calibration.channels import values_per_batch
 from onnxq.calibration.specs import Batch
 from onnxq.errors import CalibrationDataError
+from onnxq.io.memory import page_out
 from onnxq.irquery import attribute
 from onnxq.numerics.im2col import ConvGeometry, im2col_groups
+from onnxq.numerics.symmetric import add_upper, packed_upper, unpacked
 
 __all__ = ["WeightKey", "WeightMoments", "weight_key", "conv_geometry", "BUDGET_BYTES"]
 
 logger = logging.getLogger(__name__)
 
-# Accumulators held at once: 1 GiB is 16 float32 matrices of K = 4096 (an LSTM's shared cells in one pass), or a
-# 576-wide language model's 30 layers (0.4 GB).
+# Accumulators held at once: 1 GiB is 32 packed float32 triangles of K = 4096 (an LSTM's shared cells in one pass),
+# or a 576-wide language model's 30 layers (0.2 GB).
 BUDGET_BYTES = 1 << 30
 # XᵀX is summed in float32, as GPTQ's reference code does: each batch's product by BLAS's blocked sums, a few hundred
 # batches added after (relative error ~1e-6, against GPTQ's 1 % damping); float64 held SmolLM2's 0.8 GB of matrices
@@ -101,23 +104,27 @@ class WeightMoments:
         if key not in self._held:
             self._held = self._collect(next(c for c in self._chunks if key in c.keys))
             self.most_held = max(self.most_held, len(self._held))
-        return self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
+        held = self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
+        if held is None or not self.full:
+            return held
+        matrix = unpacked(held)
+        page_out(held)  # a spilled triangle: the next weight that shares it reads it back from the page cache
+        return matrix
 
     def prefetch(self) -> None:
         """Run the first pass now (it also feeds the samples held back for verification)."""
         if self._chunks:
             self.get(self._chunks[0].keys[0])
 
-    def spill(self, stored: Callable[[ir.TensorProtocol], ir.TensorProtocol]) -> None:
-        """The matrices held moved to the run's spill file (io.SpillFile.stored), read back memory-mapped — by the
-        rewrite one at a time, then only by a fallback probe; held, they sat beside the rewrite's weights and every
-        later session (SmolLM2's 4-bit run: 1 GB through verification and sensitivity). Each shared matrix is
+    def spill(self, stored: Callable[[np.ndarray], np.ndarray]) -> None:
+        """The matrices held moved to the run's spill file (io.SpillFile.stored_array), read back memory-mapped — by
+        the rewrite one at a time, then only by a fallback probe; held, they sat beside the rewrite's weights and
+        every later session (SmolLM2's 4-bit run: 1 GB through verification and sensitivity). Each shared matrix is
         written once."""
         moved: dict[int, np.ndarray] = {}
         for key, matrix in self._held.items():
             if id(matrix) not in moved:
-                tensor = stored(ir.Tensor(matrix, name=f"moments_{len(moved)}"))
-                moved[id(matrix)] = tensor.numpy() if isinstance(tensor, ir.ExternalTensor) else matrix
+                moved[id(matrix)] = stored(matrix)
             self._held[key] = moved[id(matrix)]
 
     def _plan(self, budget: int) -> list[_Chunk]:
@@ -125,7 +132,8 @@ class WeightMoments:
         chunks, keys, held, shared = [], [], 0, set()
         for key in self.readers:
             groups = self._convs[key].group if key in self._convs else 1
-            own = groups * (widths[key] ** 2 * np.dtype(_MATRIX_DTYPE).itemsize if self.full else widths[key] * 8)
+            k = widths[key]  # a packed triangle of K(K+1)/2 float32, or a float64 diagonal
+            own = groups * (k * (k + 1) // 2 * np.dtype(_MATRIX_DTYPE).itemsize if self.full else k * 8)
             size = 0 if self._shared(key) in shared else own  # a matrix the chunk already makes costs nothing
             if keys and held + size > budget:
                 chunks.append(keys)
@@ -182,17 +190,14 @@ class WeightMoments:
                 if not np.all(np.isfinite(squares)):
                     raise CalibrationDataError(f"the model computes NaN or inf for an input of weight {key[0]!r} on a "
                                                "calibration batch — check those inputs")
-                if key in sums:
-                    sums[key] += squares
-                else:
-                    sums[key] = squares
+                _add(sums, key, squares, self.full)
                 rows[key] += count
         if not batches:
             raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
         matrices = sums  # each sum made its mean in place: a second set of matrices was ResNet-50's calibration peak
         for key, matrix in matrices.items():
             matrix /= rows[key]
-            matrix.setflags(write=False)  # shared by the weights alike: GPTQ damps a copy
+            matrix.setflags(write=False)  # shared by the weights alike, each given its own unpacked copy
         held = {key: matrices[owners[self._shared(key)]] for key in chunk.keys
                 if owners[self._shared(key)] in matrices}
         unseen = set(chunk.keys) - set(held)
@@ -222,6 +227,17 @@ class WeightMoments:
                     total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)
                 count += rows.shape[0]
         return (total[0] if geometry.group == 1 else total), count
+
+
+def _add(sums: dict[WeightKey, np.ndarray], key: WeightKey, squares: np.ndarray, full: bool) -> None:
+    """Fold one batch's XᵀX into the key's sum, packed (half the bytes: SmolLM2's 30 layers held 402 MB of whole
+    matrices through calibration and the rewrite, the 4-bit run's peak), or its diagonal."""
+    if key not in sums:
+        sums[key] = packed_upper(squares) if full else squares
+    elif full:
+        add_upper(sums[key], squares)
+    else:
+        sums[key] += squares
 
 
 def _spread_subset(rows: np.ndarray, seed: int) -> np.ndarray:

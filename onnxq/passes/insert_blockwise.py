@@ -107,8 +107,6 @@ class InsertBlockwisePass(PlannedRewritePass):
                 importance = np.diag(moments) if moments.ndim == 2 else moments
             quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
         page_out(tensor)  # a memory-mapped float weight is not read again here
-        if moments is not None:
-            page_out(moments)  # a spilled XᵀX: the next weight that shares it reads it back from the page cache
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
         return quantized
@@ -185,13 +183,27 @@ def _tied(node: ir.Node, tables: Sequence[_Table], bits: int) -> _Table | None:
     for tied in tables:
         if tied.bits != bits or tuple(table.shape) != (tied.n, tied.k) or tied.made[2:]:  # symmetric blocks only
             continue
-        weight = ir.convenience.get_const_tensor(tied.weight)
-        equal = np.array_equal(table.numpy(), weight.numpy().T)
-        page_out(table)  # both read whole (SmolLM2: 113 MB each): not resident through the rest of the rewrite
-        page_out(weight)
-        if equal:
+        if _transposes(table, ir.convenience.get_const_tensor(tied.weight)):
             return tied
     return None
+
+
+# Rows of the table compared at a time (8 MiB), both sides' pages dropped after each.
+_COMPARED_BYTES = 8 << 20
+
+
+def _transposes(table: ir.TensorProtocol, weight: ir.TensorProtocol) -> bool:
+    """table [N, K] == weight [K, N].T, a piece of the table's rows against the weight's columns at a time: compared
+    whole, both were resident at once with a boolean of their size (SmolLM2's 113 MB tables: the rewrite's peak)."""
+    rows, columns = table.numpy(), weight.numpy()
+    step = max(1, _COMPARED_BYTES // max(rows[:1].nbytes, 1))
+    for start in range(0, rows.shape[0], step):
+        equal = np.array_equal(rows[start:start + step], columns[:, start:start + step].T)
+        page_out(table)  # a memory-mapped table or weight read back as the next piece needs it
+        page_out(weight)
+        if not equal:
+            return False
+    return True
 
 
 def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size: int) -> None:

@@ -11,11 +11,11 @@ __all__ = ["rewrite"]
 
 
 def rewrite(state: RunState) -> bool:
-    stored = state.spill.storing(state.reference)
-    if state.moments is not None and stored is not None:
-        # To the run's file before GPTQ reads them, each paged out once used (passes.insert_blockwise): held, they
-        # sat beside the rewrite's weights (SmolLM2's 4-bit run: 0.4 GB of XᵀX, the rewrite's peak of 1,009 MiB).
-        state.moments.spill(stored)
+    if state.moments is not None and state.spill.storing(state.reference) is not None:
+        # To the run's file before GPTQ reads them, each paged out once used (calibration.moments): held, they sat
+        # beside the rewrite's weights (SmolLM2's 4-bit run: 0.4 GB of XᵀX, the rewrite's peak of 1,009 MiB). Every
+        # packed triangle goes, K = 576's 0.66 MB too (58 MB of SmolLM2's), as the run's other arrays outside a model.
+        state.moments.spill(state.spill.stored_array)
         trim_heap()
     rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments,
                             state.magnitudes)

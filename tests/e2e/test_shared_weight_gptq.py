@@ -14,6 +14,7 @@ from rnn_model import rnn_inputs, unrolled_rnn
 import onnxq
 import onnxq.calibration.moments as moments_module
 from onnxq.errors import ConfigError
+from onnxq.io.memory import memory_map
 from onnxq.numerics.blockwise import pack_codes
 from onnxq.numerics.gptq import gptq_blockwise
 
@@ -67,7 +68,7 @@ def made(monkeypatch) -> list:
 def test_over_the_budget_a_pass_per_chunk_gives_the_same_weights(monkeypatch, made):
     x = {"x": rnn_inputs(24, STEPS, WIDTH)}
     within = _quantize(x)
-    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 4)  # one float32 XᵀX at a time
+    monkeypatch.setattr(moments_module, "BUDGET_BYTES", WIDTH * WIDTH * 4)  # one packed XᵀX at a time, not two
     over = _quantize(lambda: iter([x]))  # re-readable: a callable
     (in_budget, chunked) = made
     assert (in_budget.chunks, in_budget.passes, in_budget.most_held) == (1, 1, 4)
@@ -94,11 +95,11 @@ def test_weights_reading_one_activation_share_one_matrix_and_round_as_before(rng
     config = onnxq.QuantConfig(weights=onnxq.QScheme("int4", symmetric=True),
                                verify=onnxq.VerifyConfig(sensitivity_samples=0, fallback=False))
     shared = onnxq.quantize(model, data, config=config)
-    matrices = [made[0].get((f"w_{n}", False)) for n in "qkv"]
-    assert matrices[0] is matrices[1] is matrices[2] and not matrices[0].flags.writeable
+    held = [made[0]._held[(f"w_{n}", False)] for n in "qkv"]  # packed triangles (numerics.symmetric)
+    assert held[0] is held[1] is held[2] and not held[0].flags.writeable
     monkeypatch.setattr(moments_module.WeightMoments, "_shared", lambda self, key: key)  # one matrix per weight
     apart = onnxq.quantize(model, data, config=config)
-    assert made[1].get(("w_q", False)) is not made[1].get(("w_k", False))
+    assert made[1]._held[("w_q", False)] is not made[1]._held[("w_k", False)]
     assert len(_packed(shared.model)) == 3
     assert {k: v.tobytes() for k, v in _packed(shared.model).items()} == \
         {k: v.tobytes() for k, v in _packed(apart.model).items()}
@@ -116,9 +117,10 @@ def test_the_matrices_go_to_the_spill_file_before_the_rewrite_and_round_as_from_
     in_memory = onnxq.quantize(model, data, config=config, verify_data=data)
     monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)
     monkeypatch.setattr(spill_module, "SPILL_TENSOR_MIN_BYTES", 0)
+    monkeypatch.setattr(spill_module, "SPILL_QUANTIZED_MIN_BYTES", 0)  # the rule for arrays outside a model
     spilled = onnxq.quantize(model, data, config=config, verify_data=data)
-    matrices = [made[1].get((f"w_{n}", False)) for n in "qkv"]
-    assert matrices[0] is matrices[1] is matrices[2] and not matrices[0].flags.owndata  # one map, shared
+    held = [made[1]._held[(f"w_{n}", False)] for n in "qkv"]
+    assert held[0] is held[1] is held[2] and memory_map(held[0]) is not None  # one map, shared
     assert in_memory.report.fallback is not None and in_memory.report.fallback.kept_int8  # the 8-bit tier ran
     assert {k: v.tobytes() for k, v in _packed(spilled.model).items()} == \
         {k: v.tobytes() for k, v in _packed(in_memory.model).items()}
