@@ -23,7 +23,7 @@ from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize
 Hessians = Callable[[str], "np.ndarray | None"]
 
 __all__ = ["QuantizedWeight", "GraphBuilder", "shared_weight_quantization", "shared_block_quantization",
-           "remap_shared_weights", "spill_shared_blocks", "replace_node",
+           "remap_shared_weights", "spill_shared_blocks", "shared_block_form", "replace_node",
            "replace_node_with", "rewrite_each", "quantize_weight_array"]
 
 # (source tensor id, axis, transpose, pair limit axis, scheme) → (source tensor, int8 array, qparams)
@@ -31,24 +31,27 @@ _Memo = dict[tuple, tuple[ir.TensorProtocol, np.ndarray, QParams]]
 _MEMO: contextvars.ContextVar[_Memo | None] = contextvars.ContextVar("onnxq_weight_memo", default=None)
 # The same for block-wise weights: (source tensor id, layout and method settings) → (source tensor, blocks).
 _BLOCK_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("onnxq_block_memo", default=None)
+# What graphs store of those blocks (MatMulNBits' packed B, float16 scales): (block memo key, form) → array.
+_FORM_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("onnxq_form_memo", default=None)
 
 
 @contextlib.contextmanager
 def shared_weight_quantization():
     """Within it, every graph rewritten from the same float weights (clones share their tensors: the model, the
     sensitivity twins, each fallback probe) reuses each weight's int8 array or blocks: quantized once, held once."""
-    token, block_token = _MEMO.set({}), _BLOCK_MEMO.set({})
+    tokens = [(memo, memo.set({})) for memo in (_MEMO, _BLOCK_MEMO, _FORM_MEMO)]
     try:
         yield
     finally:
-        _MEMO.reset(token)
-        _BLOCK_MEMO.reset(block_token)
+        for memo, token in tokens:
+            memo.reset(token)
 
 
 def remap_shared_weights(twins: Mapping[int, ir.TensorProtocol]) -> None:
-    """The run's memo of int8 weights takes the twins of the arrays moved to the run's spill file (io.SpillFile.
-    spill_quantized: id(array) → its memory-mapped twin), so that the arrays in memory are freed; the next graph
-    rewritten from the same weights reads them from the file."""
+    """The run's memos of int8 weights and of the arrays graphs store for blocks (shared_block_form) take the twins
+    of the arrays moved to the run's spill file (io.SpillFile.spill_quantized: id(array) → its memory-mapped twin),
+    so that the arrays in memory are freed; the next graph rewritten from the same weights reads them from the
+    file."""
     memo = _MEMO.get()
     if memo is None or not twins:
         return
@@ -56,26 +59,46 @@ def remap_shared_weights(twins: Mapping[int, ir.TensorProtocol]) -> None:
         twin = twins.get(id(quantized))
         if twin is not None:
             memo[key] = (tensor, twin.numpy(), qparams)
+    forms = _FORM_MEMO.get() or {}
+    for key, array in forms.items():
+        twin = twins.get(id(array))
+        if twin is not None:
+            forms[key] = twin.numpy()
 
 
 def spill_shared_blocks(store: Callable[[np.ndarray], np.ndarray], min_bytes: int) -> None:
-    """The run's memo of block-quantized weights moved by `store` (io.SpillFile.stored_array: to the run's file, read
-    back memory-mapped) when it holds at least min_bytes: its codes are a byte per 4-bit code, SmolLM2's 150 MB of
+    """The run's memo of block-quantized weights, and the forms graphs store of them (shared_block_form), moved by
+    `store` (io.SpillFile.stored_array: to the run's file, read back memory-mapped) when they hold at least min_bytes
+    in memory: its codes are a byte per 4-bit code, SmolLM2's 150 MB of
     anonymous memory held from the rewrite to the run's end beside every later step's sessions, while the model's
     packed copy of them was already on file."""
-    memo = _BLOCK_MEMO.get()
-    if not memo or sum(_block_bytes(blocks) for _, blocks in memo.values()) < min_bytes:
+    memo, forms = _BLOCK_MEMO.get(), _FORM_MEMO.get() or {}
+    arrays = [a for _, blocks in (memo or {}).values() for a in (blocks.codes, blocks.scales, blocks.zero_points)]
+    if not memo or _in_memory_bytes([*arrays, *forms.values()]) < min_bytes:
         return
     for key, (tensor, blocks) in memo.items():
         memo[key] = (tensor, dataclasses.replace(
             blocks, codes=store(blocks.codes), scales=store(blocks.scales),
             zero_points=None if blocks.zero_points is None else store(blocks.zero_points)))
+    for key, array in forms.items():
+        forms[key] = store(array)
 
 
-def _block_bytes(blocks) -> int:
-    in_memory = [a for a in (blocks.codes, blocks.scales, blocks.zero_points) if a is not None and
-                 memory_map(a) is None]
-    return sum(a.nbytes for a in in_memory)
+def shared_block_form(key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """An array a graph stores for a memo's blocks (MatMulNBits' packed B, float16 scales), made once per run under
+    `key` (the block memo's key and the form's name): the sensitivity's twins and each fallback probe then read the
+    quantized model's own arrays, on the run's file once it is spilled — packed again for each graph, SmolLM2's 4-bit
+    weights were 136 MB of anonymous memory through the sensitivity's runs."""
+    forms = _FORM_MEMO.get()
+    if forms is None:
+        return make()
+    if key not in forms:
+        forms[key] = make()
+    return forms[key]
+
+
+def _in_memory_bytes(arrays: list[np.ndarray | None]) -> int:
+    return sum(a.nbytes for a in arrays if a is not None and memory_map(a) is None)
 
 
 def shared_block_quantization() -> dict | None:

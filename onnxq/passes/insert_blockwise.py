@@ -25,7 +25,7 @@ from onnxq.io.memory import page_out
 from onnxq.numerics.blockwise import (CLIP_RATIOS, BlockQuantized, half_exact, pack_codes, quantize_blockwise,
                                       symmetric_zero_point)
 from onnxq.numerics.gptq import gptq_blockwise
-from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_quantization
+from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_form, shared_block_quantization
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 
@@ -74,10 +74,10 @@ class InsertBlockwisePass(PlannedRewritePass):
             transposed = weight_key(node)[1]
             key = (id(node.inputs[1]), transposed, bits)
             if key not in made:
-                quantized = self._quantized(node, transposed, bits, ratios)
+                quantized, memo_key = self._quantized(node, transposed, bits, ratios)
                 base = node.inputs[1].name or "weight"
-                made[key] = (_matmulnbits_inputs(builder, quantized, base, half) if blocks.format == "matmulnbits"
-                             else _dequantized(builder, quantized, base, node))
+                made[key] = (_matmulnbits_inputs(builder, quantized, (base, memo_key), half)
+                             if blocks.format == "matmulnbits" else _dequantized(builder, quantized, base, node))
                 for array in (quantized.codes, quantized.scales, quantized.zero_points):
                     page_out(array)  # the memo's blocks on the run's file (io.spill): read once per graph built
                 if blocks.format == "matmulnbits" and not transposed and quantized.k % blocks.size == 0:
@@ -86,8 +86,10 @@ class InsertBlockwisePass(PlannedRewritePass):
         RemoveUnusedNodesPass()(model)  # the float weights, now unread
         return ir.passes.PassResult(model, modified=bool(self.plans))
 
-    def _quantized(self, node: ir.Node, transposed: bool, bits: int, ratios: tuple[float, ...]) -> BlockQuantized:
-        """The weight's blocks, computed once per run (io: shared_block_quantization) whatever graph reads it."""
+    def _quantized(self, node: ir.Node, transposed: bool, bits: int,
+                   ratios: tuple[float, ...]) -> tuple[BlockQuantized, tuple]:
+        """The weight's blocks, computed once per run (io: shared_block_quantization) whatever graph reads it, and
+        their key in the run's memo."""
         blocks, symmetric = self.config.blocks, _symmetric(self.config, bits)
         tensor = ir.convenience.get_const_tensor(node.inputs[1])
         moments = self.moments.get(weight_key(node)) if self.moments is not None else None
@@ -96,7 +98,7 @@ class InsertBlockwisePass(PlannedRewritePass):
                     ratios, moments is not None)
         memo = shared_block_quantization()
         if memo is not None and memo_key in memo:
-            return memo[memo_key][1]
+            return memo[memo_key][1], memo_key
         weight = tensor.numpy().astype(np.float32, copy=False)
         weight = weight.T if transposed else weight
         if method == "gptq":
@@ -109,7 +111,7 @@ class InsertBlockwisePass(PlannedRewritePass):
         page_out(tensor)  # a memory-mapped float weight is not read again here
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
-        return quantized
+        return quantized, memo_key
 
 
 @rewrite_form("blockwise", stage=0, blocked=True)
@@ -155,7 +157,7 @@ def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, sym
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
     inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(codes, bits)), node.inputs[1],
-              _scales(builder, quantized.scales, base, half)]
+              _scales(builder, quantized.scales, (base, None), half)]
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points", pack_codes(quantized.zero_points, bits)))
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
@@ -222,25 +224,32 @@ def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size:
     replace_node(builder.graph, node, gathered.outputs[0])
 
 
-def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, base: str,
+def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, names: tuple[str, tuple],
                         half: bool) -> tuple[ir.Value, ...]:
     """B [N, n_blocks, block_size * bits / 8] (nibbles packed at 4 bits), scales [N * n_blocks], zero points
-    [N * ceil(n_blocks * bits / 8)]."""
-    bits = quantized.bits
-    inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(quantized.codes, bits)),
-              _scales(builder, quantized.scales.reshape(-1), base, half)]
+    [N * ceil(n_blocks * bits / 8)]; names: the initializers' base name and the blocks' key in the run's memo (each
+    array made once per run: passes.builder.shared_block_form)."""
+    (base, key), bits = names, quantized.bits
+    packed = shared_block_form((key, "B"), lambda: pack_codes(quantized.codes, bits))
+    inputs = [builder.initializer(f"{base}_int{bits}", packed),
+              _scales(builder, quantized.scales.reshape(-1), names, half)]
     if quantized.zero_points is not None:
-        inputs.append(builder.initializer(f"{base}_block_zero_points",
-                                          pack_codes(quantized.zero_points, bits).reshape(-1)))
+        zero_points = shared_block_form((key, "zero points"),
+                                        lambda: pack_codes(quantized.zero_points, bits).reshape(-1))
+        inputs.append(builder.initializer(f"{base}_block_zero_points", zero_points))
     return tuple(inputs)
 
 
-def _scales(builder: GraphBuilder, scales: np.ndarray, base: str, half: bool) -> ir.Value:
+def _scales(builder: GraphBuilder, scales: np.ndarray, names: tuple[str, tuple | None], half: bool) -> ir.Value:
     """The float32 block scales: stored float16 behind a Cast when `half` and float16 holds every one exactly (ORT
-    folds the Cast at load, so the kernels read the same float32 values), else stored float32."""
+    folds the Cast at load, so the kernels read the same float32 values), else stored float32. names: the
+    initializers' base name and the blocks' key in the run's memo (None: blocks of this graph's own)."""
+    base, key = names
     if not (half and half_exact(scales)):
         return builder.initializer(f"{base}_block_scales", scales)
-    stored = builder.initializer(f"{base}_block_scales_float16", scales.astype(np.float16))
+    halved = scales.astype(np.float16) if key is None else shared_block_form(
+        (key, "float16 scales"), lambda: scales.astype(np.float16))
+    stored = builder.initializer(f"{base}_block_scales_float16", halved)
     first = next(iter(builder.graph))  # ahead of every node: the weight's readers share its scales
     cast = builder.node("Cast", [stored], f"{base}_block_scales_Cast", first,
                         attributes={"to": ir.DataType.FLOAT.value})

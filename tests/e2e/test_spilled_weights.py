@@ -141,8 +141,10 @@ def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tm
 
 def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_file(tmp_path, monkeypatch):
     """The run's memo of 4-bit blocks (a byte per code: SmolLM2's 150 MB of anonymous memory from the rewrite to the
-    run's end) goes to the spill file with the model's weights; the sensitivity's twins and the fallback's probes
-    built from it give the same model and figures."""
+    run's end) goes to the spill file with the model's weights, and so do the arrays graphs store of them (packed B,
+    float16 scales: made once, the quantized model's own, where each graph packed its own, 136 MB of SmolLM2's
+    through the sensitivity's runs); the sensitivity's twins and the fallback's probes built from them give the
+    same model and figures."""
     from onnxq.io.memory import memory_map
     from onnxq.passes import builder
     from onnxq.steps import run as run_module
@@ -155,7 +157,9 @@ def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_
     def probe(state) -> bool:
         arrays = [a for _, blocks in builder._BLOCK_MEMO.get().values()
                   for a in (blocks.codes, blocks.scales, blocks.zero_points) if a is not None]
-        seen.append((len(arrays), sum(memory_map(a) is not None for a in arrays)))
+        forms = list(builder._FORM_MEMO.get().values())
+        seen.append((len(arrays), sum(memory_map(a) is not None for a in arrays),
+                     len(forms), sum(memory_map(a) is not None for a in forms)))
         return False
 
     steps = list(run_module.STEPS)
@@ -173,7 +177,8 @@ def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_
         spilled = run(tmp_path / "spilled.onnx")
     kept = run(tmp_path / "kept.onnx")
     assert seen[0][0] > 10 and seen[0][1] == seen[0][0]  # every array of the memo on file
-    assert seen[1][1] == 0  # the defaults keep a small model's in memory
+    assert seen[0][2] > 10 and seen[0][3] == seen[0][2]  # every packed form too
+    assert seen[1][1] == seen[1][3] == 0  # the defaults keep a small model's in memory
     assert _initializers(tmp_path / "spilled.onnx") == _initializers(tmp_path / "kept.onnx")
     assert spilled.report.verification.outputs[0].metrics == kept.report.verification.outputs[0].metrics
     assert [n.harm for n in spilled.report.sensitivity.nodes] == [n.harm for n in kept.report.sensitivity.nodes]
