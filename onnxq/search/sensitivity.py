@@ -37,7 +37,6 @@ from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
-from onnxq.verify.narrow_view import narrow_view
 from onnxq.verify.outcome import task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
@@ -325,10 +324,11 @@ def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Ba
 
 def _exact(model: ir.Model) -> ort.InferenceSession:
     # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ. A wide
-    # MatMulNBits in slices (verify.narrow_view, bit for bit the whole product): whole, Optimum's SmolLM2 4-bit
-    # twins dequantized the 8-bit lm_head into 108 MiB each run, the sensitivity's peak (778 MiB) once the packed
-    # weights were on file (with them in memory, 948-966 MiB, it was not).
-    return OrtModel(narrow_view(model)).session(session_options(optimize=False), ["CPUExecutionProvider"])
+    # MatMulNBits stays whole here: with verify.narrow_view's slices SmolLM2's 4-bit sensitivity peaked no lower
+    # (983-985 MiB, against 948-966 whole; Optimum's file, its packed weights on file: 835 MiB with 16 MB slices,
+    # 792 with 40 MB, 778 whole, one run each): the lm_head's 108 MiB buffer went, the heap grew as much (508 MiB
+    # at the peak against 366).
+    return OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
 
 
 def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:

@@ -6,7 +6,7 @@ float32 buffer and multiplies by it. For a language model's lm_head that buffer 
 size (SmolLM2-135M: 49,152 × 576, 113 MB) in every run of the verification's exact quantization, where the file
 itself holds 28 MB. Each output column is the same dot product over K whichever columns share a product, so the
 outputs are the whole product's bit for bit (tested); the slices are views of the packed weight, no copy. The
-sensitivity's switch model runs the same view."""
+sensitivity's switch model keeps its products whole: with slices its peak was no lower (it is not this buffer)."""
 
 from __future__ import annotations
 
