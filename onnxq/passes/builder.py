@@ -69,9 +69,8 @@ def remap_shared_weights(twins: Mapping[int, ir.TensorProtocol]) -> None:
 def spill_shared_blocks(store: Callable[[np.ndarray], np.ndarray], min_bytes: int) -> None:
     """The run's memo of block-quantized weights, and the forms graphs store of them (shared_block_form), moved by
     `store` (io.SpillFile.stored_array: to the run's file, read back memory-mapped) when they hold at least min_bytes
-    in memory: its codes are a byte per 4-bit code, SmolLM2's 150 MB of
-    anonymous memory held from the rewrite to the run's end beside every later step's sessions, while the model's
-    packed copy of them was already on file."""
+    in memory: its codes are a byte per 4-bit code, SmolLM2's 150 MB of anonymous memory held from the rewrite to the
+    run's end beside every later step's sessions, while the model's packed copy of them was already on file."""
     memo, forms = _BLOCK_MEMO.get(), _FORM_MEMO.get() or {}
     arrays = [a for _, blocks in (memo or {}).values() for a in (blocks.codes, blocks.scales, blocks.zero_points)]
     if not memo or _in_memory_bytes([*arrays, *forms.values()]) < min_bytes:
