@@ -97,19 +97,28 @@ class WeightMoments:
     def chunks(self) -> int:
         return len(self._chunks)
 
+    def has(self, key: WeightKey) -> bool:
+        """Whether get(key) gives a matrix, known without unpacking one (a graph built again from the run's memo of
+        quantized weights asks only this)."""
+        return self._held_sum(key) is not None
+
     def get(self, key: WeightKey) -> np.ndarray | None:
         """The weight's matrix (or diagonal); None for a weight no plan reads with data."""
-        if key not in self.readers:
-            return None
-        if key not in self._held:
-            self._held = self._collect(next(c for c in self._chunks if key in c.keys))
-            self.most_held = max(self.most_held, len(self._held))
-        held = self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
+        held = self._held_sum(key)
         if held is None or not self.full:
             return held
         matrix = unpacked(held)
         page_out(held)  # a spilled triangle: the next weight that shares it reads it back from the page cache
         return matrix
+
+    def _held_sum(self, key: WeightKey) -> np.ndarray | None:
+        """The weight's packed triangle (or diagonal), its chunk's pass run first where it is not held."""
+        if key not in self.readers:
+            return None
+        if key not in self._held:
+            self._held = self._collect(next(c for c in self._chunks if key in c.keys))
+            self.most_held = max(self.most_held, len(self._held))
+        return self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
 
     def prefetch(self) -> None:
         """Run the first pass now (it also feeds the samples held back for verification)."""

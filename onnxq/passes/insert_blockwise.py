@@ -92,13 +92,14 @@ class InsertBlockwisePass(PlannedRewritePass):
         their key in the run's memo."""
         blocks, symmetric = self.config.blocks, _symmetric(self.config, bits)
         tensor = ir.convenience.get_const_tensor(node.inputs[1])
-        moments = self.moments.get(weight_key(node)) if self.moments is not None else None
-        method = blocks.method if moments is not None else "rtn"
+        measured = self.moments is not None and self.moments.has(weight_key(node))
+        method = blocks.method if measured else "rtn"
         memo_key = (id(tensor), transposed, bits, symmetric, blocks.size, method, blocks.clip, blocks.act_order,
-                    ratios, moments is not None)
+                    ratios, measured)
         memo = shared_block_quantization()
         if memo is not None and memo_key in memo:
             return memo[memo_key][1], memo_key
+        moments = self.moments.get(weight_key(node)) if measured else None  # unpacked only when quantized here
         weight = tensor.numpy().astype(np.float32, copy=False)
         weight = weight.T if transposed else weight
         if method == "gptq":
