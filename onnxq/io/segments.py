@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from onnxq.io.memory import trim_heap
+from onnxq.io.memory import hold_mmap_threshold, trim_heap
 
 __all__ = ["Segment", "plan_segments", "SegmentedSession", "segment_budget", "SEGMENT_FROM_BYTES"]
 
@@ -134,6 +134,7 @@ class SegmentedSession:
         self._inputs = [_Arg.of(v) for v in model.graph.inputs if not v.is_initializer()]
         self._outputs = [_Arg.of(v) for v in model.graph.outputs]
         self._known = {a.name for a in (*self._inputs, *self._outputs)}.union(*(s.outputs for s in segments))
+        hold_mmap_threshold()  # the segments' sessions run without an arena: their large buffers mapped, not heaped
 
     def get_inputs(self) -> list[_Arg]:
         return self._inputs
