@@ -327,7 +327,8 @@ def _exact(model: ir.Model) -> ort.InferenceSession:
     # MatMulNBits stays whole here: with verify.narrow_view's slices SmolLM2's 4-bit sensitivity peaked no lower
     # (983-985 MiB, against 948-966 whole; Optimum's file, its packed weights on file: 835 MiB with 16 MB slices,
     # 792 with 40 MB, 778 whole, one run each): the lm_head's 108 MiB buffer went, the heap grew as much (508 MiB
-    # at the peak against 366).
+    # at the peak against 366). Measured before glibc's mmap threshold was held (io.memory.hold_mmap_threshold),
+    # which took the pinned heap away: not measured since.
     return OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
 
 

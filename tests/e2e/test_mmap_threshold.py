@@ -5,8 +5,6 @@ process-wide and cannot be put back."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import subprocess
 import sys
@@ -16,7 +14,7 @@ from decoder_model import kv_decoder
 
 import onnxq.io.segments as segments
 from onnxq.io import OrtModel, load_model
-from onnxq.io.memory import MMAP_THRESHOLD_BYTES
+from onnxq.io.memory import MMAP_THRESHOLD_BYTES, _libc_function
 from onnxq.io.sessions import session_options
 
 _PROBE = """
@@ -43,13 +41,6 @@ libc.free(block)
 """
 
 
-def _glibc_with_mallinfo2() -> bool:
-    try:
-        return hasattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "mallinfo2")
-    except OSError:
-        return False
-
-
 def _mapped_bytes(case: str) -> int:
     # glibc's own tunables in the environment would set the threshold before the probe does.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
@@ -58,7 +49,8 @@ def _mapped_bytes(case: str) -> int:
     return int(done.stdout.strip())
 
 
-@pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="needs glibc 2.33+ (mallopt, mallinfo2): not this C library")
+@pytest.mark.skipif(_libc_function("mallinfo2") is None or _libc_function("mallopt") is None,
+                    reason="needs glibc 2.33+ (mallopt, mallinfo2): not this C library")
 def test_a_held_threshold_maps_a_buffer_that_glibc_s_default_would_take_from_the_heap():
     size = MMAP_THRESHOLD_BYTES + (1 << 20)
     assert MMAP_THRESHOLD_BYTES < 30 << 20  # the probe frees 30 MiB first: under glibc's 32 MiB ceiling
