@@ -80,7 +80,10 @@ def raw_bytes(tensor: ir.TensorProtocol) -> bytes | np.ndarray:
     """The tensor's bytes as ONNX stores them (raw_data), without a copy where its array already is that layout (a
     whole copy per tensor was the load's peak: the 113 MB table a folded Transpose makes, +113 MB while written):
     what io.spill and io.streamed_proto write."""
-    array = tensor.raw if isinstance(tensor, ir.Tensor) else None
+    # A lazy tensor (a float16 weight read as float32: passes.float16_model) evaluated once, its array taken whole:
+    # tobytes() evaluates it and copies the result (+113 MB while SmolLM2's float16 table was spilled).
+    array = (tensor.raw if isinstance(tensor, ir.Tensor) else tensor.numpy() if isinstance(tensor, ir.LazyTensor)
+             else None)
     if (isinstance(array, np.ndarray) and array.flags.c_contiguous and array.dtype.isnative
             and sys.byteorder == "little" and array.dtype.itemsize * 8 == tensor.dtype.bitwidth):
         return array.reshape(-1).view(np.uint8)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from onnxq.io.memory import page_out
 from onnxq.irquery import bodies, model_names, unique_name
 
 __all__ = ["computed_in_float32"]
@@ -92,8 +93,15 @@ def _upcast(model: ir.Model) -> int:
 def _as_float32(tensor: ir.TensorProtocol, name: str | None) -> ir.TensorProtocol:
     """The float32 form of a float16 weight, made each time it is read: no float32 copy of the whole model stays in
     memory (a weight is read a few times — planning, calibration's sessions, the rewrite — and the run's spill file
-    takes the float weights it keeps: io.spill)."""
-    return ir.LazyTensor(lambda: ir.tensor(tensor.numpy().astype(np.float32)), _FLOAT, tensor.shape, name=name)
+    takes the float weights it keeps: io.spill). The float16 source's memory-mapped pages are dropped once read, so
+    that converting a whole model does not hold the float16 file resident beside its float32 form."""
+
+    def converted() -> ir.TensorProtocol:
+        wide = ir.tensor(tensor.numpy().astype(np.float32))
+        page_out(tensor)
+        return wide
+
+    return ir.LazyTensor(converted, _FLOAT, tensor.shape, name=name)
 
 
 def _retype(values: list[ir.Value]) -> None:

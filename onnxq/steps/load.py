@@ -16,6 +16,7 @@ from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
+from onnxq.io.memory import page_out
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
@@ -56,6 +57,7 @@ def load_and_plan(state: RunState) -> bool:
     # holding 64 MB of them or more), so that calibration's sessions read it in place instead of copying it.
     if reference is not loaded:
         state.spill.spill([reference])
+        page_out(loaded)  # the given weights spilling read (a float16 model's: 271 MB of SmolLM2's) stay on disk
     state.work = reference.clone()
     state.quantized_from = reference
     state.mode = _resolve_mode(config, given.calibration, given.cache)

@@ -91,7 +91,9 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             remap_shared_weights(state.spill.spill_quantized(state.work))
             spill_shared_blocks(state.spill.stored_array, SPILL_MIN_BYTES)
         if step.page_out_before and state.reference is not None:
-            page_out(state.reference)
+            for model in (state.reference, state.unconverted):  # the model as given too: a float16 model's own
+                if model is not None:
+                    page_out(model)
             state.spill.page_out()
         if step.trim_heap_before:
             trim_heap()

@@ -356,3 +356,68 @@ def test_a_large_weight_is_smoothed_a_piece_at_a_time(tmp_path, piece_bytes, bou
     assert grown < bound
     if piece_bytes > 1 << 29:
         assert grown > 1.5  # the measure sees the whole copy: the bound above is not vacuous
+
+
+def _resident_bytes_of(path) -> int:
+    """Resident bytes of this process's memory maps of the file at `path` (/proc/self/smaps)."""
+    resident, inside, target = 0, False, str(path)
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and "-" in fields[0] and not fields[0].endswith(":"):
+                inside = len(fields) > 5 and fields[5] == target
+            elif inside and fields[:1] == ["Rss:"]:
+                resident += int(fields[1]) * 1024
+    return resident
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _float16_chain(folder, layers: int, width: int):
+    """x float16 [batch, width] → MatMul × layers, the float16 weights in one external data file."""
+    rng = np.random.default_rng(3)
+    nodes, weights, previous = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float16)
+        weights.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [previous, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        previous = f"h{i}"
+    graph = helper.make_graph(nodes, "chain16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16,
+                                                                               ["batch", width])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT16, ["batch", width])],
+                              weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = folder / "chain16.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="chain16.data", size_threshold=0)
+    return path, folder / "chain16.data"
+
+
+def test_a_float16_model_s_file_is_not_held_resident_once_made_float32(tmp_path, monkeypatch):
+    """A float16 model is quantized from float32 copies of its weights (passes.float16_model), which the run's
+    spill file takes at load: each float16 source is paged out once converted, so the float16 file is not held
+    resident beside its float32 form (SmolLM2's float16 export: 316 MB of its pages after loading, then 62 MB)."""
+    import onnxq
+    import onnxq.steps.run as steps_run
+    from onnxq.io import spill as spill_module
+
+    monkeypatch.setattr(spill_module, "SPILL_MIN_BYTES", 0)  # spilled however small (from 64 MB by default)
+    path, data = _float16_chain(tmp_path, layers=4, width=1024)
+    seen = {}
+
+    def probe(state) -> bool:
+        seen["spilled"] = sum(isinstance(v.const_value, ir.ExternalTensor) and v.const_value.dtype == ir.DataType.FLOAT
+                              for v in state.reference.graph.initializers.values())
+        seen["resident"] = _resident_bytes_of(data)
+        raise _Stopped
+
+    steps = list(steps_run.STEPS)
+    steps.insert(1, steps_run.Step("probe", probe))
+    monkeypatch.setattr(steps_run, "STEPS", tuple(steps))
+    calibration = {"x": np.random.default_rng(4).standard_normal((4, 1024)).astype(np.float16)}
+    with pytest.raises(_Stopped):
+        onnxq.quantize(path, calibration)
+    assert seen["spilled"] == 4  # the float32 weights were made (and read) at load
+    # Measured: 0 bytes; every page of the 8 MiB file (8,388,608 bytes) before the float16 sources were paged out.
+    assert seen["resident"] < 0.1 * data.stat().st_size, seen
