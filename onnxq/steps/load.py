@@ -57,7 +57,7 @@ def load_and_plan(state: RunState) -> bool:
     # holding 64 MB of them or more), so that calibration's sessions read it in place instead of copying it.
     if reference is not loaded:
         state.spill.spill([reference])
-        page_out(loaded)  # the given weights spilling read (a float16 model's: 271 MB of SmolLM2's) stay on disk
+        page_out(loaded)  # what spilling read of the given weights leaves resident memory (a float16 model's file)
     state.work = reference.clone()
     state.quantized_from = reference
     state.mode = _resolve_mode(config, given.calibration, given.cache)
