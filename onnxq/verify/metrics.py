@@ -74,11 +74,14 @@ class Operand:
     """An output with what a comparison reads of it alone, each computed once: a verification compares the float
     reference with several models' outputs (each provider, the exact quantization) and a deployed output with the
     reference and the exact one. A logits batch of a language model is 50 M values: each pass counts. float32 values
-    stay float32 (their sums are float64, a chunk at a time: _row_dots); any other type is made float64."""
+    stay float32 (their sums are float64, a chunk at a time: _row_dots); float16 values are made float32, exactly
+    (as float64, a float16 decoder's batch of logits was 403 MB a copy, two at once: SmolLM2's float16 export, 8
+    windows); any other type is made float64 (an int64 is not exact in float32)."""
 
     def __init__(self, array: np.ndarray, sample_axis: int = 0) -> None:
         values = np.asarray(array)
-        self.values = values if values.dtype == np.float32 else values.astype(np.float64)
+        self.values = (values if values.dtype == np.float32 else values.astype(np.float32)
+                       if values.dtype == np.float16 else values.astype(np.float64))
         self.sample_axis = sample_axis
         # For a language model's logits: the batch's tokens [samples, sequence] and attention mask (or None), so
         # that the next token each position predicts can be scored (set by the verification, which has the batch).

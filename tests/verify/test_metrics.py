@@ -93,3 +93,21 @@ def test_float32_outputs_are_compared_in_chunks_with_float64_sums(rng, monkeypat
     for field in ("cosine_mean", "cosine_min", "mean_abs_error", "sqnr_db", "max_abs_error"):
         assert getattr(b, field) == pytest.approx(getattr(a, field), rel=1e-12), field
     assert (b.samples, b.argmax_agreement, b.topk_agreement) == (a.samples, a.argmax_agreement, a.topk_agreement)
+
+
+def test_float16_outputs_are_compared_as_float32_with_the_figures_of_float64(rng):
+    """A float16 model's outputs (a float16 decoder's logits) are made float32, exactly, not float64 (half the
+    bytes): every figure is that of the outputs made float64 whole."""
+    from onnxq.verify import metrics as metrics_module
+
+    ref = rng.normal(0, 3, (3, 5, 1000)).astype(np.float16)
+    got = (ref + rng.normal(0, 0.05, ref.shape)).astype(np.float16)
+    assert metrics_module.Operand(ref).values.dtype == np.float32
+    whole, narrow = MetricsAccumulator(), MetricsAccumulator()
+    whole.add(ref.astype(np.float64), got.astype(np.float64))
+    narrow.add(ref, got)
+    a, b = whole.result(), narrow.result()
+    for field in ("cosine_mean", "cosine_min", "mean_abs_error", "sqnr_db", "max_abs_error"):
+        assert getattr(b, field) == pytest.approx(getattr(a, field), rel=1e-12), field
+    assert (b.samples, b.argmax_agreement, b.topk_agreement) == (a.samples, a.argmax_agreement, a.topk_agreement)
+    assert b.max_abs_error > 0  # the outputs differ: the comparison is not vacuous
