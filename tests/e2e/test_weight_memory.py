@@ -397,7 +397,7 @@ def _float16_chain(folder, layers: int, width: int):
 def test_a_float16_model_s_file_is_not_held_resident_once_made_float32(tmp_path, monkeypatch):
     """A float16 model is quantized from float32 copies of its weights (passes.float16_model), which the run's
     spill file takes at load: each float16 source is paged out once converted, so the float16 file is not held
-    resident beside its float32 form (SmolLM2's float16 export: 316 MB of its pages after loading, then 62 MB)."""
+    resident beside its float32 form (SmolLM2's float16 export: 316 MiB of file pages after loading, then 45)."""
     import onnxq
     import onnxq.steps.run as steps_run
     from onnxq.io import spill as spill_module
