@@ -80,8 +80,9 @@ class Operand:
 
     def __init__(self, array: np.ndarray, sample_axis: int = 0) -> None:
         values = np.asarray(array)
-        self.values = (values if values.dtype == np.float32 else values.astype(np.float32)
-                       if values.dtype == np.float16 else values.astype(np.float64))
+        if values.dtype == np.float16:
+            values = values.astype(np.float32)  # exact
+        self.values = values if values.dtype == np.float32 else values.astype(np.float64)
         self.sample_axis = sample_axis
         # For a language model's logits: the batch's tokens [samples, sequence] and attention mask (or None), so
         # that the next token each position predicts can be scored (set by the verification, which has the batch).
