@@ -76,12 +76,15 @@ class BlockConfig:
     # SmolLM2-135M's perplexity 1.090x → 1.055x float for a file of 0.160x → 0.186x, README "4-bit weights"),
     # else the weights' own. 4: the smallest file.
     vocabulary_bits: int | None = None
-    # How the block scales are stored in the matmulnbits form at float32 compute: "float16", two bytes a block
-    # behind a Cast that ORT folds at load, wherever float16 holds a weight's scales exactly — they are rounded to
-    # its grid before the codes are chosen (numerics.blockwise), so no value changes; "float32", no Cast. A 4-bit
-    # file at block 32 is ~9 % smaller (SmolLM2-135M: 102.3 → 94.0 MB, README "4-bit weights"). The qdq form and
-    # float16 compute store the activations' type (DequantizeLinear's output takes its scale's).
-    scale_dtype: Literal["float16", "float32"] = "float16"
+    # How the block scales are stored in the matmulnbits form at float32 compute: "uint8", a byte a block on an
+    # 8-bit grid per output channel (numerics.scale_grid: low + step × code, low and step float16) behind Cast ·
+    # Mul · Add that ORT folds at load — the scales are fitted on that grid before the codes are chosen — where
+    # that makes the file smaller (more than 4 blocks a channel), else as float16; "float16", two bytes a block
+    # behind a Cast, wherever float16 holds a weight's scales exactly — they are rounded to its grid first
+    # (numerics.blockwise), so no value changes; "float32", no Cast. SmolLM2-135M int4 at block 32 (genai export):
+    # 92.3 MB with float16 scales, 89.2 MB with uint8, perplexity 1.050x → 1.045x (README "4-bit weights"). The
+    # qdq form and float16 compute store the activations' type (DequantizeLinear's output takes its scale's).
+    scale_dtype: Literal["uint8", "float16", "float32"] = "uint8"
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -15,6 +15,8 @@ feeding k: E[(x · (w - ŵ))²] summed over independent channels), else plain sq
 Scales lie on float16's grid wherever float16 holds them as normal numbers (2^-14 … 65504 in magnitude): rounded
 there (relative 2^-11, a thousandth of a 4-bit step) before any code is chosen, so that a file can store them in two
 bytes instead of four without changing one value (passes.insert_blockwise; GGUF's Q4_0 stores its scales so).
+With a scale grid (ScaleSearch.grid), each output channel's scales then move onto an 8-bit grid of their own
+(numerics.scale_grid), a byte each in the file.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["BlockQuantized", "CLIP_RATIOS", "quantize_blockwise", "block_scales", "dequantize_blockwise",
+from onnxq.numerics.scale_grid import NEIGHBOURS, ScaleGrid, grid_of, worth_a_grid
+
+__all__ = ["BlockQuantized", "CLIP_RATIOS", "ScaleSearch", "quantize_blockwise", "block_scales", "grid_scales",
+           "fit_on_grid", "dequantize_blockwise",
            "pack_nibbles", "unpack_nibbles", "pack_codes", "symmetric_zero_point", "SYMMETRIC_ZERO_POINT", "BITS",
            "by_rows", "on_half_grid", "half_exact"]
 
@@ -59,6 +64,22 @@ CLIP_RATIOS = tuple(float(r) for r in np.round(np.arange(1.0, 0.6999, -0.025), 3
 
 
 @dataclasses.dataclass(frozen=True)
+class ScaleSearch:
+    """How block scales are chosen: the clip ratios tried per block, and whether the scales then move onto an 8-bit
+    grid per output channel (numerics.scale_grid; a byte each in the file)."""
+
+    ratios: tuple[float, ...] = CLIP_RATIOS
+    grid: bool = False
+
+    def for_weight(self, k: int, n: int, block_size: int) -> ScaleSearch:
+        """This search for a weight [K, N]: without the grid where it would not make the file smaller (decided for
+        the whole weight, whatever slices of its channels are quantized at a time)."""
+        if self.grid and not worth_a_grid(n, -(-k // block_size)):
+            return dataclasses.replace(self, grid=False)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
 class BlockQuantized:
     """A [K, N] weight as N columns of ceil(K / block_size) blocks; K is padded with zeros to whole blocks."""
 
@@ -68,6 +89,7 @@ class BlockQuantized:
     k: int
     block_size: int
     bits: int = 4
+    scale_grid: ScaleGrid | None = None  # the grid every scale lies on (ScaleSearch.grid), by output channel
 
     @property
     def n(self) -> int:
@@ -94,23 +116,28 @@ def by_rows(quantize: Callable[[np.ndarray], BlockQuantized], weight: np.ndarray
         return quantize(weight)
     parts = [quantize(weight[:, start:start + rows]) for start in range(0, n, rows)]
     zero_points = None if parts[0].zero_points is None else np.concatenate([p.zero_points for p in parts])
+    grids = [p.scale_grid for p in parts]
+    grid = None if any(g is None for g in grids) else ScaleGrid.joined(grids)  # else stored as the scales are
     return BlockQuantized(np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]),
-                          zero_points, k, parts[0].block_size, parts[0].bits)
+                          zero_points, k, parts[0].block_size, parts[0].bits, grid)
 
 
 def quantize_blockwise(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None = None,
-                       clip_ratios: tuple[float, ...] = CLIP_RATIOS, bits: int = 4) -> BlockQuantized:
-    """weight: float [K, N] (MatMul's B). importance: [K] non-negative weights of the error per input channel."""
+                       clip_ratios: tuple[float, ...] = CLIP_RATIOS, bits: int = 4,
+                       scale_grid: bool = False) -> BlockQuantized:
+    """weight: float [K, N] (MatMul's B). importance: [K] non-negative weights of the error per input channel.
+    scale_grid: the scales on an 8-bit grid per output channel (ScaleSearch.grid)."""
     if block_size < 16 or block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
-    return by_rows(lambda rows: _quantize_rows(rows, block_size, symmetric, importance, clip_ratios, bits), weight,
+    search = ScaleSearch(tuple(clip_ratios), scale_grid).for_weight(*weight.shape, block_size)
+    return by_rows(lambda rows: _quantize_rows(rows, block_size, symmetric, importance, search, bits), weight,
                    4 * weight.shape[0])
 
 
 def _quantize_rows(weight: np.ndarray, block_size: int, symmetric: bool, importance: np.ndarray | None,
-                   clip_ratios: tuple[float, ...], bits: int) -> BlockQuantized:
+                   search: ScaleSearch, bits: int) -> BlockQuantized:
     k, n = weight.shape
     n_blocks = -(-k // block_size)
     blocks = np.zeros((n, n_blocks * block_size), np.float32)
@@ -121,9 +148,9 @@ def _quantize_rows(weight: np.ndarray, block_size: int, symmetric: bool, importa
         padded = np.zeros(n_blocks * block_size, np.float32)
         padded[:k] = np.maximum(np.asarray(importance, np.float32), 0.0)
         channel_weight = padded.reshape(1, n_blocks, block_size)
-    scales, zero_points = block_scales(blocks, symmetric, channel_weight, clip_ratios, bits)
+    scales, zero_points, grid = grid_scales(blocks, symmetric, channel_weight, search, bits)
     codes = _codes(blocks, scales, symmetric_zero_point(bits) if symmetric else zero_points, bits)
-    return BlockQuantized(codes, scales, zero_points, k, block_size, bits)
+    return BlockQuantized(codes, scales, zero_points, k, block_size, bits, grid)
 
 
 def block_scales(blocks: np.ndarray, symmetric: bool, channel_weight: np.ndarray | None = None,
@@ -133,6 +160,42 @@ def block_scales(blocks: np.ndarray, symmetric: bool, channel_weight: np.ndarray
     if symmetric:
         return _symmetric_scales(blocks, clip_ratios, channel_weight, bits), None
     return _asymmetric_scales(blocks, clip_ratios, channel_weight, bits)
+
+
+def grid_scales(blocks: np.ndarray, symmetric: bool, channel_weight: np.ndarray | None, search: ScaleSearch,
+                bits: int) -> tuple[np.ndarray, np.ndarray | None, ScaleGrid | None]:
+    """block_scales by the search's ratios, then — search.grid — each output channel's scales on a grid spanning
+    them (fit_on_grid); the grid None where there is none (not asked for, or float16 cannot hold it)."""
+    scales, zero_points = block_scales(blocks, symmetric, channel_weight, search.ratios, bits)
+    grid = grid_of(scales, np.abs(blocks).max(axis=-1) > 0) if search.grid else None
+    if grid is None:
+        return scales, zero_points, None
+    return (*fit_on_grid(blocks, (scales, zero_points), grid, channel_weight, bits), grid)
+
+
+def fit_on_grid(blocks: np.ndarray, chosen: tuple[np.ndarray, np.ndarray | None], grid: ScaleGrid,
+                channel_weight: np.ndarray | None, bits: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scales on the grid (and zero points, asymmetric) of blocks [N, n_blocks, block_size]: per block, the grid
+    value of least error among those nearest the scale chosen (chosen: scales and zero points, None symmetric);
+    asymmetric blocks try their zero point and the one that puts their low on a code at the new scale."""
+    scales, zero_points = chosen
+    if zero_points is None:
+        options = [(offset, None) for offset in NEIGHBOURS]
+    else:
+        low = np.minimum(blocks.min(axis=-1), 0.0)
+        options = [(offset, refit) for offset in NEIGHBOURS for refit in (False, True)]
+
+    def params_for(option):
+        offset, refit = option
+        candidate = grid.near(scales, offset)
+        if zero_points is None:
+            return candidate, np.float32(symmetric_zero_point(bits))
+        if not refit:
+            return candidate, zero_points.astype(np.float32)
+        return candidate, np.clip(np.rint(-low / candidate), 0, (1 << bits) - 1).astype(np.float32)
+
+    best_scales, best_zero_points = _search(blocks, options, channel_weight, bits, params_for)
+    return best_scales, None if zero_points is None else best_zero_points.astype(np.uint8)
 
 
 def dequantize_blockwise(quantized: BlockQuantized) -> np.ndarray:
@@ -179,12 +242,13 @@ def _error(blocks, scales, zero_point, channel_weight, bits) -> np.ndarray:
     return diff.sum(axis=-1)
 
 
-def _search(blocks, clip_ratios, channel_weight, bits, params_for):
-    """The clip ratio of least error per block; params_for(ratio) gives (scales, zero points) for every block."""
-    best_scales, best_zero_points = params_for(clip_ratios[0])
+def _search(blocks, options, channel_weight, bits, params_for):
+    """The option (a clip ratio, a grid neighbour) of least error per block; params_for(option) gives (scales, zero
+    points) for every block."""
+    best_scales, best_zero_points = params_for(options[0])
     best_error = _error(blocks, best_scales, best_zero_points, channel_weight, bits)
-    for ratio in clip_ratios[1:]:
-        scales, zero_points = params_for(ratio)
+    for option in options[1:]:
+        scales, zero_points = params_for(option)
         error = _error(blocks, scales, zero_points, channel_weight, bits)
         better = error < best_error
         best_error = np.where(better, error, best_error)

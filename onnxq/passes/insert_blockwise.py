@@ -3,8 +3,8 @@
 by the standard opset-21 DequantizeLinear with block_size feeding the original MatMul. Activations stay float.
 Gather tables (token embeddings) become com.microsoft GatherBlockQuantized, the same blocks along each row. Nodes
 named in blocks.int8_nodes get 8-bit blocks in the same operators (mixed precision); int8 weights (mode weight-only)
-are 8-bit blocks throughout. Scales are stored float16 behind a Cast where float16 holds them exactly
-(blocks.scale_dtype).
+are 8-bit blocks throughout. Scales are stored as blocks.scale_dtype says (passes.scale_storage): a byte each on
+an 8-bit grid per output channel, or float16, behind nodes ORT folds at load.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from onnxq.config import QScheme, QuantConfig
 from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.io.memory import page_out
-from onnxq.numerics.blockwise import (CLIP_RATIOS, BlockQuantized, half_exact, pack_codes, quantize_blockwise,
+from onnxq.numerics.blockwise import (CLIP_RATIOS, BlockQuantized, ScaleSearch, pack_codes, quantize_blockwise,
                                       symmetric_zero_point)
 from onnxq.numerics.gptq import gptq_blockwise
 from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_form, shared_block_quantization
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import RewriteInputs, rewrite_form
+from onnxq.passes.scale_storage import ScaleStorage, stored_scales
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
 
@@ -52,11 +53,8 @@ class InsertBlockwisePass(PlannedRewritePass):
                 f"opset {opset} — use blocks.format matmulnbits, or convert the model with onnx.version_converter")
         model.opset_imports.setdefault("com.microsoft", 1)  # MatMulNBits, GatherBlockQuantized
         builder = GraphBuilder(model.graph, QScheme("int8", symmetric=True))  # names; no int8 weight is made
-        ratios = (1.0,) if blocks.clip == "none" else CLIP_RATIOS
-        # float16 compute makes every scale float16 itself (passes.float16); DequantizeLinear's output takes its
-        # scale's type, so the qdq form keeps float32 scales
-        half = blocks.scale_dtype == "float16" and blocks.format == "matmulnbits" and \
-            self.config.compute_dtype != "float16"
+        storage = _scale_storage(self.config)
+        search = ScaleSearch((1.0,) if blocks.clip == "none" else CLIP_RATIOS, grid=storage == "uint8")
         made: dict[tuple, ir.Value | tuple] = {}  # one set of initializers per weight and bits, shared by its readers
         tables: list[_Table] = []  # MatMulNBits weights [K, N] a Gather of their transpose can read (tied lm_head)
         gathers = [p for p in self.plans if p.node.op_type == "Gather"]  # last: they may read a product's blocks
@@ -68,15 +66,15 @@ class InsertBlockwisePass(PlannedRewritePass):
                 if tied is not None:
                     _gather_tied(builder, node, tied, blocks.size)
                 else:
-                    _gather_blockwise(builder, node, blocks.size, _symmetric(self.config, bits), ratios,
-                                      (bits, half))
+                    _gather_blockwise(builder, node, blocks.size, _symmetric(self.config, bits), search,
+                                      (bits, storage))
                 continue
             transposed = weight_key(node)[1]
             key = (id(node.inputs[1]), transposed, bits)
             if key not in made:
-                quantized, memo_key = self._quantized(node, transposed, bits, ratios)
+                quantized, memo_key = self._quantized(node, transposed, bits, search)
                 base = node.inputs[1].name or "weight"
-                made[key] = (_matmulnbits_inputs(builder, quantized, (base, memo_key), half)
+                made[key] = (_matmulnbits_inputs(builder, quantized, (base, memo_key), storage)
                              if blocks.format == "matmulnbits" else _dequantized(builder, quantized, base, node))
                 for array in (quantized.codes, quantized.scales, quantized.zero_points):
                     page_out(array)  # the memo's blocks on the run's file (io.spill): read once per graph built
@@ -87,7 +85,7 @@ class InsertBlockwisePass(PlannedRewritePass):
         return ir.passes.PassResult(model, modified=bool(self.plans))
 
     def _quantized(self, node: ir.Node, transposed: bool, bits: int,
-                   ratios: tuple[float, ...]) -> tuple[BlockQuantized, tuple]:
+                   search: ScaleSearch) -> tuple[BlockQuantized, tuple]:
         """The weight's blocks, computed once per run (io: shared_block_quantization) whatever graph reads it, and
         their key in the run's memo."""
         blocks, symmetric = self.config.blocks, _symmetric(self.config, bits)
@@ -95,7 +93,7 @@ class InsertBlockwisePass(PlannedRewritePass):
         measured = self.moments is not None and self.moments.has(weight_key(node))
         method = blocks.method if measured else "rtn"
         memo_key = (id(tensor), transposed, bits, symmetric, blocks.size, method, blocks.clip, blocks.act_order,
-                    ratios, measured)
+                    search, measured)
         memo = shared_block_quantization()
         if memo is not None and memo_key in memo:
             return memo[memo_key][1], memo_key
@@ -103,12 +101,12 @@ class InsertBlockwisePass(PlannedRewritePass):
         weight = tensor.numpy().astype(np.float32, copy=False)
         weight = weight.T if transposed else weight
         if method == "gptq":
-            quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, ratios, blocks.act_order, bits)
+            quantized = gptq_blockwise(weight, moments, blocks.size, symmetric, search, blocks.act_order, bits)
         else:
             importance = None
             if moments is not None and blocks.clip == "activation":
                 importance = np.diag(moments) if moments.ndim == 2 else moments
-            quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, ratios, bits)
+            quantized = quantize_blockwise(weight, blocks.size, symmetric, importance, search.ratios, bits, search.grid)
         page_out(tensor)  # a memory-mapped float weight is not read again here
         if memo is not None:
             memo[memo_key] = (tensor, quantized)  # the tensor is held so that its id stays its own
@@ -140,6 +138,13 @@ def _replace_product(builder: GraphBuilder, node: ir.Node, made, bits: int, tran
     replace_node(builder.graph, node, result)
 
 
+def _scale_storage(config: QuantConfig) -> ScaleStorage:
+    """blocks.scale_dtype where the matmulnbits form reads float32 scales; float32 elsewhere: float16 compute makes
+    every scale float16 itself (passes.float16), and DequantizeLinear's output takes its scale's type (qdq)."""
+    blocks = config.blocks
+    return blocks.scale_dtype if blocks.format == "matmulnbits" and config.compute_dtype != "float16" else "float32"
+
+
 def _symmetric(config: QuantConfig, bits: int) -> bool:
     """8-bit blocks are symmetric whatever the 4-bit weights are (MatMulNBits' implied zero point 128): one table
     then serves a tied lm_head and its Gather (_tied), as the language-model default puts both at 8 bits."""
@@ -147,18 +152,19 @@ def _symmetric(config: QuantConfig, bits: int) -> bool:
 
 
 def _gather_blockwise(builder: GraphBuilder, node: ir.Node, block_size: int, symmetric: bool,
-                      ratios: tuple[float, ...], storage: tuple[int, bool]) -> None:
+                      search: ScaleSearch, storage: tuple[int, ScaleStorage]) -> None:
     """com.microsoft GatherBlockQuantized: rows of the table [V, H] in blocks along H, packed like MatMulNBits'
-    B; only the gathered rows are dequantized. storage: (bits, scales in float16 where exact)."""
-    bits, half = storage
+    B; only the gathered rows are dequantized. storage: (bits, how the scales are stored)."""
+    bits, scale_storage = storage
     source = ir.convenience.get_const_tensor(node.inputs[0])
     table = source.numpy().astype(np.float32, copy=False)
-    quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=ratios, bits=bits)  # N rows, K = H
+    quantized = quantize_blockwise(table.T, block_size, symmetric, clip_ratios=search.ratios, bits=bits,
+                                   scale_grid=search.grid)  # N rows, K = H
     page_out(source)
     base = node.inputs[0].name or "table"
     codes = quantized.codes.reshape(quantized.n, -1)[:, :quantized.k]
     inputs = [builder.initializer(f"{base}_int{bits}", pack_codes(codes, bits)), node.inputs[1],
-              _scales(builder, quantized.scales, (base, None), half)]
+              stored_scales(builder, quantized, (base, None), scale_storage, quantized.scales.shape)]
     if quantized.zero_points is not None:
         inputs.append(builder.initializer(f"{base}_block_zero_points", pack_codes(quantized.zero_points, bits)))
     gathered = builder.node("GatherBlockQuantized", inputs, f"{node.name or 'Gather'}_GatherBlockQuantized", node,
@@ -226,37 +232,19 @@ def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size:
 
 
 def _matmulnbits_inputs(builder: GraphBuilder, quantized: BlockQuantized, names: tuple[str, tuple],
-                        half: bool) -> tuple[ir.Value, ...]:
+                        storage: ScaleStorage) -> tuple[ir.Value, ...]:
     """B [N, n_blocks, block_size * bits / 8] (nibbles packed at 4 bits), scales [N * n_blocks], zero points
     [N * ceil(n_blocks * bits / 8)]; names: the initializers' base name and the blocks' key in the run's memo (each
     array made once per run: passes.builder.shared_block_form)."""
     (base, key), bits = names, quantized.bits
     packed = shared_block_form((key, "B"), lambda: pack_codes(quantized.codes, bits))
     inputs = [builder.initializer(f"{base}_int{bits}", packed),
-              _scales(builder, quantized.scales.reshape(-1), names, half)]
+              stored_scales(builder, quantized, names, storage, (quantized.scales.size,))]
     if quantized.zero_points is not None:
         zero_points = shared_block_form((key, "zero points"),
                                         lambda: pack_codes(quantized.zero_points, bits).reshape(-1))
         inputs.append(builder.initializer(f"{base}_block_zero_points", zero_points))
     return tuple(inputs)
-
-
-def _scales(builder: GraphBuilder, scales: np.ndarray, names: tuple[str, tuple | None], half: bool) -> ir.Value:
-    """The float32 block scales: stored float16 behind a Cast when `half` and float16 holds every one exactly (ORT
-    folds the Cast at load, so the kernels read the same float32 values), else stored float32. names: the
-    initializers' base name and the blocks' key in the run's memo (None: blocks of this graph's own)."""
-    base, key = names
-    if not (half and half_exact(scales)):
-        return builder.initializer(f"{base}_block_scales", scales)
-    halved = scales.astype(np.float16) if key is None else shared_block_form(
-        (key, "float16 scales"), lambda: scales.astype(np.float16))
-    stored = builder.initializer(f"{base}_block_scales_float16", halved)
-    first = next(iter(builder.graph))  # ahead of every node: the weight's readers share its scales
-    cast = builder.node("Cast", [stored], f"{base}_block_scales_Cast", first,
-                        attributes={"to": ir.DataType.FLOAT.value})
-    out = cast.outputs[0]
-    out.type, out.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(scales.shape)
-    return out
 
 
 def _dequantized(builder: GraphBuilder, quantized: BlockQuantized, base: str, before: ir.Node) -> ir.Value:
