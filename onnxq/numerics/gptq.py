@@ -11,7 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from onnxq.numerics.blockwise import BlockQuantized, ScaleSearch, block_scales, by_rows, grid_scales, symmetric_zero_point
+from onnxq.numerics.blockwise import (BlockQuantized, ScaleSearch, block_scales, by_rows, grid_scales,
+                                      symmetric_zero_point)
 from onnxq.numerics.scale_grid import ScaleGrid, grid_of
 
 __all__ = ["gptq_blockwise", "gptq_channelwise", "DAMPING"]

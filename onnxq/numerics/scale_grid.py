@@ -1,12 +1,13 @@
 """Block scales on an 8-bit grid per output channel (double quantization, as QLoRA's and GGUF's k-quants store
 theirs): scale = low + step × code, code 0..255, low and step float16 values per output channel. A file stores a byte
 per block instead of float16's two — 4.25 bits a 4-bit weight at block 32 instead of 4.5 — and ORT folds the
-Cast · Mul · Add that decode them at load (passes.insert_blockwise), so its kernels read float32 scales as before.
+Cast · Mul · Add that decode them at load (passes.scale_storage), so its kernels read float32 scales as before.
 
 Numerics: the grid spans the scales the clip search chose (numerics.blockwise, on float16's grid), and each block
-then takes the grid value of least (importance-weighted) reconstruction error among the few nearest its chosen
-scale — the grid's steps (~0.5 % of a scale on SmolLM2's weights) are finer than the clip search's 2.5 %, so the
-block's error is as low or lower than on float16's grid (measured: −0.5 … −1.6 % at 4 bits, −47 % at 8 bits, RTN).
+then takes the grid value of least (importance-weighted) reconstruction error among the five nearest its chosen
+scale — the grid's steps (~0.5–1 % of a scale on SmolLM2's weights) are finer than the clip search's 2.5 %, so the
+blocks' error is as low or lower than on float16's grid (round to nearest on SmolLM2's weights: −1 … −2 % at 4
+bits, −49 % on its 8-bit lm_head).
 Decoding is two float32 roundings (the product, then the sum), as ORT's Mul and Add compute them, so the values the
 codes were chosen against are the values the kernels read.
 """
@@ -53,9 +54,6 @@ class ScaleGrid:
         if np.any(zero):
             values = np.where(zero, self.values(np.where(codes < GRID_CODES, codes + 1, codes - 1)), values)
         return values
-
-    def rows(self, start: int, stop: int) -> ScaleGrid:
-        return ScaleGrid(self.low[start:stop], self.step[start:stop])
 
     @staticmethod
     def joined(grids: list[ScaleGrid]) -> ScaleGrid:
