@@ -95,3 +95,16 @@ def test_a_weight_too_small_to_gain_keeps_float16_s_grid(rng):
         assert quantize_blockwise(w, 32, True, scale_grid=True).scale_grid is None
     assert quantize_blockwise(rng.standard_normal((512, 342)).astype(np.float32), 32, True,
                               scale_grid=True).scale_grid is not None  # 342 × 12 blocks saved ≥ 4096 bytes
+
+
+def test_a_channel_of_zeros_takes_any_grid_value_and_stays_zero(rng):
+    """A channel whose blocks are all 0 has no scale to span (its grid is low 1, step 0) and dequantizes to 0; the
+    other channels keep their grids."""
+    w = rng.standard_normal((512, 384)).astype(np.float32)
+    w[:, 7] = 0.0
+    w[:64, 9] = 0.0  # two zero blocks of a live channel: outside its span, any value of it
+    for symmetric in (True, False):
+        q = quantize_blockwise(w, 32, symmetric, scale_grid=True)
+        assert _on_grid(q) and not np.any(q.scales == 0)
+        restored = dequantize_blockwise(q)
+        assert np.all(restored[:, 7] == 0) and np.all(restored[:64, 9] == 0)
