@@ -98,16 +98,20 @@ def session_perplexity(s: ort.InferenceSession, windows: dict[str, np.ndarray]) 
 
 def interleaved_latency_ms(paths: dict[str, Path], feed: dict[str, np.ndarray], rounds: int,
                            threads: int = 2) -> dict[str, float]:
-    """Median latency per model; models take turns each round so that machine noise hits all alike."""
+    """Median latency per model; models take turns each round so that machine noise hits all alike, each round
+    starting one model further on: the first of a round ran ~5 % slower than the same file later in it (MiniLM at
+    batch 32 on a 2-core Xeon, forty-fourth session), which a fixed order charged to the float model every time."""
     sessions = {name: session(p, threads) for name, p in paths.items()}
     for s in sessions.values():
         for _ in range(2):
             s.run(None, feed)
     times: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(rounds):
-        for name, s in sessions.items():
+    order = list(sessions)
+    for round_index in range(rounds):
+        shift = round_index % len(order)
+        for name in order[shift:] + order[:shift]:
             start = time.perf_counter()
-            s.run(None, feed)
+            sessions[name].run(None, feed)
             times[name].append(time.perf_counter() - start)
     return {name: float(np.median(t) * 1000) for name, t in times.items()}
 
