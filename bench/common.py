@@ -99,8 +99,9 @@ def session_perplexity(s: ort.InferenceSession, windows: dict[str, np.ndarray]) 
 def interleaved_latency_ms(paths: dict[str, Path], feed: dict[str, np.ndarray], rounds: int,
                            threads: int = 2) -> dict[str, float]:
     """Median latency per model; models take turns each round so that machine noise hits all alike, each round
-    starting one model further on: the first of a round ran ~5 % slower than the same file later in it (MiniLM at
-    batch 32 on a 2-core Xeon, forty-fourth session), which a fixed order charged to the float model every time."""
+    starting one model further on: in a fixed order [a, b, float] the first of each round — the one run right after
+    the float model — ran 3–5 % slower than the same file run second (MiniLM 4-bit at batch 32, 12 rounds, both
+    orders, 2-core Xeon, forty-fourth session), so a fixed order charged one model every round."""
     sessions = {name: session(p, threads) for name, p in paths.items()}
     for s in sessions.values():
         for _ in range(2):
