@@ -87,9 +87,10 @@ def shared_block_form(key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
     """An array a graph stores for a memo's blocks (MatMulNBits' packed B, float16 scales), made once per run under
     `key` (the block memo's key and the form's name): the sensitivity's twins and each fallback probe then read the
     quantized model's own arrays, on the run's file once it is spilled — packed again for each graph, SmolLM2's 4-bit
-    weights were 136 MiB of the process's memory (tracemalloc) through the sensitivity's runs."""
+    weights were 136 MiB of the process's memory (tracemalloc) through the sensitivity's runs. A memo key of None
+    (blocks of one graph's own, not in the memo) makes the array afresh."""
     forms = _FORM_MEMO.get()
-    if forms is None:
+    if forms is None or key[0] is None:
         return make()
     if key not in forms:
         forms[key] = make()

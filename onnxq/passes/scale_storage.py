@@ -32,8 +32,7 @@ def stored_scales(builder: GraphBuilder, quantized: BlockQuantized, names: tuple
         if codes is not None:
             return _decoded(builder, codes, quantized, names[0], shape)
     if storage != "float32" and half_exact(scales):
-        halved = shared_block_form((names[1], "float16 scales"), lambda: scales.astype(np.float16)) \
-            if names[1] is not None else scales.astype(np.float16)
+        halved = shared_block_form((names[1], "float16 scales"), lambda: scales.astype(np.float16))
         stored = builder.initializer(f"{names[0]}_block_scales_float16", halved.reshape(shape))
         return _as_float(builder, stored, f"{names[0]}_block_scales_Cast", next(iter(builder.graph)))
     return builder.initializer(f"{names[0]}_block_scales", scales.reshape(shape))
@@ -43,8 +42,7 @@ def _grid_codes(quantized: BlockQuantized, key: tuple | None) -> np.ndarray | No
     """The scales' uint8 codes on their grid; None if any does not decode to its scale exactly (a grid the
     numerics did not choose the scales on)."""
     grid = quantized.scale_grid
-    codes = shared_block_form((key, "scale codes"), lambda: grid.codes(quantized.scales)) \
-        if key is not None else grid.codes(quantized.scales)
+    codes = shared_block_form((key, "scale codes"), lambda: grid.codes(quantized.scales))
     return codes if np.array_equal(grid.values(codes), quantized.scales) else None
 
 
