@@ -361,6 +361,10 @@ class QuantConfig:
         if blocks.int8_nodes and self.weights.bits == 8:
             raise ConfigError("blocks.int8_nodes is the 8-bit tier of 4-bit weights; with int8 weights every "
                               "weight is 8-bit already — drop it, or use int4 / uint4")
+        if not self.per_channel:
+            raise ConfigError(f"per_channel = false (--per-tensor) with weight-only {dtype} weights: they take a "
+                              "scale per block of blocks.size inputs of each output channel, never one per tensor "
+                              "— drop it, or use int8 weights in mode auto for per-tensor scales")
         if self.mode not in ("auto", "weight-only"):
             raise ConfigError(f"mode {self.mode} with {dtype} weights: 4-bit weights are weight-only (activations "
                               "stay float); leave mode at auto")

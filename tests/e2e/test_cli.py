@@ -130,6 +130,12 @@ BAD_INPUTS = {
                             "--smooth 'strong': use off, auto or a number"),
     "smooth out of range": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--smooth", "1.5"],
                             "smooth = 1.5: use off, auto or a number α in [0, 1]"),
+    # Weight-only weights have a scale per block: per-tensor was ignored for a Gemm and crashed a MatMul's rewrite
+    # (exit 3) before.
+    "per-tensor 4-bit weights": (lambda w: ["--weights", "int4", "--per-tensor"],
+                                 "per_channel = false (--per-tensor) with weight-only int4 weights"),
+    "per-tensor cuda blocks": (lambda w: ["--target", "cuda", "--per-tensor"],
+                               "per_channel = false (--per-tensor) with weight-only int8 weights"),
     "recipe auto, dynamic": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--recipe", "auto", "--mode",
                                         "dynamic"], "recipe auto chooses by verifying"),
 }
