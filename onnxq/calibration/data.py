@@ -39,6 +39,10 @@ def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = 
 def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[str, int | None]) -> Iterator[Batch]:
     if callable(source) and not isinstance(source, Mapping):
         source = source()
+    if not isinstance(source, Iterable) and callable(getattr(source, "get_next", None)):
+        # onnxruntime.quantization's CalibrationDataReader protocol, for readers that do not subclass it (those
+        # that do iterate already): dicts from get_next() until it returns None.
+        source = iter(source.get_next, None)
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
@@ -60,7 +64,8 @@ def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[s
     else:
         raise CalibrationDataError(
             f"{what} data of type {type(source).__name__} is not supported — pass an .npz path, a folder of .npz, "
-            "a dict of arrays or an iterable of dicts")
+            "a dict of arrays, an iterable of dicts or an object whose get_next() returns them (ORT's "
+            "CalibrationDataReader)")
 
 
 def data_files(folder: Path, what: str) -> tuple[list[Path], list[Path]]:

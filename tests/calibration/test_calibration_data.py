@@ -36,6 +36,32 @@ def test_npz_file_folder_dict_and_iterable_give_the_same_samples(rng, tmp_path):
             np.testing.assert_array_equal(joined[k], data[k])
 
 
+class _DuckReader:
+    """A reader as ORT's quantization examples write one: get_next() and no base class."""
+
+    def __init__(self, batches):
+        self._batches = iter(batches)
+
+    def get_next(self):
+        return next(self._batches, None)
+
+
+def test_onnxruntime_calibration_data_readers_give_the_same_samples(rng):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class SubclassReader(_DuckReader, CalibrationDataReader):
+        pass
+
+    data = _data(rng)
+    chunks = [{k: v[i:i + 3] for k, v in data.items()} for i in range(0, 10, 3)]
+    for reader in (_DuckReader(chunks), SubclassReader(chunks)):
+        batches = list(iter_batches(reader, batch_size=4))
+        for k in data:
+            np.testing.assert_array_equal(np.concatenate([b[k] for b in batches]), data[k])
+    with pytest.raises(CalibrationDataError, match=r"item 0 is a list.*dict of input name"):
+        list(iter_batches(_DuckReader([[1, 2]]), batch_size=4))
+
+
 def test_arrays_with_different_sample_counts_are_refused(rng):
     data = _data(rng)
     data["x"] = data["x"][:7]
