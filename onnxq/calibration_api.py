@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -41,8 +42,8 @@ def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate
     return needed_ranges(plans, config)
 
 
-def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataSource, *,
-              config: QuantConfig | None = None,
+def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, data: DataSource, *,
+              config: QuantConfig | Mapping[str, Any] | None = None,
               progress: Callable[[int], None] | None = None) -> CalibrationSummary:
     """Observe every candidate activation of the model over the data, with histograms, and return the summary.
 
@@ -50,7 +51,7 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model, data: DataS
     run this on shards of the data — in separate processes or machines — and merge the files. With config.smooth
     set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable).
     """
-    config = config or QuantConfig()
+    config = QuantConfig.of(config)
     with custom_op_libraries(config.custom_op_libraries):
         with run_files() as files:  # what it reads, so that no output of the run lands on it
             float_model = load_model(model)

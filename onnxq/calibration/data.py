@@ -59,7 +59,8 @@ def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[s
         for i, item in enumerate(source):
             if not isinstance(item, Mapping):
                 raise CalibrationDataError(
-                    f"{what} item {i} is a {type(item).__name__}, not a dict of input name → array")
+                    f"{what} item {i} is a {type(item).__name__}, not a dict of input name → array — key each "
+                    "batch's arrays by their input names")
             yield laid_out({k: np.asarray(v) for k, v in item.items()}, axes)
     else:
         raise CalibrationDataError(
@@ -232,11 +233,22 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
                 f"{what} input '{spec.name}' has shape {array.shape} but the model expects {spec.describe()}; {where}")
 
 
+def _sole_input(array: np.ndarray, specs: list[InputSpec], what: str) -> dict[str, np.ndarray]:
+    """One array given for the data: the samples of the model's one input."""
+    if len(specs) != 1:
+        names = ", ".join(s.name for s in specs[:4]) + (", …" if len(specs) > 4 else "")
+        raise CalibrationDataError(f"{what} data is one array but the model has {len(specs)} inputs ({names}) — "
+                                   "pass a dict of input name → array")
+    return {specs[0].name: array}
+
+
 def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: int, max_samples: int | None = None,
                       what: str = "calibration", made: MutableMapping[str, str] | None = None) -> Iterator[Batch]:
     """iter_batches, each batch completed with the inputs a decoder's data leaves out (calibration.completion:
     empty caches, position ids; recorded in `made`) and checked against the model's inputs as it arrives. A model
     with a fixed batch dimension B gets batches of exactly B samples (batch_size and max_samples give way to it)."""
+    if isinstance(source, np.ndarray):
+        source = _sole_input(source, specs, what)
     fixed = fixed_batch_size(specs)
     if fixed is not None:
         batch_size = fixed

@@ -402,6 +402,19 @@ class QuantConfig:
         return build(cls, data, "")
 
     @classmethod
+    def of(cls, given: QuantConfig | Mapping[str, Any] | None) -> QuantConfig:
+        """What an API function's config argument gives: the defaults for None, a mapping read as the TOML file's
+        keys (checked alike)."""
+        if given is None:
+            return cls()
+        if isinstance(given, Mapping):
+            return cls.from_dict(given)
+        if not isinstance(given, cls):
+            raise ConfigError(f"config is a {type(given).__name__}: pass an onnxq.QuantConfig or a dict of the "
+                              "config file's keys (e.g. {\"mode\": \"static\"})")
+        return given
+
+    @classmethod
     def from_toml(cls, path: str | Path) -> QuantConfig:
         return cls.from_dict(read_toml(path))
 

@@ -8,7 +8,8 @@ shard paths and merges what comes back with onnxq.merge_calibrations (README, Ca
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from onnxq.calibration.specs import DataSource
 from onnxq.calibration.summary import CalibrationSummary
@@ -24,9 +25,10 @@ RAY_MISSING = ("calibration on Ray needs Ray, which is not installed here — pi
                "ray)")
 
 
-def shard_summary(model: str | os.PathLike, shards: Sequence[DataSource], config: QuantConfig | None = None) -> dict:
+def shard_summary(model: str | os.PathLike, shards: Sequence[DataSource],
+                  config: QuantConfig | Mapping[str, Any] | None = None) -> dict:
     """The partial summary of these shards, as JSON-ready data: what one worker of any engine returns."""
-    config = config or QuantConfig()
+    config = QuantConfig.of(config)
     with custom_op_libraries(config.custom_op_libraries):  # a worker's process registers them itself
         return calibration_job(load_model(model), config).run(list(shards)).to_json()
 
@@ -41,7 +43,7 @@ class _Worker:
         return shard_summary(self.model, shards, self.config)
 
 
-def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *, config: QuantConfig | None = None,
+def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *, config: QuantConfig | Mapping[str, Any] | None = None,
                      workers: int = 2, address: str | None = None) -> CalibrationSummary:
     """Shards (paths every worker can read, or arrays) dealt round-robin to `workers` actors; the merged summary
     equals calibrating on all the shards in one process, bit for bit. address: a running cluster's ("auto", or
@@ -59,7 +61,7 @@ def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *, 
     try:
         actor = ray.remote(num_cpus=1)(_Worker)
         count = max(1, min(workers, len(shards)))
-        pool = [actor.remote(os.fspath(model), config or QuantConfig()) for _ in range(count)]
+        pool = [actor.remote(os.fspath(model), QuantConfig.of(config)) for _ in range(count)]
         partials = ray.get([w.summarize.remote(list(shards[i::count])) for i, w in enumerate(pool)])
     finally:
         if started:

@@ -32,8 +32,9 @@ MAX_IR_VERSION = 13
 LOAD_NOTES = "onnxq.load"
 
 
-def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
-    """Load a model from a path, a ModelProto or an ir.Model, never touching the caller's object.
+def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model | bytes) -> ir.Model:
+    """Load a model from a path, a ModelProto, an ir.Model or its serialized bytes, never touching the caller's
+    object.
 
     A path must be a regular file. Every tensor's shape must match its bytes; a path's external data is checked
     before any of it is read (every location inside the model's folder — no absolute path, no "..", no symlink out
@@ -43,8 +44,13 @@ def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mod
         model = source.clone()
     elif isinstance(source, onnx.ModelProto):
         model = _from_proto(source, "the model", None)
-    else:
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = _from_proto(_parsed(bytes(source)), "the model's bytes", None)
+    elif isinstance(source, (str, os.PathLike)):
         model = _from_proto(_read(Path(source)), one_line(source), Path(source).parent)
+    else:
+        raise ModelLoadError(f"a model given as {type(source).__name__}: pass a path, an onnx.ModelProto, an "
+                             "onnx_ir.Model or the model's serialized bytes")
     notes = {"densified": (), **(model.meta.get(LOAD_NOTES) or {})}
     model.meta[LOAD_NOTES] = notes | {"renamed_nodes": name_nodes(model), "renamed_values": name_body_values(model)}
     return model
@@ -66,6 +72,18 @@ def _read(path: Path) -> onnx.ModelProto:
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{one_line(path)} holds no graph (a truncated or non-ONNX file?) — re-export the model")
     check_external_data(proto, path.parent.absolute())
+    return proto
+
+
+def _parsed(content: bytes) -> onnx.ModelProto:
+    try:
+        proto = onnx.load_model_from_string(content)
+    except (DecodeError, RuntimeWarning, ValueError) as e:
+        raise ModelLoadError(f"the bytes given are not a readable ONNX model ({type(e).__name__}); they may be "
+                             "truncated or another format — pass model.SerializeToString() or the .onnx file's "
+                             "bytes") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError("the bytes given hold no graph (truncated, or not ONNX?) — pass the .onnx file's bytes")
     return proto
 
 

@@ -24,7 +24,7 @@ from onnxq.verify import Reference, Verification, quantized_nodes, verify_models
 
 __all__ = ["RunInputs", "RunState", "ModelInput"]
 
-ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model
+ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model | bytes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from onnxq.verify.placement import quantized_nodes
 
 __all__ = ["verify"]
 
-ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model
+ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model | bytes
 
 
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
