@@ -32,6 +32,10 @@ def test_bytes_array_and_dict_config_quantize_as_their_usual_forms(mlp):
     assert _initializers(given.model) == _initializers(usual.model)
     summary = onnxq.calibrate(path.read_bytes(), x, config={"calibration": {"method": "percentile"}})
     assert summary.samples == len(x)
+    checked = onnxq.verify(path.read_bytes(), given.model, x, config={"verify": {"holdout_every": 5}})
+    assert checked.samples == len(x)
+    with pytest.raises(ConfigError, match=r"config is a str"):
+        onnxq.verify(path, given.model, x, config="strict")
 
 
 @pytest.mark.parametrize("model, message", [

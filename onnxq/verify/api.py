@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -25,13 +27,15 @@ ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model | bytes
 
 
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
-           config: VerifyConfig | QuantConfig | None = None, providers: tuple[str, ...] | None = None,
+           config: VerifyConfig | QuantConfig | Mapping[str, Any] | None = None, providers: tuple[str, ...] | None = None,
            batch_size: int = 8, target: str = "portable") -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.
-    config: a VerifyConfig, or a QuantConfig whose verify table applies and whose calibration.sample_axes /
-    constant_inputs say how the data holds its samples.
+    config: a VerifyConfig, or a QuantConfig (or a dict of the config file's keys) whose verify table applies and
+    whose calibration.sample_axes / constant_inputs say how the data holds its samples.
     target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one."""
+    if config is not None and not isinstance(config, VerifyConfig):
+        config = QuantConfig.of(config)  # a dict of the config file's keys; any other kind refused
     layout = config.calibration if isinstance(config, QuantConfig) else CalibrationConfig()
     libraries = config.custom_op_libraries if isinstance(config, QuantConfig) else ()
     config = config.verify if isinstance(config, QuantConfig) else config or VerifyConfig()
