@@ -83,13 +83,18 @@ class CalibrationSummary:
 
     def merge(self, other: CalibrationSummary) -> None:
         if other.model_fingerprint != self.model_fingerprint:
-            raise CalibrationDataError("cannot merge calibration summaries of different models")
+            raise CalibrationDataError("cannot merge calibration summaries of different models (fingerprint "
+                                       f"{other.model_fingerprint[:20]}… ≠ {self.model_fingerprint[:20]}…) — "
+                                       "calibrate every shard with the same model file")
         if other.histogram_bins != self.histogram_bins:
-            raise CalibrationDataError("cannot merge calibration summaries with different histogram settings")
+            raise CalibrationDataError("cannot merge calibration summaries with different histogram settings — "
+                                       "calibrate every shard with the same onnxq and [calibration] settings")
         if set(other.observers) != set(self.observers):
-            raise CalibrationDataError("cannot merge calibration summaries of different tensors (other settings?)")
+            raise CalibrationDataError("cannot merge calibration summaries of different tensors — calibrate every "
+                                       "shard with the same config (its op types, exclusions, smoothing)")
         if set(other.channels) != set(self.channels):
-            raise CalibrationDataError("cannot merge calibration summaries with and without smoothing statistics")
+            raise CalibrationDataError("cannot merge calibration summaries with and without smoothing statistics — "
+                                       "calibrate every shard with --smooth, or none")
         for name, observer in other.observers.items():
             self.observers[name].merge(observer)
         for name, stats in other.channels.items():

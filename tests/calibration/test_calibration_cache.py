@@ -122,3 +122,15 @@ def test_cli_calibrate_then_quantize_from_the_cache(transformer, samples_dir, tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "made for another model" in err
     assert main(["merge", str(tmp_path / "nope.json"), "-o", str(tmp_path / "m.json")]) == 2
+
+
+def test_summaries_that_cannot_merge_say_how_to_make_them_again(transformer, samples_dir):
+    model, data = transformer
+    plain = onnxq.calibrate(model, data)
+    other_model = onnxq.calibrate(samples_dir / "mlp.onnx", dict(np.load(samples_dir / "mlp_calib.npz")))
+    smoothed = onnxq.calibrate(model, data, config=onnxq.QuantConfig(smooth="auto"))
+    for second, fix in ((other_model, "calibrate every shard with the same model file"),
+                        (smoothed, "calibrate every shard with --smooth, or none")):
+        with pytest.raises(CalibrationDataError, match=r"^cannot merge calibration summaries [^\n]* — ") as refused:
+            onnxq.merge_calibrations([plain, second])
+        assert fix in str(refused.value)
