@@ -19,7 +19,10 @@ Batch = dict[str, np.ndarray]
 # A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
 # memory-mapped); a mapping of arrays (samples on axis 0, or as calibration.sample_axes says); an iterable of such
 # mappings, each one batch; or a callable returning any of these (called once per pass over the data).
-DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any]]
+# Besides these: an object whose get_next() returns batches (ORT's CalibrationDataReader), and one array for a
+# model of one input (calibration.data).
+DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any],
+                   np.ndarray]
 
 
 class LaidOutBatch(dict):

@@ -43,8 +43,9 @@ class _Worker:
         return shard_summary(self.model, shards, self.config)
 
 
-def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *, config: QuantConfig | Mapping[str, Any] | None = None,
-                     workers: int = 2, address: str | None = None) -> CalibrationSummary:
+def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *,
+                     config: QuantConfig | Mapping[str, Any] | None = None, workers: int = 2,
+                     address: str | None = None) -> CalibrationSummary:
     """Shards (paths every worker can read, or arrays) dealt round-robin to `workers` actors; the merged summary
     equals calibrating on all the shards in one process, bit for bit. address: a running cluster's ("auto", or
     ray://host:port); None starts a local one for this call, and stops it after."""

@@ -27,7 +27,8 @@ ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model | bytes
 
 
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
-           config: VerifyConfig | QuantConfig | Mapping[str, Any] | None = None, providers: tuple[str, ...] | None = None,
+           config: VerifyConfig | QuantConfig | Mapping[str, Any] | None = None,
+           providers: tuple[str, ...] | None = None,
            batch_size: int = 8, target: str = "portable") -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.

@@ -49,8 +49,9 @@ def models(samples_dir, tmp_path_factory) -> dict[str, tuple[str, str]]:
     np.savez(folder / "decoder.npz", **token_windows(rng, 24, 16))
     onnx.save(_cnn(rng), folder / "cnn.onnx")
     np.savez(folder / "cnn.npz", x=rng.normal(0, 1, (40, 3, 16, 16)).astype(np.float32))
+    transformer = samples_dir / "tiny_transformer.onnx"
     return {"mlp": (str(samples_dir / "mlp.onnx"), str(samples_dir / "mlp_calib.npz")),
-            "transformer": (str(samples_dir / "tiny_transformer.onnx"), str(samples_dir / "tiny_transformer_calib.npz")),
+            "transformer": (str(transformer), str(samples_dir / "tiny_transformer_calib.npz")),
             "decoder": (str(folder / "decoder.onnx"), str(folder / "decoder.npz")),
             "cnn": (str(folder / "cnn.onnx"), str(folder / "cnn.npz"))}
 
