@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import platform
 import signal
 import sys
 import threading
@@ -48,7 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
     for flags in (_file_flags, _scheme_flags, _selection_flags, _calibration_and_check_flags):
         flags(p)
     add_verbose_flag(p)
+    p.add_argument("--version", action=_PrintVersions, nargs=0,
+                   help="print onnxq's version and those of the libraries it runs on (for a bug report), then exit")
     return p
+
+
+class _PrintVersions(argparse.Action):
+    """--version on one line (argparse's own version action wraps it at the terminal's width)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit()
+
+
+def _versions() -> str:
+    import numpy
+    import onnx
+    import onnx_ir
+    import onnxruntime
+
+    from onnxq import __version__
+    return (f"onnxq {__version__} (onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, onnx-ir "
+            f"{onnx_ir.__version__}, numpy {numpy.__version__}, Python {platform.python_version()})")
 
 
 def _file_flags(p: argparse.ArgumentParser) -> None:

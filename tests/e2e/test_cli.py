@@ -7,9 +7,11 @@ import sys
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from conftest import REPO, to_model
 
+import onnxq
 from onnxq.cli import main
 from onnxq.progress import ProgressBar as _Progress
 from onnxq.progress import count_samples as _count_samples
@@ -291,3 +293,11 @@ def test_onnxruntime_logs_nothing_of_its_own_before_the_line(work, capfd):
     code = main([str(work / "bad_reshape.onnx"), "--calib", str(work / "mlp_calib.npz"), "-o", str(work / "q.onnx")])
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("onnxq: error: "), err
+
+
+def test_version_is_one_line_naming_the_libraries(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith(f"onnxq {onnxq.__version__} (onnxruntime {ort.__version__}, onnx ")
