@@ -313,6 +313,9 @@ class QuantConfig:
                 not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
             raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")
         self._check_target()
+        if self.recipe == "auto" and self.activation_granularity == "per-token":
+            raise ConfigError("recipe auto chooses per-tensor or per-token activations for each group of layers "
+                              "itself, from an all-static model — drop --activations per-token, or --recipe auto")
         if self.weights.dtype == "uint8":
             raise ConfigError("weights.dtype uint8 is not supported: use int8 (ORT's integer kernels take int8 "
                               "weights), or int4 / uint4 for 4-bit weights")

@@ -138,6 +138,9 @@ BAD_INPUTS = {
                                  "per_channel = false (--per-tensor) with weight-only int4 weights"),
     "per-tensor cuda blocks": (lambda w: ["--target", "cuda", "--per-tensor"],
                                "per_channel = false (--per-tensor) with weight-only int8 weights"),
+    # It went on from a per-token model as if it were the all-static one: exit 3 (a KeyError) on an MLP.
+    "recipe auto, per-token": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--recipe", "auto", "--activations",
+                                          "per-token"], "recipe auto chooses per-tensor or per-token activations"),
     "recipe auto, dynamic": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--recipe", "auto", "--mode",
                                         "dynamic"], "recipe auto chooses by verifying"),
 }
