@@ -27,6 +27,7 @@ Override per output with the tolerance's `task` (numeric to gate numbers only, o
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +73,8 @@ class OutputFacts:
     gathered_rows: frozenset[int]  # row counts of the 2-D tables the model gathers from (token embeddings)
     # Per row count, the integer model inputs that index a table of that many rows (input_ids for the vocabulary).
     token_inputs: Mapping[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Widths that two or more of the graph's weighted products read (their K): a network's hidden widths.
+    read_widths: frozenset[int] = frozenset()
 
     @property
     def rank(self) -> int:
@@ -185,11 +188,13 @@ def _named_classes(f: OutputFacts) -> OutputTask | None:
 def _ctc_scores(f: OutputFacts) -> OutputTask | None:
     """Raw per-step scores whatever their name (ddddocr's output is "387"), read off their values: most steps'
     decision is one class — CTC's blank — and the rest spread over several others. A hidden state whose one outlier
-    feature wins every step has no others; an output named as a representation met its rule first. Values all in
+    feature wins every step has no others, and one as wide as what the model's products read is a hidden state too
+    (one outlier feature winning most steps of an unnamed transformer output read as CTC's blank: the gate then kept
+    half its products float at cosine 0.9999); an output named as a representation met its rule first. Values all in
     [0, 1] whose rows do not sum to 1 (softmax's rule took those) are independent probabilities — a sigmoid's map
     behind an If whose other branch passes its input through — not class scores of which one wins."""
     if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3 or f.unit_range \
-            or f.values.shape[1] < _MIN_CTC_STEPS:
+            or f.values.shape[1] < _MIN_CTC_STEPS or f.values.shape[-1] in f.read_widths:
         return None
     blank = _blank(f.values)
     steps = np.argmax(f.values, axis=-1)
@@ -289,6 +294,7 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
     """Each output's facts from the float graph (None: from the values alone) and its first batch."""
     values = {v.name: v for v in model.graph.outputs} if model is not None else {}
     rows, tokens = _gathered_rows(model) if model is not None else (frozenset(), {})
+    widths = _read_widths(model) if model is not None else frozenset()
     opset = model.opset_imports.get("", 13) if model is not None else 13
     facts = []
     for name, array in zip(names, outputs):
@@ -297,7 +303,7 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
         moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
         moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
         producer, softmax_axis = _producer(values.get(name), moved.shape, opset)
-        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens))
+        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens, widths))
     return facts
 
 
@@ -348,6 +354,20 @@ def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str
 
 
 _IDS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _read_widths(model: ir.Model) -> frozenset[int]:
+    """The input widths (K) that at least two MatMul / Gemm of a constant 2-D weight read: the widths of the
+    network's hidden states, never of a classifier head's scores, which one product writes and none reads."""
+    counts: collections.Counter[int] = collections.Counter()
+    for node in model.graph.all_nodes():
+        if node.op_type not in ("MatMul", "Gemm") or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        shape = None if node.inputs[1] is None else _constant_shape(node.inputs[1])
+        if shape is not None and len(shape) == 2:
+            transposed = node.op_type == "Gemm" and node.attributes.get_int("transB", 0)
+            counts[shape[1] if transposed else shape[0]] += 1
+    return frozenset(width for width, count in counts.items() if count >= 2)
 
 
 def _constant_shape(value: ir.Value) -> tuple[int, ...] | None:

@@ -239,6 +239,37 @@ def test_raw_ctc_scores_are_read_as_sequences_whatever_their_name(rng):
     assert tasks["399"].kind == "numeric" and tasks["y"].kind == "numeric" and tasks["z"].kind == "numeric"
 
 
+def _block(rng, width: int, heads: int) -> ir.Model:
+    """x [batch, steps, width] → three projections and an output projection of the same width, as a transformer
+    block's; `heads` (its classifier, [width, 40]) when given."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 20, width])
+
+    def weight(name, n):
+        return tape.initializer(ir.tensor(rng.normal(0, 0.1, (width, n)).astype(np.float32), name=name))
+    mixed = tape.op("Add", [tape.op("MatMul", [x, weight("q", width)]), tape.op("MatMul", [x, weight("v", width)])])
+    y = tape.op("MatMul", [mixed, weight("o", width)])
+    if heads:
+        y = tape.op("MatMul", [y, weight("head", heads)])
+    y.name = "y"
+    return to_model(tape, [x], [y])
+
+
+def test_an_unnamed_hidden_state_whose_outlier_wins_most_steps_is_no_ctc_output(rng):
+    """A transformer output named "y" [batch, 20, 40] whose outlier feature wins most steps, not all (an ONNX
+    Attention block: its one output read as CTC scores, the gate kept half its products float at cosine 0.9999): 40
+    is the width its products read, so it is a hidden state. The same scores from a head of 40 classes on a block of
+    width 32 are still read as CTC's."""
+    scores = rng.normal(0, 1, (SAMPLES, 20, 40)).astype(np.float32)
+    scores[:, :, 7] += 3.0
+    scores[:, ::5, 7] -= 6.0  # every fifth step another feature wins
+    hidden = output_facts(_block(rng, 40, 0), ["y"], [scores], SAMPLES)
+    assert hidden[0].read_widths == frozenset({40})
+    assert choose_tasks(onnxq.VerifyConfig(), hidden)["y"].kind == "numeric"
+    head = output_facts(_block(rng, 32, 40), ["y"], [scores], SAMPLES)
+    assert choose_tasks(onnxq.VerifyConfig(), head)["y"].kind == "sequence"
+
+
 def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
     """x → Softmax (no axis attribute) → y, at the opset given."""
     tape = ir.tape.Tape()
