@@ -115,7 +115,8 @@ def _integer(f: OutputFacts) -> OutputTask | None:
 
 
 def _language_model(f: OutputFacts) -> OutputTask | None:
-    if f.rank != 3 or f.values.shape[-1] not in f.gathered_rows:
+    # A hidden state as wide as a table's rows (BERT's 512 features beside its 512 positions) is no vocabulary.
+    if f.rank != 3 or f.values.shape[-1] not in f.gathered_rows or f.values.shape[-1] in f.read_widths:
         return None
     what = f"next-token logits of a language model ({f.values.shape[-1]} classes, the rows of the table its input ids index)"
     tokens = f.token_inputs.get(f.values.shape[-1], ())
@@ -398,11 +399,13 @@ def measured_kind(task: OutputTask | None) -> str | None:
 def language_model_logits(model: ir.Model) -> tuple[str, int, str] | None:
     """(output, vocabulary size, token input) of a decoder language model, read off the graph alone: an output
     [batch, sequence, V] whose V is the row count of a table that one integer input indexes (input_ids). None for
-    any other model."""
+    any other model; an output as wide as what the model's products read is a hidden state, whatever table has as
+    many rows (an encoder's position table)."""
     rows, tokens = _gathered_rows(model)
+    widths = _read_widths(model)
     for output in model.graph.outputs:
         shape = output.shape
-        if shape is None or len(shape) != 3 or not isinstance(shape[-1], int):
+        if shape is None or len(shape) != 3 or not isinstance(shape[-1], int) or int(shape[-1]) in widths:
             continue
         inputs = tokens.get(int(shape[-1]), ())
         if len(inputs) == 1:

@@ -13,7 +13,7 @@ from onnxq.verify.comparisons import agreement_bound
 from onnxq.verify.reference import Reference
 from onnxq.verify.stability import input_steps
 from onnxq.verify.task_measures import OutputTask, measure_task
-from onnxq.verify.task_rules import choose_tasks, output_facts
+from onnxq.verify.task_rules import choose_tasks, language_model_logits, output_facts
 
 SAMPLES = 4
 
@@ -268,6 +268,27 @@ def test_an_unnamed_hidden_state_whose_outlier_wins_most_steps_is_no_ctc_output(
     assert choose_tasks(onnxq.VerifyConfig(), hidden)["y"].kind == "numeric"
     head = output_facts(_block(rng, 32, 40), ["y"], [scores], SAMPLES)
     assert choose_tasks(onnxq.VerifyConfig(), head)["y"].kind == "sequence"
+
+
+def test_an_encoder_as_wide_as_its_position_table_is_no_language_model(rng):
+    """A BERT-like encoder of width 16 with 16 positions, its position ids an input: its hidden state [batch, 8, 16]
+    was read as next-token logits over the position table's 16 rows, judged by the perplexity of position_ids, and
+    the model as a decoder (language-model defaults). 16 is the width its products read: a hidden state."""
+    tape = ir.tape.Tape()
+    ids = ir.val("input_ids", ir.DataType.INT64, ["batch", 8])
+    positions = ir.val("position_ids", ir.DataType.INT64, ["batch", 8])
+
+    def table(name, shape):
+        return tape.initializer(ir.tensor(rng.normal(0, 0.3, shape).astype(np.float32), name=name))
+    hidden = tape.op("Add", [tape.op("Gather", [table("words", (100, 16)), ids]),
+                             tape.op("Gather", [table("positions", (16, 16)), positions])])
+    hidden = tape.op("MatMul", [tape.op("MatMul", [hidden, table("w1", (16, 16))]), table("w2", (16, 16))])
+    hidden.name = "y"
+    model = to_model(tape, [ids, positions], [hidden])
+    facts = output_facts(model, ["y"], [rng.normal(0, 1, (SAMPLES, 8, 16)).astype(np.float32)], SAMPLES)
+    assert facts[0].gathered_rows == frozenset({16, 100}) and facts[0].read_widths == frozenset({16})
+    assert choose_tasks(onnxq.VerifyConfig(), facts)["y"].kind == "numeric"
+    assert language_model_logits(model) is None
 
 
 def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
