@@ -227,5 +227,7 @@ class Exposed:
         try:
             return self.session.run(self.output_names, batch)
         except ORT_ERRORS as e:
-            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {ort_reason(e)}") from None
+            raise CalibrationDataError(f"ONNX Runtime rejected a calibration batch: {ort_reason(e)} — check that the "
+                                       "data's values are ones the float model runs on (token ids within its "
+                                       "vocabulary, the shapes it takes)") from None
 
