@@ -186,8 +186,8 @@ def validate_batch(batch: Mapping[str, Any], specs: list[InputSpec], what: str =
     for name in batch:
         if name not in by_name:
             raise CalibrationDataError(
-                f"{what} data has '{one_line(name)}', which matches no model input; the model's inputs are: {expected} — "
-                "rename it to the input it feeds, or leave it out of the data")
+                f"{what} data has '{one_line(name)}', which matches no model input; the model's inputs are: "
+                f"{expected} — rename it to the input it feeds, or leave it out of the data")
     out = {}
     for spec in specs:
         if spec.name not in batch:
