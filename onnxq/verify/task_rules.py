@@ -11,7 +11,8 @@ matches decides, and the report names it:
   judged by the perplexity ratio on the data's own next tokens (next-token agreement reported): a changed next token
   among near-equal candidates is no wrong answer; the model's cache outputs (present.*, a recurrent state) are then
   state, judged through the logits they make;
-- an output named as a representation (embedding, hidden state, features, pooled, a recurrent state) is numeric;
+- an output named as a representation (embedding, hidden state, features, pooled, a recurrent state, attention
+  weights) is numeric;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes] (and for an old
   classifier's [samples, classes, 1, 1]), the decoded sequence for per-step scores [samples, steps, classes] (CTC,
   tagging), per-position classes otherwise;
@@ -47,7 +48,9 @@ __all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "
 # probabilities (a voice-activity detector's mean over its frames' Sigmoid): the producer is looked for through them.
 _PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                            "ReduceMean", "ReduceMax", "ReduceMin"})
-_REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|state|present|past|cache", re.I)
+# Attention weights are probabilities over keys, but no answer: an export with output_attentions has them.
+_REPRESENTATION = re.compile(r"embed|hidden|feature|pool|latent|encod|vector|state|present|past|cache|attn|attention",
+                            re.I)
 _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
 _CACHE_NAMES = re.compile(r"present|past|cache", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
@@ -143,6 +146,9 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
         return OutputTask("frames", f"{why}, classes on axis {axis}: the class at every position", axis)
     if f.rank == 2:
         return OutputTask("top1", f"{why} over {f.values.shape[-1]} classes")
+    if f.rank > 3:  # [samples, height, width, classes]: a map's classes last (NHWC), no sequence
+        return OutputTask("frames", f"{why} over {f.values.shape[-1]} classes (last axis): the class at every "
+                          "position", -1)
     return OutputTask("sequence", f"{why}, per step ({f.values.shape[1]} steps of {f.values.shape[-1]} classes): the "
                       "sequence as CTC's greedy decoding reads it", blank=_blank(f.values))
 

@@ -291,6 +291,17 @@ def test_an_encoder_as_wide_as_its_position_table_is_no_language_model(rng):
     assert language_model_logits(model) is None
 
 
+def test_attention_weights_are_no_answer_and_classes_last_on_a_map_are_per_position(rng):
+    """Softmax rows [samples, heads, queries, keys] were judged as a decoded sequence of `heads` steps: named as
+    attention weights they are numeric; unnamed, a map with its classes last (NHWC) is judged per position."""
+    rows = rng.normal(0, 1, (SAMPLES, 4, 8, 8))
+    rows = (np.exp(rows) / np.exp(rows).sum(-1, keepdims=True)).astype(np.float32)
+    facts = output_facts(None, ["attentions", "attn_weights", "probs"], [rows] * 3, SAMPLES)
+    tasks = choose_tasks(onnxq.VerifyConfig(), facts)
+    assert tasks["attentions"].kind == tasks["attn_weights"].kind == "numeric"
+    assert tasks["probs"].kind == "frames" and tasks["probs"].class_axis == -1
+
+
 def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
     """x → Softmax (no axis attribute) → y, at the opset given."""
     tape = ir.tape.Tape()
