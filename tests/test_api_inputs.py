@@ -2,6 +2,7 @@
 one array for a one-input model, a config as a dict of the config file's keys — each the same run as its usual
 form; anything else refused with one line naming what to pass (a TypeError or AttributeError before)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,9 @@ def test_bytes_array_and_dict_config_quantize_as_their_usual_forms(mlp):
     given = onnxq.quantize(path.read_bytes(), x, config={"gemm_bias": "float"})
     assert given.report.passed and usual.report.passed
     assert _initializers(given.model) == _initializers(usual.model)
+    # The JSON report's config runs the same settings again.
+    again = onnxq.quantize(path, x, config=json.loads(json.dumps(usual.report.to_dict()))["config"])
+    assert _initializers(again.model) == _initializers(usual.model)
     summary = onnxq.calibrate(path.read_bytes(), x, config={"calibration": {"method": "percentile"}})
     assert summary.samples == len(x)
     checked = onnxq.verify(path.read_bytes(), given.model, x, config={"verify": {"holdout_every": 5}})
