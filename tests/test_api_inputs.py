@@ -61,7 +61,7 @@ def test_configs_of_other_kinds_are_refused_in_one_line(mlp):
         onnxq.quantize(path, x, config={"mdoe": "static"})
 
 
-def test_one_array_for_a_model_of_two_inputs_asks_for_names(rng, tmp_path):
+def test_one_array_for_a_model_of_two_inputs_asks_for_names(rng):
     w = numpy_helper.from_array(rng.normal(0, 1, (8, 8)).astype(np.float32), "w")
     nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("MatMul", ["s", "w"], ["y"])]
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 8]) for n in ("a", "b", "y")]
