@@ -14,12 +14,13 @@ matches decides, and the report names it:
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state, attention
   weights) is numeric;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes] (and for an old
-  classifier's [samples, classes, 1, 1]), the decoded sequence for per-step scores [samples, steps, classes] (CTC,
-  tagging), per-position classes otherwise;
+  classifier's [samples, classes, 1, 1]), the class of every token for a model that reads token ids (a tagger), the
+  decoded sequence for per-step scores [samples, steps, classes] (CTC), per-position classes otherwise;
 - a sigmoid's probabilities (or values in [0, 1] named as a mask or map): mask IoU for a map with two spatial axes,
   frames (on/off decisions) otherwise (voice activity, multi-label);
 - scores named as classes (logits, class, label): top-1 / sequence;
-- per-step scores of any name whose decisions are mostly one class (CTC's blank) and several others: sequence;
+- per-step scores of any name whose decisions are mostly one class (CTC's blank) and several others, from a model
+  that reads no token ids: sequence;
 - anything else keeps the numeric bars (a raw-logits classifier named "output": --task-metric top1).
 
 Override per output with the tolerance's `task` (numeric to gate numbers only, or a kind), everywhere with
@@ -78,6 +79,7 @@ class OutputFacts:
     token_inputs: Mapping[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # Widths that two or more of the graph's weighted products read (their K): a network's hidden widths.
     read_widths: frozenset[int] = frozenset()
+    token_fed: bool = False  # computed from token ids: downstream of a table the model's integer input indexes
 
     @property
     def rank(self) -> int:
@@ -146,6 +148,10 @@ def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
         return OutputTask("frames", f"{why}, classes on axis {axis}: the class at every position", axis)
     if f.rank == 2:
         return OutputTask("top1", f"{why} over {f.values.shape[-1]} classes")
+    # A tagger of token ids (NER, parts of speech): a class per token, no CTC alignment to collapse.
+    if f.rank == 3 and f.token_fed:
+        return OutputTask("frames", f"{why}, per token ({f.values.shape[1]} tokens of {f.values.shape[-1]} classes, "
+                          "the model reads token ids): the class of every token", -1)
     if f.rank > 3:  # [samples, height, width, classes]: a map's classes last (NHWC), no sequence
         return OutputTask("frames", f"{why} over {f.values.shape[-1]} classes (last axis): the class at every "
                           "position", -1)
@@ -199,9 +205,10 @@ def _ctc_scores(f: OutputFacts) -> OutputTask | None:
     (one outlier feature winning most steps of an unnamed transformer output read as CTC's blank: the gate then kept
     half its products float at cosine 0.9999); an output named as a representation met its rule first. Values all in
     [0, 1] whose rows do not sum to 1 (softmax's rule took those) are independent probabilities — a sigmoid's map
-    behind an If whose other branch passes its input through — not class scores of which one wins."""
+    behind an If whose other branch passes its input through — not class scores of which one wins. A model that
+    reads token ids is no CTC model (CTC aligns a signal: images, audio)."""
     if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] < 3 or f.unit_range \
-            or f.values.shape[1] < _MIN_CTC_STEPS or f.values.shape[-1] in f.read_widths:
+            or f.values.shape[1] < _MIN_CTC_STEPS or f.values.shape[-1] in f.read_widths or f.token_fed:
         return None
     blank = _blank(f.values)
     steps = np.argmax(f.values, axis=-1)
@@ -302,6 +309,7 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
     values = {v.name: v for v in model.graph.outputs} if model is not None else {}
     rows, tokens = _gathered_rows(model) if model is not None else (frozenset(), {})
     widths = _read_widths(model) if model is not None else frozenset()
+    fed = _token_fed(model) if model is not None else frozenset()
     opset = model.opset_imports.get("", 13) if model is not None else 13
     facts = []
     for name, array in zip(names, outputs):
@@ -310,7 +318,7 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
         moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
         moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
         producer, softmax_axis = _producer(values.get(name), moved.shape, opset)
-        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens, widths))
+        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens, widths, name in fed))
     return facts
 
 
@@ -346,18 +354,41 @@ def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str
     """Row counts of the constant 2-D tables a Gather indexes with computed ids (token embeddings), and the integer
     model inputs that are those ids (input_ids), seen through Identity / Cast / Reshape."""
     rows, tokens = set(), {}
+    for _, count, ids in _table_gathers(model):
+        rows.add(count)
+        if ids is not None:
+            tokens[count] = tuple(dict.fromkeys((*tokens.get(count, ()), ids)))
+    return frozenset(rows), tokens
+
+
+def _table_gathers(model: ir.Model) -> list[tuple[ir.Node, int, str | None]]:
+    """(node, the table's rows, the integer model input that holds the ids or None) of each Gather from a constant
+    2-D table."""
+    found = []
     for node in model.graph.all_nodes():
         if node.op_type not in ("Gather", "GatherBlockQuantized") or len(node.inputs) < 2 or node.inputs[0] is None:
             continue
         shape = _constant_shape(node.inputs[0])
         if shape is not None and len(shape) == 2:
-            rows.add(shape[0])
             ids = node.inputs[1]
             while ids is not None and ids.producer() is not None and ids.producer().op_type in _IDS_THROUGH:
                 ids = ids.producer().inputs[0]
-            if ids is not None and ids.is_graph_input() and ids.dtype is not None and ids.dtype.is_integer():
-                tokens[shape[0]] = tuple(dict.fromkeys((*tokens.get(shape[0], ()), ids.name)))
-    return frozenset(rows), tokens
+            given = ids is not None and ids.is_graph_input() and ids.dtype is not None and ids.dtype.is_integer()
+            found.append((node, shape[0], ids.name if given else None))
+    return found
+
+
+def _token_fed(model: ir.Model) -> frozenset[str]:
+    """The graph outputs computed from token ids: downstream of a Gather of a table by an integer model input."""
+    todo = [node for node, _, ids in _table_gathers(model) if ids is not None]
+    seen = set(todo)
+    while todo:
+        for value in todo.pop().outputs:
+            for user, _ in value.uses():
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+    return frozenset(v.name for node in seen for v in node.outputs if v.is_graph_output())
 
 
 _IDS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})

@@ -302,6 +302,25 @@ def test_attention_weights_are_no_answer_and_classes_last_on_a_map_are_per_posit
     assert tasks["probs"].kind == "frames" and tasks["probs"].class_axis == -1
 
 
+def test_a_tagger_of_token_ids_is_judged_per_token(rng):
+    """Token classification (NER) logits [samples, tokens, tags] were judged as CTC reads them: the commonest tag
+    (O) dropped as the blank and repeats collapsed, so "B I I" turning "B I O" changed nothing. Computed from token
+    ids, they are judged per token; per-step scores made from a signal stay a decoded sequence."""
+    tape = ir.tape.Tape()
+    ids = ir.val("input_ids", ir.DataType.INT64, ["batch", 16])
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 16, 8])
+    words = tape.initializer(ir.tensor(rng.normal(0, 1, (50, 8)).astype(np.float32), name="words"))
+    head = tape.initializer(ir.tensor(rng.normal(0, 1, (8, 9)).astype(np.float32), name="head"))
+    tags = tape.op("MatMul", [tape.op("Gather", [words, ids]), head])
+    frames = tape.op("MatMul", [x, head])
+    tags.name, frames.name = "logits", "ctc_logits"
+    model = to_model(tape, [ids, x], [tags, frames])
+    scores = rng.normal(0, 1, (SAMPLES, 16, 9)).astype(np.float32)
+    tasks = choose_tasks(onnxq.VerifyConfig(), output_facts(model, ["logits", "ctc_logits"], [scores] * 2, SAMPLES))
+    assert tasks["logits"].kind == "frames" and tasks["logits"].class_axis == -1 and "per token" in tasks["logits"].rule
+    assert tasks["ctc_logits"].kind == "sequence"
+
+
 def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
     """x → Softmax (no axis attribute) → y, at the opset given."""
     tape = ir.tape.Tape()
