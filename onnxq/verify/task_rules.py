@@ -138,8 +138,9 @@ def _representation(f: OutputFacts) -> OutputTask | None:
 
 
 def _classes(f: OutputFacts, why: str, axis: int = -1) -> OutputTask | None:
-    """Top-1 for [samples, classes], the decoded sequence for [samples, steps, classes], per-position classes when
-    the classes lie on another axis (a segmentation map)."""
+    """Top-1 for [samples, classes], the class of every token for [samples, tokens, classes] made from token ids, the
+    decoded sequence for other [samples, steps, classes], per-position classes when the classes lie on another axis
+    (a segmentation map) or last from rank 4."""
     if f.rank < 2 or f.values.shape[axis] < 2:
         return None
     if axis not in (-1, f.rank - 1):
