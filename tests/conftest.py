@@ -52,6 +52,11 @@ def tied_classes(rng: np.random.Generator, features: int = 32, classes: int = 10
     return w, bias
 
 
+def initializer_bytes(model: ir.Model) -> dict[str, bytes]:
+    """Each initializer's bytes by name: two models quantized alike have equal ones."""
+    return {name: value.const_value.tobytes() for name, value in model.graph.initializers.items()}
+
+
 def node_named(model: ir.Model, name: str) -> ir.Node:
     return next(n for n in model.graph if n.name == name)
 

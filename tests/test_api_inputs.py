@@ -6,16 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from conftest import initializer_bytes
 
 import onnxq
 from onnxq.errors import CalibrationDataError, ConfigError, ModelLoadError
-
-
-def _initializers(model: ir.Model) -> dict[str, bytes]:
-    return {name: value.const_value.tobytes() for name, value in model.graph.initializers.items()}
 
 
 @pytest.fixture
@@ -30,10 +26,10 @@ def test_bytes_array_and_dict_config_quantize_as_their_usual_forms(mlp):
     usual = onnxq.quantize(path, {"x": x}, config=onnxq.QuantConfig(gemm_bias="float"))
     given = onnxq.quantize(path.read_bytes(), x, config={"gemm_bias": "float"})
     assert given.report.passed and usual.report.passed
-    assert _initializers(given.model) == _initializers(usual.model)
+    assert initializer_bytes(given.model) == initializer_bytes(usual.model)
     # The JSON report's config runs the same settings again.
     again = onnxq.quantize(path, x, config=json.loads(json.dumps(usual.report.to_dict()))["config"])
-    assert _initializers(again.model) == _initializers(usual.model)
+    assert initializer_bytes(again.model) == initializer_bytes(usual.model)
     summary = onnxq.calibrate(path.read_bytes(), x, config={"calibration": {"method": "percentile"}})
     assert summary.samples == len(x)
     checked = onnxq.verify(path.read_bytes(), given.model, x, config={"verify": {"holdout_every": 5}})

@@ -11,7 +11,7 @@ import numpy as np
 from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size, take
 from onnxq.calibration.completion import completed
 from onnxq.calibration.npz import NpzMember, open_npz
-from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, sample_axis
+from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, readable, sample_axis
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
@@ -39,10 +39,7 @@ def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = 
 def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[str, int | None]) -> Iterator[Batch]:
     if callable(source) and not isinstance(source, Mapping):
         source = source()
-    if not isinstance(source, Iterable) and callable(getattr(source, "get_next", None)):
-        # onnxruntime.quantization's CalibrationDataReader protocol, for readers that do not subclass it (those
-        # that do iterate already): dicts from get_next() until it returns None.
-        source = iter(source.get_next, None)
+    source = readable(source)
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():

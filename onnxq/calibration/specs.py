@@ -13,7 +13,8 @@ import onnx_ir as ir
 from onnxq.calibration.head_sizes import cache_head_sizes
 from onnxq.errors import ConfigError, one_line
 
-__all__ = ["Batch", "LaidOutBatch", "DataSource", "InputSpec", "input_specs", "laid_out", "sample_axis", "with_layout"]
+__all__ = ["Batch", "LaidOutBatch", "DataSource", "InputSpec", "input_specs", "laid_out", "readable", "sample_axis",
+           "with_layout"]
 
 Batch = dict[str, np.ndarray]
 # A path to an .npz file, a folder of .npz files (each a shard) or of .npy files (one per input, named after it,
@@ -23,6 +24,14 @@ Batch = dict[str, np.ndarray]
 # model of one input (calibration.data).
 DataSource = Union[str, Path, Mapping[str, np.ndarray], Iterable[Mapping[str, np.ndarray]], Callable[[], Any],
                    np.ndarray]
+
+
+def readable(source: Any) -> Any:
+    """The source, or for a reader that only has get_next() (onnxruntime.quantization's CalibrationDataReader
+    protocol; a subclass iterates already) the iterator of its batches until it returns None: read once."""
+    if not isinstance(source, Iterable) and callable(getattr(source, "get_next", None)):
+        return iter(source.get_next, None)
+    return source
 
 
 class LaidOutBatch(dict):

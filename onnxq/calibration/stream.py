@@ -5,11 +5,11 @@ collects the held-back samples; every later one skips the same samples by the sa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from onnxq.calibration.batching import Holdout, fixed_batch_size
 from onnxq.calibration.data import validated_batches
-from onnxq.calibration.specs import Batch, DataSource, InputSpec
+from onnxq.calibration.specs import Batch, DataSource, InputSpec, readable
 from onnxq.errors import ConfigError
 
 __all__ = ["DataStream", "check_reusable"]
@@ -50,9 +50,8 @@ def check_reusable(calibration: DataSource | None, what: str) -> None:
     if calibration is None:
         raise ConfigError(f"{what} needs calibration data: its scales come from activation statistics — pass "
                           "--calib DATA")
-    # Not iterable here: a reader with get_next() (ORT's protocol), read once.
-    if not (callable(calibration) or isinstance(calibration, (str, os.PathLike, Mapping))) \
-            and (not isinstance(calibration, Iterable) or iter(calibration) is calibration):
+    source = readable(calibration)
+    if not (callable(source) or isinstance(source, (str, os.PathLike, Mapping))) and iter(source) is source:
         raise ConfigError(f"{what} reads the calibration data twice (statistics, then ranges) and a one-shot "
                           "iterator can be read once — pass a list, a dict, a path, or a callable returning the "
                           "batches")

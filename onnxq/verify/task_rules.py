@@ -308,9 +308,10 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
                  samples: int) -> list[OutputFacts]:
     """Each output's facts from the float graph (None: from the values alone) and its first batch."""
     values = {v.name: v for v in model.graph.outputs} if model is not None else {}
-    rows, tokens = _gathered_rows(model) if model is not None else (frozenset(), {})
+    gathers = _table_gathers(model) if model is not None else []
+    rows, tokens = _gathered_rows(gathers)
     widths = _read_widths(model) if model is not None else frozenset()
-    fed = _token_fed(model) if model is not None else frozenset()
+    fed = _token_fed(gathers)
     opset = model.opset_imports.get("", 13) if model is not None else 13
     facts = []
     for name, array in zip(names, outputs):
@@ -351,20 +352,23 @@ def _producer(value: ir.Value | None, shape: tuple[int, ...], opset: int) -> tup
     return node.op_type, axis
 
 
-def _gathered_rows(model: ir.Model) -> tuple[frozenset[int], dict[int, tuple[str, ...]]]:
+# A Gather from a constant 2-D table: (the node, the table's rows, the integer model input holding its ids or None).
+_TableGather = tuple[ir.Node, int, str | None]
+
+
+def _gathered_rows(gathers: list[_TableGather]) -> tuple[frozenset[int], dict[int, tuple[str, ...]]]:
     """Row counts of the constant 2-D tables a Gather indexes with computed ids (token embeddings), and the integer
-    model inputs that are those ids (input_ids), seen through Identity / Cast / Reshape."""
+    model inputs that are those ids (input_ids), seen through Identity / Cast / Reshape (_table_gathers)."""
     rows, tokens = set(), {}
-    for _, count, ids in _table_gathers(model):
+    for _, count, ids in gathers:
         rows.add(count)
         if ids is not None:
             tokens[count] = tuple(dict.fromkeys((*tokens.get(count, ()), ids)))
     return frozenset(rows), tokens
 
 
-def _table_gathers(model: ir.Model) -> list[tuple[ir.Node, int, str | None]]:
-    """(node, the table's rows, the integer model input that holds the ids or None) of each Gather from a constant
-    2-D table."""
+def _table_gathers(model: ir.Model) -> list[_TableGather]:
+    """Every Gather from a constant 2-D table, its ids seen through Identity / Cast / Reshape (_IDS_THROUGH)."""
     found = []
     for node in model.graph.all_nodes():
         if node.op_type not in ("Gather", "GatherBlockQuantized") or len(node.inputs) < 2 or node.inputs[0] is None:
@@ -379,9 +383,9 @@ def _table_gathers(model: ir.Model) -> list[tuple[ir.Node, int, str | None]]:
     return found
 
 
-def _token_fed(model: ir.Model) -> frozenset[str]:
+def _token_fed(gathers: list[_TableGather]) -> frozenset[str]:
     """The graph outputs computed from token ids: downstream of a Gather of a table by an integer model input."""
-    todo = [node for node, _, ids in _table_gathers(model) if ids is not None]
+    todo = [node for node, _, ids in gathers if ids is not None]
     seen = set(todo)
     while todo:
         for value in todo.pop().outputs:
@@ -439,7 +443,7 @@ def language_model_logits(model: ir.Model) -> tuple[str, int, str] | None:
     [batch, sequence, V] whose V is the row count of a table that one integer input indexes (input_ids). None for
     any other model; an output as wide as what the model's products read is a hidden state, whatever table has as
     many rows (an encoder's position table)."""
-    rows, tokens = _gathered_rows(model)
+    rows, tokens = _gathered_rows(_table_gathers(model))
     widths = _read_widths(model)
     for output in model.graph.outputs:
         shape = output.shape

@@ -3,8 +3,8 @@ None), subclassed or only duck-typed, quantizes exactly as the same batches from
 fresh reader is read as often as the run needs. A duck-typed reader ended in a TypeError before."""
 
 import numpy as np
-import onnx_ir as ir
 from onnxruntime.quantization import CalibrationDataReader
+from conftest import initializer_bytes
 
 import onnxq
 
@@ -26,10 +26,6 @@ class _SubclassReader(_Reader, CalibrationDataReader):
     pass
 
 
-def _initializers(model: ir.Model) -> dict[str, bytes]:
-    return {name: value.const_value.tobytes() for name, value in model.graph.initializers.items()}
-
-
 def test_readers_quantize_as_the_same_batches_from_a_generator(samples_dir):
     data = dict(np.load(samples_dir / "mlp_calib.npz"))
     model = samples_dir / "mlp.onnx"
@@ -37,9 +33,9 @@ def test_readers_quantize_as_the_same_batches_from_a_generator(samples_dir):
     for reader in (_Reader(data), _SubclassReader(data)):
         result = onnxq.quantize(model, reader)
         assert result.report.passed
-        assert _initializers(result.model) == _initializers(generator.model)
+        assert initializer_bytes(result.model) == initializer_bytes(generator.model)
         assert any("one-shot iterator" in note for note in result.report.notes)  # read once, said so
     # A callable making a fresh reader is read again where a step needs it: as the arrays themselves.
     made = onnxq.quantize(model, lambda: _Reader(data))
     assert not any("one-shot iterator" in note for note in made.report.notes)
-    assert _initializers(made.model) == _initializers(onnxq.quantize(model, data).model)
+    assert initializer_bytes(made.model) == initializer_bytes(onnxq.quantize(model, data).model)
