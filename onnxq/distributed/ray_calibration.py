@@ -55,6 +55,7 @@ def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *,
         raise ConfigError(RAY_MISSING) from None
     if not shards:
         raise ConfigError("calibration on Ray needs at least one shard of data")
+    config = QuantConfig.of(config)  # checked here, before a cluster starts
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
@@ -62,7 +63,7 @@ def calibrate_on_ray(model: str | os.PathLike, shards: Sequence[DataSource], *,
     try:
         actor = ray.remote(num_cpus=1)(_Worker)
         count = max(1, min(workers, len(shards)))
-        pool = [actor.remote(os.fspath(model), QuantConfig.of(config)) for _ in range(count)]
+        pool = [actor.remote(os.fspath(model), config) for _ in range(count)]
         partials = ray.get([w.summarize.remote(list(shards[i::count])) for i, w in enumerate(pool)])
     finally:
         if started:
