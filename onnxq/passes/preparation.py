@@ -1,10 +1,10 @@
 """The float model made ready to plan, each preparation a function (model) → (model or a prepared clone, a note or
-None), in order: initializers listed as graph inputs read as constants, an old opset converted, a float16 model made
-float32 inside (its float16 inputs and outputs kept), Identity / Cast / layout ops of weights folded, loop-invariant
-weights carried through a Loop read as constants, an Einsum that is an activation × constant matrix product made a
-MatMul, a kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace, BatchNormalization folded into Conv, MatMul +
-Add of a bias made a Gemm (2-D activations), a Gemm's transA / alpha / beta made standard. The model as given is
-never changed; it stays the verification's reference."""
+None), in order: model-local functions inlined, initializers listed as graph inputs read as constants, an old opset
+converted, a float16 model made float32 inside (its float16 inputs and outputs kept), Identity / Cast / layout ops
+of weights folded, loop-invariant weights carried through a Loop read as constants, an Einsum that is an activation
+× constant matrix product made a MatMul, a kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace,
+BatchNormalization folded into Conv, MatMul + Add of a bias made a Gemm (2-D activations), a Gemm's transA / alpha /
+beta made standard. The model as given is never changed; it stays the verification's reference."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from onnxq.passes.fold_constant_weights import folded_constant_weights
 from onnxq.passes.gemm_standard_form import gemms_in_standard_form
 from onnxq.passes.float16_model import computed_in_float32
 from onnxq.passes.initializer_inputs import initializers_as_constants
+from onnxq.passes.inline_functions import inlined_functions
 from onnxq.passes.loop_invariants import captured_loop_invariants
 from onnxq.passes.upgrade import upgraded
 
 __all__ = ["PREPARATIONS", "prepared"]
 
-PREPARATIONS = (initializers_as_constants, upgraded, computed_in_float32, folded_constant_weights,
+PREPARATIONS = (inlined_functions, initializers_as_constants, upgraded, computed_in_float32, folded_constant_weights,
                 captured_loop_invariants, einsums_as_matmuls, conv_transposes_as_convs, folded_batchnorms,
                 folded_matmul_adds, gemms_in_standard_form)
 
