@@ -24,7 +24,7 @@ __all__ = ["apply_plans", "Rewritten"]
 
 @dataclasses.dataclass(frozen=True)
 class Rewritten:
-    bias_fallbacks: dict[str, str]  # nodes whose int32 bias stayed float, with why
+    bias_notes: dict[str, str]  # how a node's bias was kept where it is not plain int32: float (why), widened weights
     kept_qdq: dict[str, str]  # a lowering format: planned nodes left in QDQ form, with why
     separated_adds: tuple[str, ...] = ()  # QDQ MatMuls whose Add became Sum (passes.separate_matmul_add)
     float16: Float16Result | None = None  # compute float16: what became float16, what stayed float32 and why

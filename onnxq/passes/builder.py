@@ -15,7 +15,7 @@ from onnxq.io.memory import memory_map
 from onnxq.irquery import OUTER_NAMES, unique_name
 from collections.abc import Callable, Mapping
 
-from onnxq.numerics import QParams, choose_qparams, quantize
+from onnxq.numerics import QParams, choose_qparams, qrange, quantize
 from onnxq.numerics.gptq import gptq_channelwise
 from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize_pair_limited
 
@@ -130,7 +130,7 @@ class GraphBuilder:
             self._taken.update(v.name for v in node.outputs if v.name)
         self._taken.update(v.name for v in graph.inputs if v.name)
         self._taken.update(graph.meta.get(OUTER_NAMES, ()))  # a subgraph's rewrite: the outer model's names too
-        self._weights: dict[tuple[int, int | None, bool, int | None], QuantizedWeight] = {}
+        self._weights: dict[tuple[int, int | None, bool, int | None, bytes | None], QuantizedWeight] = {}
 
     def unique(self, base: str) -> str:
         return unique_name(base, self._taken)
@@ -158,15 +158,17 @@ class GraphBuilder:
         return node
 
     def quantized_weight(self, value: ir.Value, axis: int | None, transpose: bool = False,
-                         pair_limit_axis: int | None = None) -> QuantizedWeight:
-        """The int8 form of a constant (transposed first when asked), made once per (value, axis, layout, limit).
+                         pair_limit_axis: int | None = None, scale_floor: np.ndarray | None = None) -> QuantizedWeight:
+        """The int8 form of a constant (transposed first when asked), made once per (value, axis, layout, limit,
+        floor).
 
-        pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs)."""
-        key = (id(value), axis, transpose, pair_limit_axis)
+        pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs).
+        scale_floor: the least scale (per channel along axis, or one), where a bias needs it (passes.insert_qdq)."""
+        key = (id(value), axis, transpose, pair_limit_axis, _floor_key(scale_floor))
         if key not in self._weights:
             hessian = self.hessians(value.name or "") if self.hessians is not None and not transpose else None
             quantized, qparams = self._quantize(ir.convenience.get_const_tensor(value), axis, transpose,
-                                                pair_limit_axis, hessian)
+                                                pair_limit_axis, hessian, scale_floor)
             base = value.name or "weight"
             self._weights[key] = QuantizedWeight(
                 quantized=self.initializer(f"{base}_quantized", quantized),
@@ -176,10 +178,12 @@ class GraphBuilder:
             )
         return self._weights[key]
 
-    def _quantize(self, tensor: ir.TensorProtocol, axis: int | None, transpose: bool,
-                  pair_limit_axis: int | None, hessian: np.ndarray | None = None) -> tuple[np.ndarray, QParams]:
+    def _quantize(self, tensor: ir.TensorProtocol, axis: int | None, transpose: bool, pair_limit_axis: int | None,
+                  hessian: np.ndarray | None = None, scale_floor: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, QParams]:
         memo = _MEMO.get()
-        key = (id(tensor), axis, transpose, pair_limit_axis, self.weight_scheme, hessian is not None)
+        key = (id(tensor), axis, transpose, pair_limit_axis, self.weight_scheme, hessian is not None,
+               _floor_key(scale_floor))
         if memo is not None and key in memo:
             return memo[key][1:]
         array = tensor.numpy().astype(np.float32, copy=False)
@@ -187,7 +191,7 @@ class GraphBuilder:
             array = np.ascontiguousarray(array.T)
         # A memory-mapped float weight's pages dropped as it is read (a piece at a time): not read again here.
         quantized, qparams = quantize_weight_array(array, axis, self.weight_scheme, pair_limit_axis, hessian,
-                                                   lambda: page_out(tensor))
+                                                   lambda: page_out(tensor), scale_floor)
         page_out(tensor)
         if memo is not None:
             quantized.flags.writeable = False  # shared by graphs: a write would change them all
@@ -195,14 +199,15 @@ class GraphBuilder:
         return quantized, qparams
 
     def dequantized_weight(self, value: ir.Value, axis: int | None, before: ir.Node,
-                           pair_limit_axis: int | None = None) -> QuantizedWeight:
-        """A DequantizeLinear of the int8 weight, shared by every consumer of the same weight."""
-        weight = self.quantized_weight(value, axis, pair_limit_axis=pair_limit_axis)
+                           pair_limit_axis: int | None = None, scale_floor: np.ndarray | None = None
+                           ) -> QuantizedWeight:
+        """A DequantizeLinear of the int8 weight, shared by every consumer of the same weight (and floor)."""
+        weight = self.quantized_weight(value, axis, pair_limit_axis=pair_limit_axis, scale_floor=scale_floor)
         if weight.dequantized is None:
             dq = self.dequantize(weight.quantized, weight.scale, weight.zero_point, axis, value.name or "weight",
                                  before)
             weight = dataclasses.replace(weight, dequantized=dq)
-            self._weights[(id(value), axis, False, pair_limit_axis)] = weight
+            self._weights[(id(value), axis, False, pair_limit_axis, _floor_key(scale_floor))] = weight
         return weight
 
     def dequantize(self, quantized: ir.Value, scale: ir.Value, zero_point: ir.Value, axis: int | None,
@@ -217,14 +222,14 @@ class GraphBuilder:
 
 
 def quantize_weight_array(array: np.ndarray, axis: int | None, scheme: QScheme, pair_limit_axis: int | None = None,
-                          hessian: np.ndarray | None = None,
-                          after_piece: Callable[[], None] | None = None) -> tuple[np.ndarray, QParams]:
+                          hessian: np.ndarray | None = None, after_piece: Callable[[], None] | None = None,
+                          scale_floor: np.ndarray | None = None) -> tuple[np.ndarray, QParams]:
     """A float weight's integer array and qparams under the scheme; pair_limit_axis: its K axis, whose pairs are
     kept within the U8S8 limit (numerics.pairs). A weight of rank > 2 is a Conv's, limited as im2col reads it.
     hessian: a Conv weight's XᵀX / n (per group), its codes rounded by GPTQ on the same scales (int8 per output
     channel, symmetric; otherwise it is not used). after_piece: called as rounding to nearest goes through the
-    weight a piece at a time (numerics.affine.quantize)."""
-    qparams = _weight_qparams(array, axis, scheme)
+    weight a piece at a time (numerics.affine.quantize). scale_floor: the least scale, per channel or one."""
+    qparams = _weight_qparams(array, axis, scheme, scale_floor)
     if pair_limit_axis is None:
         quantized = quantize(array, qparams, after_piece)
     elif array.ndim > 2:  # a Conv weight, its pairs limited as the kernel reads them (axis 0 stays the channels)
@@ -279,9 +284,23 @@ def replace_node_with(graph: ir.Graph, node: ir.Node, replacement: ir.Node) -> N
     replace_node(graph, node, *results)
 
 
-def _weight_qparams(array: np.ndarray, axis: int | None, scheme: QScheme) -> QParams:
+def _weight_qparams(array: np.ndarray, axis: int | None, scheme: QScheme,
+                    scale_floor: np.ndarray | None = None) -> QParams:
+    """Each channel's range (or the tensor's), widened where its scale would fall below scale_floor: ±floor·(half
+    the integer range) holds a scale of at least the floor, symmetric or not."""
     if axis is None:
-        return choose_qparams(float(array.min()), float(array.max()), scheme.np_dtype, scheme.symmetric)
-    reduce_axes = tuple(i for i in range(array.ndim) if i != axis)
-    return choose_qparams(array.min(axis=reduce_axes), array.max(axis=reduce_axes), scheme.np_dtype,
-                          scheme.symmetric, axis=axis)
+        lo, hi = np.float64(array.min()), np.float64(array.max())
+    else:
+        reduce_axes = tuple(i for i in range(array.ndim) if i != axis)
+        lo, hi = array.min(axis=reduce_axes).astype(np.float64), array.max(axis=reduce_axes).astype(np.float64)
+    if scale_floor is not None:
+        qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
+        reach = np.asarray(scale_floor, dtype=np.float64) * ((qmax - qmin) / 2.0)
+        lo, hi = np.minimum(lo, -reach), np.maximum(hi, reach)
+    if axis is None:
+        return choose_qparams(float(lo), float(hi), scheme.np_dtype, scheme.symmetric)
+    return choose_qparams(lo, hi, scheme.np_dtype, scheme.symmetric, axis=axis)
+
+
+def _floor_key(scale_floor: np.ndarray | None) -> bytes | None:
+    return None if scale_floor is None else np.asarray(scale_floor, dtype=np.float32).tobytes()

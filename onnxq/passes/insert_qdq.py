@@ -24,6 +24,7 @@ __all__ = ["InsertQdqPass"]
 logger = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
+_BIAS_MARGIN = 1.0001  # a floored scale's bias codes stay inside int32 after rounding
 # Ops whose output holds only values of their first input (moved, picked or repeated): a quantized input's grid
 # holds them exactly.
 _VALUE_MOVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity",
@@ -43,7 +44,9 @@ def _moved_from(value: ir.Value) -> ir.Value | None:
 class InsertQdqPass(PlannedRewritePass):
     """Applies static plans. `ranges` maps each planned activation's value name to its calibrated (min, max).
 
-    Its result's notes name the nodes whose int32 bias would overflow and so stayed float.
+    Its result's notes say, per node, how a bias that plain int32 codes would not hold was kept: on a widened weight
+    scale (_quantized_weights), or float where no widening applies (a bias that does not match the weight's
+    channels).
     """
 
     def __init__(self, plans: Sequence[NodePlan], ranges: Mapping[str, tuple[float, float]],
@@ -55,7 +58,7 @@ class InsertQdqPass(PlannedRewritePass):
         self.moments = moments
 
     def call(self, model: ir.Model) -> RewriteResult:
-        bias_fallbacks: dict[str, str] = {}
+        bias_notes: dict[str, str] = {}
         moments = self.moments
         builder = GraphBuilder(model.graph, self.config.weights,
                                None if moments is None else lambda name: moments.get((name, False)))
@@ -73,20 +76,15 @@ class InsertQdqPass(PlannedRewritePass):
                     self._remember(activations, value, self._quantize_activation(builder, value, node, activations))
                 dequantized, act_qparams[index] = activations[value]
                 node.replace_input_with(index, dequantized)
-            weight_qparams = None
-            for spec in plan.weights:
-                weight = builder.dequantized_weight(node.inputs[spec.input_index], spec.axis, before=node,
-                                                    pair_limit_axis=spec.pair_limit_axis)
-                node.replace_input_with(spec.input_index, weight.dequantized)
-                weight_qparams = weight.qparams
+            weight_qparams, widened = _quantized_weights(builder, plan, act_qparams.get(0))
             if plan.bias_index is not None:
                 reason = self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
-                if reason is not None:
-                    bias_fallbacks[node.name or ""] = reason
+                if reason is not None or widened is not None:
+                    bias_notes[node.name or ""] = reason or widened
             if plan.output is not None and plan.output not in activations:
                 self._remember(activations, plan.output, self._quantize_output(builder, plan.output))
         RemoveUnusedNodesPass()(model)
-        return RewriteResult(model, modified=bool(self.plans), notes=bias_fallbacks)
+        return RewriteResult(model, modified=bool(self.plans), notes=bias_notes)
 
     @staticmethod
     def _remember(activations: dict, value: ir.Value, quantized: tuple[ir.Value, QParams]) -> None:
@@ -157,6 +155,45 @@ class InsertQdqPass(PlannedRewritePass):
         zp = builder.initializer(f"{base}_zero_point", np.zeros(scale.shape, dtype=np.int32))
         node.replace_input_with(index, builder.dequantize(q, s, zp, axis, base, node))
         return None
+
+
+def _quantized_weights(builder: GraphBuilder, plan: NodePlan, act: QParams | None) -> tuple[QParams | None, str | None]:
+    """Each planned weight as int8 behind a DequantizeLinear: (the last one's qparams, how its scale was widened for
+    the bias, or None). A bias holds int32 codes b / (s_x·s_w) only while the weight's scale s_w is at least
+    |b| / (s_x · INT32_MAX): below that (a tiny input scale: activations near zero) the scale is widened to it, as
+    ONNX Runtime's own quantizer and TFLite do. Leaving the bias float instead is no way out: ORT's
+    WeightBiasQuantization quantizes a float bias beside a DequantizeLinear weight itself, without a range check,
+    and its int32 codes wrap (LR-ASPP's classifier head: cosine 0.87 deployed against 1.0000 exact)."""
+    node, qparams, widened = plan.node, None, None
+    for spec in plan.weights:
+        value = node.inputs[spec.input_index]
+        weight = builder.dequantized_weight(value, spec.axis, before=node, pair_limit_axis=spec.pair_limit_axis)
+        floor = None if plan.bias_index is None or act is None else \
+            _bias_scale_floor(node.inputs[plan.bias_index], act, weight.qparams)
+        if floor is not None:  # the first DequantizeLinear, read by nothing, goes with the unused nodes
+            plain = weight.qparams.scale
+            weight = builder.dequantized_weight(value, spec.axis, before=node, pair_limit_axis=spec.pair_limit_axis,
+                                                scale_floor=floor)
+            ratio = weight.qparams.scale.astype(np.float64) / plain.astype(np.float64)
+            widened = (f"bias int32, the weight's scale widened on {int(np.count_nonzero(ratio > 1))} channel(s) "
+                       f"(up to {float(ratio.max()):.3g}x) so that the bias holds at this input's scale")
+        node.replace_input_with(spec.input_index, weight.dequantized)
+        qparams = weight.qparams
+    return qparams, widened
+
+
+def _bias_scale_floor(bias_value: ir.Value, act: QParams, weight: QParams) -> np.ndarray | None:
+    """The least weight scale (per channel, or one) at which every int32 bias code fits, or None where the weight's
+    own scale already does. The margin is ONNX Runtime's quantizer's (1.0001)."""
+    bias = np.abs(ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1))
+    scale = weight.scale.astype(np.float64)
+    if scale.ndim and scale.size != bias.size:
+        return None
+    product = float(act.scale) * (scale if scale.ndim else np.float64(scale))
+    if not np.any(np.rint(bias / product) > _INT32_MAX):
+        return None
+    floor = _BIAS_MARGIN * bias / (float(act.scale) * _INT32_MAX)
+    return (floor if scale.ndim else np.max(floor, initial=0.0)).astype(np.float32)
 
 
 @rewrite_form("qdq", stage=1, calibrated=True)

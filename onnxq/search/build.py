@@ -77,7 +77,7 @@ class Built:
     model: ir.Model
     plans: list[NodePlan]
     skips: list[Skip]
-    bias_fallbacks: dict[str, str]  # nodes whose int32 bias stayed float, with why
+    bias_notes: dict[str, str]  # how a node's bias was kept where it is not plain int32: float (why), widened weights
     kept_qdq: dict[str, str]  # format qoperator: nodes left in QDQ form, with why
 
 
@@ -104,7 +104,7 @@ class Builder:
         plans, skips = unobserved_bodies_dynamic(plans, skips, config, self.stats.ranges)
         rewritten = apply_plans(model, plans, self.stats.ranges, config, self.mode, self.stats.moments,
                                 self.stats.magnitudes)
-        return Built(model, plans, skips, rewritten.bias_fallbacks, rewritten.kept_qdq)
+        return Built(model, plans, skips, rewritten.bias_notes, rewritten.kept_qdq)
 
     def on(self, float_model: ir.Model) -> Builder:
         """The same, from another float graph (a smoothed one)."""

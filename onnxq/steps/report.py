@@ -68,7 +68,7 @@ def _entry(plan: NodePlan, state: RunState) -> NodeEntry:
         if plan.weights:  # an integer kernel reads this node: its types on the target, and why
             parts.append(integer_types_reason(config.target, dtype))
     if plan.bias_index is not None:
-        parts.append(state.bias_fallbacks.get(node.name or "", "bias int32"))
+        parts.append(state.bias_notes.get(node.name or "", "bias int32"))
     elif plan.bias_note:
         parts.append(f"bias float: {plan.bias_note}")
     if plan.form_note:

@@ -19,7 +19,7 @@ def rewrite(state: RunState) -> bool:
         trim_heap()
     rewritten = apply_plans(state.work, state.plans, state.ranges, state.config, state.mode, state.moments,
                             state.magnitudes)
-    state.bias_fallbacks = rewritten.bias_fallbacks
+    state.bias_notes = rewritten.bias_notes
     for name, reason in rewritten.kept_qdq.items():
         state.notes.append(f"format {state.config.format}: {name} kept in QDQ form ({reason})")
     if rewritten.float16 is not None:

@@ -74,7 +74,7 @@ class RunState:
     range_choices: tuple = ()  # calibration.range_choice.RangeChoice: ranges narrowed where their reader saturates
     moments: WeightMoments | None = None
     magnitudes: dict[str, float] | None = None  # float16 compute: max |x| per float value on the data
-    bias_fallbacks: dict[str, str] = dataclasses.field(default_factory=dict)
+    bias_notes: dict[str, str] = dataclasses.field(default_factory=dict)
     verification: Verification | None = None
     sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
     fallback: object | None = None  # onnxq.search.fallback.FallbackResult
@@ -124,8 +124,8 @@ class RunState:
 
     def adopt(self, built: Built, verification: Verification) -> None:
         """A search's chosen model becomes the run's (verified during the search; its placement is added)."""
-        self.work, self.plans, self.skips, self.bias_fallbacks = built.model, built.plans, built.skips, \
-            built.bias_fallbacks
+        self.work, self.plans, self.skips, self.bias_notes = built.model, built.plans, built.skips, \
+            built.bias_notes
         self.verification = verification
 
     def candidate_check(self) -> CandidateCheck:

@@ -78,14 +78,21 @@ def test_gemm_bias_is_int32_with_product_scale(rng):
     np.testing.assert_allclose(q_bias * bias_scale, original_bias, atol=float(bias_scale.max()) / 2 + 1e-7)
 
 
-def test_int32_bias_overflow_falls_back_to_float(rng):
+def test_int32_bias_overflow_widens_the_weight_scale_until_the_codes_hold(rng):
+    """Not left float: ORT's WeightBiasQuantization would quantize a float bias itself and wrap its codes
+    (tests/passes/test_bias_scale.py runs both)."""
     model = _two_matmuls_sharing(rng)
     model.graph.initializers["gb"].const_value = ir.tensor(np.full(4, 1e9, np.float32), name="gb")
     config = QuantConfig()
     plans, _ = plan_model(model.graph, config, "static")
     result = InsertQdqPass(plans, {"x": (-1e-3, 1e-3), "add_output": (-1e-3, 1e-3)}, config)(model)
-    assert "overflow" in result.notes["gemm"]
-    assert node_named(model, "gemm").inputs[2].name == "gb"
+    assert "the weight's scale widened on 4 channel(s)" in result.notes["gemm"]
+    bias_dq = node_named(model, "gemm").inputs[2].producer()
+    codes = bias_dq.inputs[0].const_value.numpy()
+    assert bias_dq.op_type == "DequantizeLinear" and codes.dtype == np.int32
+    assert np.all(np.abs(codes.astype(np.int64)) < 2**31 - 1) and np.all(np.abs(codes) > 2**30)
+    scale = bias_dq.inputs[1].const_value.numpy().astype(np.float64)
+    np.testing.assert_allclose(codes * scale, 1e9, rtol=1e-6)  # the bias as it was, to float32's rounding
 
 
 def test_dynamic_structure_and_numbers(rng):
