@@ -64,6 +64,7 @@ class InsertQdqPass(PlannedRewritePass):
                                None if moments is None else lambda name: moments.get((name, False)))
         # Each quantized activation once for all its readers: value (and its DequantizeLinear) → (DQ output, qparams).
         activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
+        planned = frozenset(plan.node for plan in self.plans)
         for plan in self.plans:
             node = plan.node
             if plan.weight_only:
@@ -82,7 +83,7 @@ class InsertQdqPass(PlannedRewritePass):
                 if reason is not None or widened is not None:
                     bias_notes[node.name or ""] = reason or widened
             if plan.output is not None and plan.output not in activations:
-                self._remember(activations, plan.output, self._quantize_output(builder, plan.output))
+                self._remember(activations, plan.output, self._quantize_output(builder, plan, planned))
         RemoveUnusedNodesPass()(model)
         return RewriteResult(model, modified=bool(self.plans), notes=bias_notes)
 
@@ -105,15 +106,27 @@ class InsertQdqPass(PlannedRewritePass):
             qparams = self._calibrated(value)
         return self._qdq(builder, value, qparams, lambda node: builder.graph.insert_before(before, node)), qparams
 
-    def _quantize_output(self, builder: GraphBuilder, value: ir.Value) -> tuple[ir.Value, QParams]:
-        """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output)."""
+    def _quantize_output(self, builder: GraphBuilder, plan: NodePlan,
+                         planned: frozenset[ir.Node]) -> tuple[ir.Value, QParams]:
+        """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output) — but a
+        float Conv / ConvTranspose / Gemm (kept float: excluded, by the fallback, unplanned) reads its own
+        DequantizeLinear, per channel: behind a per-tensor one, ORT's WeightBiasQuantization quantizes its weight
+        (per tensor) and bias itself, and with a quantized reader after it runs it as QLinearConv / QGemm — a node
+        the report says is float. Per channel (the same scale repeated) it computes the same values, and ORT leaves
+        it float. Through ops ORT moves a DequantizeLinear past (MaxPool, Reshape, …) alike."""
+        value = plan.output
         qparams = self._calibrated(value)
         readers = list(value.uses())
         inserted: list[ir.Node] = []
         dequantized = self._qdq(builder, value, qparams, inserted.append)
         builder.graph.insert_after(value.producer(), inserted)
+        own: ir.Value | None = None
         for reader, index in readers:
-            reader.replace_input_with(index, dequantized)
+            if index == 0 and _reaches_float_product(reader, planned):
+                own = own or _channelwise_dequantized(builder, inserted[0].outputs[0], qparams, plan, inserted[-1])
+                reader.replace_input_with(index, own or dequantized)
+            else:
+                reader.replace_input_with(index, dequantized)
         return dequantized, qparams
 
     def _calibrated(self, value: ir.Value) -> QParams:
@@ -155,6 +168,64 @@ class InsertQdqPass(PlannedRewritePass):
         zp = builder.initializer(f"{base}_zero_point", np.zeros(scale.shape, dtype=np.int32))
         node.replace_input_with(index, builder.dequantize(q, s, zp, axis, base, node))
         return None
+
+
+# ORT's WeightBiasQuantization quantizes these when their input is a per-tensor DequantizeLinear's output, and its
+# QDQ propagation moves a DequantizeLinear past the others (onnxruntime/core/optimizer/qdq_transformer).
+_WEIGHT_BIAS_QUANTIZED = frozenset({"Conv", "ConvTranspose", "Gemm"})
+_DEQUANTIZE_MOVES_PAST = frozenset({"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice"})
+
+
+def _reaches_float_product(node: ir.Node, planned: frozenset[ir.Node]) -> bool:
+    """Whether node, reading a DequantizeLinear's output at input 0, is — or passes it on to — a float Conv /
+    ConvTranspose / Gemm with a constant weight, which ORT would quantize itself."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in _WEIGHT_BIAS_QUANTIZED:
+        return node not in planned and len(node.inputs) > 1 and node.inputs[1] is not None \
+            and node.inputs[1].const_value is not None
+    if node.op_type in _DEQUANTIZE_MOVES_PAST:
+        return any(index == 0 and _reaches_float_product(user, planned)
+                   for output in node.outputs for user, index in output.uses())
+    return False
+
+
+def _channelwise_dequantized(builder: GraphBuilder, quantized: ir.Value, qparams: QParams, plan: NodePlan,
+                             after: ir.Node) -> ir.Value | None:
+    """A DequantizeLinear of `quantized` (the plan's requantized output) whose scale and zero point repeat the
+    per-tensor ones along its channel axis, or None where neither its shape nor the product's weight gives it."""
+    found = _output_channels(plan)
+    if found is None:
+        return None
+    axis, channels = found
+    base = plan.output.name or "activation"
+    scale = builder.initializer(f"{base}_channel_scale", np.full(channels, qparams.scale, dtype=np.float32))
+    zero_point = builder.initializer(f"{base}_channel_zero_point",
+                                     np.full(channels, qparams.zero_point, dtype=qparams.dtype))
+    node = builder.node("DequantizeLinear", [quantized, scale, zero_point], f"{base}_DequantizeLinear_per_channel",
+                        None, attributes={"axis": axis})
+    node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), plan.output.shape
+    builder.graph.insert_after(after, node)
+    return node.outputs[0]
+
+
+def _output_channels(plan: NodePlan) -> tuple[int, int] | None:
+    """(axis, size) of the channels of a product's output (the same after the Relu / Clip it may be read through):
+    axis 1 of a Conv's, the last of a MatMul's or Gemm's; the size from the output's shape, else the weight's."""
+    node = plan.node
+    axis = 1 if node.op_type in ("Conv", "ConvTranspose") else -1
+    shape = plan.output.shape
+    if shape is not None and len(shape) > 1 and isinstance(shape[axis], int):
+        return axis, shape[axis]
+    weight = node.inputs[1].shape if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if weight is None or not all(isinstance(d, int) for d in weight) or len(weight) < 2:
+        return None
+    if node.op_type == "Conv":
+        return axis, weight[0]
+    if node.op_type == "ConvTranspose":
+        return axis, weight[1] * attribute(node, "group", 1)
+    transposed = node.op_type == "Gemm" and attribute(node, "transB", 0)
+    return axis, weight[0] if transposed else weight[-1]
 
 
 def _quantized_weights(builder: GraphBuilder, plan: NodePlan, act: QParams | None) -> tuple[QParams | None, str | None]:
