@@ -106,6 +106,14 @@ class Placement:
         return self._here(float_product_kernels())
 
     @property
+    def unplanned_integer(self) -> list[NodeRun]:
+        """Integer kernels this provider ran for no quantized node: ORT quantized a node onnxq left float (its
+        WeightBiasQuantization of a float Conv between quantized ones did): the report's float node ran int8."""
+        matched = {id(r) for r in self.quantized.values() if r is not None}
+        return [r for r in self.runs if r.provider == self.provider and r.op_type in INTEGER_KERNELS
+                and id(r) not in matched]
+
+    @property
     def elsewhere(self) -> list[NodeRun]:
         """Quantized nodes that ran on another provider than this one (no kernel here for their types)."""
         return [r for r in self.quantized.values() if r is not None and r.provider != self.provider]
@@ -161,6 +169,10 @@ class Placement:
             ops = collections.Counter(f"{r.op_type} on {short(r.provider)}" for r in self.elsewhere)
             found.append(f"{len(self.elsewhere)} quantized node(s) fell back from {where} (no {where} kernel for "
                          "their types): " + ", ".join(f"{n} {op}" for op, n in ops.most_common(4)))
+        if self.unplanned_integer:
+            first = self.unplanned_integer[0]
+            found.append(f"{len(self.unplanned_integer)} integer kernel(s) ran for node(s) onnxq left float (e.g. "
+                         f"{first.name} as {first.op_type}): ORT quantized them itself")
         missing = [n for n, r in self.quantized.items() if r is None]
         if missing:
             found.append(f"{len(missing)} quantized node(s) not found in the executed graph (folded or fused; inside "

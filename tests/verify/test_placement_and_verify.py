@@ -63,6 +63,26 @@ def test_unfused_qdq_is_flagged_as_running_in_float(rng, tmp_path):
     assert placement.findings() == ["1 quantized node(s) ran on CPU as DequantizeLinear + float MatMul"]
 
 
+def test_an_integer_kernel_for_a_node_left_float_is_flagged(rng, tmp_path):
+    """A float Conv between a per-tensor DequantizeLinear and a QuantizeLinear: ORT's WeightBiasQuantization
+    quantizes its weight itself and runs it as QLinearConv (what passes.insert_qdq now keeps from happening)."""
+    tape = ir.tape.Tape()
+    x = ir.val("x", ir.DataType.FLOAT, ["batch", 4, 8, 8])
+    scale = tape.initializer(ir.tensor(np.array(0.05, np.float32), name="x_scale"))
+    zero = tape.initializer(ir.tensor(np.array(128, np.uint8), name="x_zero"))
+    x_dq = tape.op("DequantizeLinear", [tape.op("QuantizeLinear", [x, scale, zero], name="x_q"), scale, zero],
+                   name="x_dq")
+    conv = tape.op("Conv", [x_dq, weight(tape, rng, "w", (4, 4, 3, 3))], attributes={"pads": [1, 1, 1, 1]},
+                   name="conv")
+    y = tape.op("DequantizeLinear", [tape.op("QuantizeLinear", [conv, scale, zero], name="y_q"), scale, zero],
+                name="y_dq")
+    ir.save(to_model(tape, [x], [y]), tmp_path / "a.onnx")
+    placement = profile_placement(tmp_path / "a.onnx", "CPUExecutionProvider",
+                                  {"x": np.ones((2, 4, 8, 8), np.float32)}, {})  # onnxq quantized nothing
+    assert [r.op_type for r in placement.unplanned_integer] == ["QLinearConv"]
+    assert placement.findings()[0].startswith("1 integer kernel(s) ran for node(s) onnxq left float (e.g. conv")
+
+
 def test_absent_provider_is_a_message_not_a_crash():
     import onnxruntime as ort
 
