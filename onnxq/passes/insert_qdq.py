@@ -14,8 +14,10 @@ from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics import QParams, choose_qparams
+from onnxq.passes.bias_scale import quantized_weights
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import PlannedRewritePass
+from onnxq.passes.float_readers import channelwise_dequantized, reaches_float_product
 from onnxq.passes.forms import RewriteInputs, RewriteResult, rewrite_form
 from onnxq.passes.gather_rewrite import rewrite_gather
 
@@ -24,7 +26,6 @@ __all__ = ["InsertQdqPass"]
 logger = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
-_BIAS_MARGIN = 1.0001  # a floored scale's bias codes stay inside int32 after rounding
 # Ops whose output holds only values of their first input (moved, picked or repeated): a quantized input's grid
 # holds them exactly.
 _VALUE_MOVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity",
@@ -45,7 +46,7 @@ class InsertQdqPass(PlannedRewritePass):
     """Applies static plans. `ranges` maps each planned activation's value name to its calibrated (min, max).
 
     Its result's notes say, per node, how a bias that plain int32 codes would not hold was kept: on a widened weight
-    scale (_quantized_weights), or float where no widening applies (a bias that does not match the weight's
+    scale (passes.bias_scale), or float where no widening applies (a bias that does not match the weight's
     channels).
     """
 
@@ -77,7 +78,7 @@ class InsertQdqPass(PlannedRewritePass):
                     self._remember(activations, value, self._quantize_activation(builder, value, node, activations))
                 dequantized, act_qparams[index] = activations[value]
                 node.replace_input_with(index, dequantized)
-            weight_qparams, widened = _quantized_weights(builder, plan, act_qparams.get(0))
+            weight_qparams, widened = quantized_weights(builder, plan, act_qparams.get(0))
             if plan.bias_index is not None:
                 reason = self._quantize_bias(builder, node, plan.bias_index, act_qparams[0], weight_qparams)
                 if reason is not None or widened is not None:
@@ -108,12 +109,8 @@ class InsertQdqPass(PlannedRewritePass):
 
     def _quantize_output(self, builder: GraphBuilder, plan: NodePlan,
                          planned: frozenset[ir.Node]) -> tuple[ir.Value, QParams]:
-        """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output) — but a
-        float Conv / ConvTranspose / Gemm (kept float: excluded, by the fallback, unplanned) reads its own
-        DequantizeLinear, per channel: behind a per-tensor one, ORT's WeightBiasQuantization quantizes its weight
-        (per tensor) and bias itself, and with a quantized reader after it runs it as QLinearConv / QGemm — a node
-        the report says is float. Per channel (the same scale repeated) it computes the same values, and ORT leaves
-        it float. Through ops ORT moves a DequantizeLinear past (MaxPool, Reshape, …) alike."""
+        """Q → DQ right after the value's producer, read by all its readers (a requantized Conv output); a float
+        Conv / ConvTranspose / Gemm among them reads its own per-channel DequantizeLinear (passes.float_readers)."""
         value = plan.output
         qparams = self._calibrated(value)
         readers = list(value.uses())
@@ -122,8 +119,8 @@ class InsertQdqPass(PlannedRewritePass):
         builder.graph.insert_after(value.producer(), inserted)
         own: ir.Value | None = None
         for reader, index in readers:
-            if index == 0 and _reaches_float_product(reader, planned):
-                own = own or _channelwise_dequantized(builder, inserted[0].outputs[0], qparams, plan, inserted[-1])
+            if index == 0 and reaches_float_product(reader, planned):
+                own = own or channelwise_dequantized(builder, inserted[0].outputs[0], qparams, plan, inserted[-1])
                 reader.replace_input_with(index, own or dequantized)
             else:
                 reader.replace_input_with(index, dequantized)
@@ -168,103 +165,6 @@ class InsertQdqPass(PlannedRewritePass):
         zp = builder.initializer(f"{base}_zero_point", np.zeros(scale.shape, dtype=np.int32))
         node.replace_input_with(index, builder.dequantize(q, s, zp, axis, base, node))
         return None
-
-
-# ORT's WeightBiasQuantization quantizes these when their input is a per-tensor DequantizeLinear's output, and its
-# QDQ propagation moves a DequantizeLinear past the others (onnxruntime/core/optimizer/qdq_transformer).
-_WEIGHT_BIAS_QUANTIZED = frozenset({"Conv", "ConvTranspose", "Gemm"})
-_DEQUANTIZE_MOVES_PAST = frozenset({"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice"})
-
-
-def _reaches_float_product(node: ir.Node, planned: frozenset[ir.Node]) -> bool:
-    """Whether node, reading a DequantizeLinear's output at input 0, is — or passes it on to — a float Conv /
-    ConvTranspose / Gemm with a constant weight, which ORT would quantize itself."""
-    if node.domain not in ("", "ai.onnx"):
-        return False
-    if node.op_type in _WEIGHT_BIAS_QUANTIZED:
-        return node not in planned and len(node.inputs) > 1 and node.inputs[1] is not None \
-            and node.inputs[1].const_value is not None
-    if node.op_type in _DEQUANTIZE_MOVES_PAST:
-        return any(index == 0 and _reaches_float_product(user, planned)
-                   for output in node.outputs for user, index in output.uses())
-    return False
-
-
-def _channelwise_dequantized(builder: GraphBuilder, quantized: ir.Value, qparams: QParams, plan: NodePlan,
-                             after: ir.Node) -> ir.Value | None:
-    """A DequantizeLinear of `quantized` (the plan's requantized output) whose scale and zero point repeat the
-    per-tensor ones along its channel axis, or None where neither its shape nor the product's weight gives it."""
-    found = _output_channels(plan)
-    if found is None:
-        return None
-    axis, channels = found
-    base = plan.output.name or "activation"
-    scale = builder.initializer(f"{base}_channel_scale", np.full(channels, qparams.scale, dtype=np.float32))
-    zero_point = builder.initializer(f"{base}_channel_zero_point",
-                                     np.full(channels, qparams.zero_point, dtype=qparams.dtype))
-    node = builder.node("DequantizeLinear", [quantized, scale, zero_point], f"{base}_DequantizeLinear_per_channel",
-                        None, attributes={"axis": axis})
-    node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), plan.output.shape
-    builder.graph.insert_after(after, node)
-    return node.outputs[0]
-
-
-def _output_channels(plan: NodePlan) -> tuple[int, int] | None:
-    """(axis, size) of the channels of a product's output (the same after the Relu / Clip it may be read through):
-    axis 1 of a Conv's, the last of a MatMul's or Gemm's; the size from the output's shape, else the weight's."""
-    node = plan.node
-    axis = 1 if node.op_type in ("Conv", "ConvTranspose") else -1
-    shape = plan.output.shape
-    if shape is not None and len(shape) > 1 and isinstance(shape[axis], int):
-        return axis, shape[axis]
-    weight = node.inputs[1].shape if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if weight is None or not all(isinstance(d, int) for d in weight) or len(weight) < 2:
-        return None
-    if node.op_type == "Conv":
-        return axis, weight[0]
-    if node.op_type == "ConvTranspose":
-        return axis, weight[1] * attribute(node, "group", 1)
-    transposed = node.op_type == "Gemm" and attribute(node, "transB", 0)
-    return axis, weight[0] if transposed else weight[-1]
-
-
-def _quantized_weights(builder: GraphBuilder, plan: NodePlan, act: QParams | None) -> tuple[QParams | None, str | None]:
-    """Each planned weight as int8 behind a DequantizeLinear: (the last one's qparams, how its scale was widened for
-    the bias, or None). A bias holds int32 codes b / (s_x·s_w) only while the weight's scale s_w is at least
-    |b| / (s_x · INT32_MAX): below that (a tiny input scale: activations near zero) the scale is widened to it, as
-    ONNX Runtime's own quantizer and TFLite do. Leaving the bias float instead is no way out: ORT's
-    WeightBiasQuantization quantizes a float bias beside a DequantizeLinear weight itself, without a range check,
-    and its int32 codes wrap (LR-ASPP's classifier head: cosine 0.87 deployed against 1.0000 exact)."""
-    node, qparams, widened = plan.node, None, None
-    for spec in plan.weights:
-        value = node.inputs[spec.input_index]
-        weight = builder.dequantized_weight(value, spec.axis, before=node, pair_limit_axis=spec.pair_limit_axis)
-        floor = None if plan.bias_index is None or act is None else \
-            _bias_scale_floor(node.inputs[plan.bias_index], act, weight.qparams)
-        if floor is not None:  # the first DequantizeLinear, read by nothing, goes with the unused nodes
-            plain = weight.qparams.scale
-            weight = builder.dequantized_weight(value, spec.axis, before=node, pair_limit_axis=spec.pair_limit_axis,
-                                                scale_floor=floor)
-            ratio = weight.qparams.scale.astype(np.float64) / plain.astype(np.float64)
-            widened = (f"bias int32, the weight's scale widened on {int(np.count_nonzero(ratio > 1))} channel(s) "
-                       f"(up to {float(ratio.max()):.3g}x) so that the bias holds at this input's scale")
-        node.replace_input_with(spec.input_index, weight.dequantized)
-        qparams = weight.qparams
-    return qparams, widened
-
-
-def _bias_scale_floor(bias_value: ir.Value, act: QParams, weight: QParams) -> np.ndarray | None:
-    """The least weight scale (per channel, or one) at which every int32 bias code fits, or None where the weight's
-    own scale already does. The margin is ONNX Runtime's quantizer's (1.0001)."""
-    bias = np.abs(ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1))
-    scale = weight.scale.astype(np.float64)
-    if scale.ndim and scale.size != bias.size:
-        return None
-    product = float(act.scale) * (scale if scale.ndim else np.float64(scale))
-    if not np.any(np.rint(bias / product) > _INT32_MAX):
-        return None
-    floor = _BIAS_MARGIN * bias / (float(act.scale) * _INT32_MAX)
-    return (floor if scale.ndim else np.max(floor, initial=0.0)).astype(np.float32)
 
 
 @rewrite_form("qdq", stage=1, calibrated=True)
