@@ -17,7 +17,7 @@ from onnxq.passes.float16 import Float16Result, to_float16
 from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
-from onnxq.passes.relu_as_max import relus_as_max
+from onnxq.passes.clamps_as_max_min import clamps_as_max_min
 from onnxq.passes.separate_matmul_add import separate_matmul_adds
 
 __all__ = ["apply_plans", "Rewritten"]
@@ -28,7 +28,8 @@ class Rewritten:
     bias_notes: dict[str, str]  # how a node's bias was kept where it is not plain int32: float (why), widened weights
     kept_qdq: dict[str, str]  # a lowering format: planned nodes left in QDQ form, with why
     separated_adds: tuple[str, ...] = ()  # QDQ MatMuls whose Add became Sum (passes.separate_matmul_add)
-    relus_as_max: tuple[str, ...] = ()  # QDQ MatMuls / Gemms whose Relu became Max (passes.relu_as_max)
+    clamps_as_max_min: tuple[str, ...] = ()  # QDQ MatMuls / Gemms whose Relu / Clip became Max / Min
+    # (passes.clamps_as_max_min)
     float16: Float16Result | None = None  # compute float16: what became float16, what stayed float32 and why
 
 
@@ -52,10 +53,10 @@ def apply_plans(model: ir.Model, plans: Sequence[NodePlan], ranges: Mapping[str,
         drop_unread_initializers(model)
     _apply(model, [p for p in plans if not p.scope], (ranges, config, mode, moments), notes, kept)
     separated = tuple(separate_matmul_adds(plans))
-    maximums = tuple(relus_as_max(plans))
+    clamps = tuple(clamps_as_max_min(plans))
     # Last: the float arithmetic of everything quantization left float (and of MatMulNBits' activations).
     float16 = to_float16(model, magnitudes) if config.compute_dtype == "float16" else None
-    return Rewritten(notes, kept, separated, maximums, float16)
+    return Rewritten(notes, kept, separated, clamps, float16)
 
 
 def _apply(model: ir.Model, plans: Sequence[NodePlan], settings: tuple, notes: dict[str, str],

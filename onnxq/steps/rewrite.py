@@ -27,8 +27,8 @@ def rewrite(state: RunState) -> bool:
     if rewritten.separated_adds:
         state.notes.append(f"{len(rewritten.separated_adds)} Add after a quantized MatMul written as Sum (e.g. after "
                            f"{rewritten.separated_adds[0]}): ORT would fuse MatMul + Add into a float Gemm")
-    if rewritten.relus_as_max:
-        state.notes.append(f"{len(rewritten.relus_as_max)} Relu after a quantized product that nothing quantizes after "
-                           f"written as Max(x, 0) (e.g. after {rewritten.relus_as_max[0]}): ORT would run the product "
-                           "float")
+    if rewritten.clamps_as_max_min:
+        state.notes.append(f"{len(rewritten.clamps_as_max_min)} Relu / Clip after a quantized product that nothing "
+                           f"quantizes after written as Max / Min (e.g. after {rewritten.clamps_as_max_min[0]}): ORT "
+                           "would run the product float")
     return True

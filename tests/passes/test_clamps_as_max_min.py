@@ -1,6 +1,6 @@
-"""A Relu after a quantized MatMul / Gemm whose output nothing quantizes (a residual Add, a float reader) becomes
-Max(x, 0): ORT's QDQ fusions leave a product followed by Relu and no QuantizeLinear unfused, and it ran as
-DequantizeLinear + float MatMul (a Gemm: float FusedGemm with its Relu)."""
+"""A Relu (a Clip) after a quantized MatMul / Gemm whose output nothing quantizes (a residual Add, a float reader)
+becomes Max(x, 0) (Max / Min of its bounds): ORT's QDQ fusions leave a product followed by Relu or Clip and no
+QuantizeLinear unfused, and it ran as DequantizeLinear + float MatMul (a Gemm: float FusedGemm with its Relu)."""
 
 import numpy as np
 import onnx
@@ -13,12 +13,14 @@ import onnxq
 _INTEGER = {"MatMul": "MatMulIntegerToFloat", "Gemm": "QGemm"}
 
 
-def _model(op: str, reader: str, rng) -> onnx.ModelProto:
-    """x → op(W) → Relu → reader (Sigmoid, an Add of x, or a second product)."""
+def _model(op: str, reader: str, rng, clamp: str = "Relu") -> onnx.ModelProto:
+    """x → op(W) → Relu (or Clip(0, 6)) → reader (Sigmoid, an Add of x, or a second product)."""
     shape = ["N", 6, 32] if op == "MatMul" else ["N", 32]
-    weights = {"w": rng.normal(0, 0.2, (32, 32)), "w2": rng.normal(0, 0.2, (32, 32))}
+    weights = {"w": rng.normal(0, 0.2, (32, 32)), "w2": rng.normal(0, 0.2, (32, 32)), "low": np.zeros(()),
+               "high": np.full((), 6.0)}
+    bounds = ["low", "high"] if clamp == "Clip" else []
     nodes = [helper.make_node(op, ["x", "w"], ["h"], name="product"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu")]
+             helper.make_node(clamp, ["h", *bounds], ["r"], name="clamp")]
     if reader == "Add":
         nodes.append(helper.make_node("Add", ["r", "x"], ["y"], name="residual"))
     elif reader == "product":
@@ -43,16 +45,18 @@ def _run(model, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("op", ["MatMul", "Gemm"])
-@pytest.mark.parametrize("reader, config", [("Sigmoid", {}), ("Add", {}), ("product", {"exclude_nodes": ["next"]})])
-def test_the_product_runs_on_an_integer_kernel(op, reader, config, rng, tmp_path):
-    proto = _model(op, reader, rng)
+@pytest.mark.parametrize("reader, config, clamp", [("Sigmoid", {}, "Relu"), ("Add", {}, "Relu"),
+                                                   ("product", {"exclude_nodes": ["next"]}, "Relu"),
+                                                   ("Sigmoid", {}, "Clip")])
+def test_the_product_runs_on_an_integer_kernel(op, reader, config, clamp, rng, tmp_path):
+    proto = _model(op, reader, rng, clamp)
     shape = (64, 6, 32) if op == "MatMul" else (64, 32)
     x = rng.normal(0, 1, shape).astype(np.float32)
     result = onnxq.quantize(proto, {"x": x}, output=tmp_path / "q.onnx",
                             config={**config, "verify": {"fallback": False}})
-    assert any(note.startswith("1 Relu after a quantized product") for note in result.report.notes)
+    assert any(note.startswith("1 Relu / Clip after a quantized product") for note in result.report.notes)
     written = [n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node]
-    assert "Relu" not in written and "Max" in written
+    assert clamp not in written and "Max" in written and ("Min" in written) == (clamp == "Clip")
     ops = _deployed_ops(tmp_path / "q.onnx", tmp_path)
     assert _INTEGER[op] in ops and "FusedGemm" not in ops  # before: DequantizeLinear + float MatMul / FusedGemm
     expected = _run(proto.SerializeToString(), x)
