@@ -13,11 +13,11 @@ from onnxq.config import QuantConfig
 from onnxq.config.formats import FORMATS
 from onnxq.handlers.plan import NodePlan
 from onnxq.passes.bodies import body_as_model, drop_unread_initializers
+from onnxq.passes.clamps_as_max_min import clamps_as_max_min
 from onnxq.passes.float16 import Float16Result, to_float16
 from onnxq.passes import lower_qlinear, lower_qoperator  # noqa: F401  (register formats qlinear, qoperator)
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
-from onnxq.passes.clamps_as_max_min import clamps_as_max_min
 from onnxq.passes.separate_matmul_add import separate_matmul_adds
 
 __all__ = ["apply_plans", "Rewritten"]

@@ -163,7 +163,7 @@ class GraphBuilder:
         floor).
 
         pair_limit_axis: the K axis (of the stored layout) along which pairs are limited (numerics.pairs).
-        scale_floor: the least scale (per channel along axis, or one), where a bias needs it (passes.insert_qdq)."""
+        scale_floor: the least scale (per channel along axis, or one), where a bias needs it (passes.bias_scale)."""
         key = (id(value), axis, transpose, pair_limit_axis, _floor_key(scale_floor))
         if key not in self._weights:
             hessian = self.hessians(value.name or "") if self.hessians is not None and not transpose else None

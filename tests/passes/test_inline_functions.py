@@ -112,6 +112,33 @@ def test_a_function_that_cannot_be_inlined_stays_a_call_with_a_note(rng, make, w
                    "export with functions inlined"
 
 
+def test_a_call_inside_an_if_branch_is_inlined_there(rng):
+    weights = {name: rng.normal(0, 0.3, (_WIDTH, _WIDTH)).astype(np.float32) for name in ("w1", "w2")}
+    then_branch = helper.make_graph(
+        [helper.make_node("Block", ["x", "w1", "w2"], ["t"], name="blk", domain="local", slope=0.1)], "then", [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["N", _WIDTH])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["e"], name="pass")], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["N", _WIDTH])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then_branch, else_branch=else_branch)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", _WIDTH]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", _WIDTH])],
+        [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    proto = helper.make_model(graph, functions=[_block()], ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    inlined, note = inlined_functions(ir.serde.deserialize_model(proto))
+    body = inlined.graph.node("branch").attributes["then_branch"].as_graph()
+    assert [n.name for n in body] == ["blk/fc1", "blk/act", "blk/fc2", "blk/residual"] and not inlined.functions
+    assert note.startswith("model-local function(s) local:Block inlined (1 call(s) in the graph)")
+    x = rng.normal(0, 1, (4, _WIDTH)).astype(np.float32)
+    for flag in (True, False):
+        feeds = {"x": x, "flag": np.array(flag)}
+        run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+               for m in (proto, ir.serde.serialize_model(inlined))]
+        np.testing.assert_allclose(run[1], run[0], rtol=1e-6, atol=1e-6)
+
+
 def test_a_model_that_calls_no_function_is_left_as_it_is(rng):
     proto = _model(rng)
     del proto.graph.node[:2]
