@@ -33,8 +33,8 @@ def reaches_float_product(node: ir.Node, planned: frozenset[ir.Node]) -> bool:
     if node.domain not in ("", "ai.onnx"):
         return False
     if node.op_type in _WEIGHT_BIAS_QUANTIZED:
-        return node not in planned and len(node.inputs) > 1 and node.inputs[1] is not None \
-            and node.inputs[1].const_value is not None
+        weight = node.inputs[1] if len(node.inputs) > 1 else None
+        return node not in planned and weight is not None and ir.convenience.get_const_tensor(weight) is not None
     if node.op_type in _DEQUANTIZE_MOVES_PAST:
         return any(index == 0 and reaches_float_product(user, planned)
                    for output in node.outputs for user, index in output.uses())
