@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["producer", "attribute", "constant_array", "unique_name", "Body", "bodies", "model_names", "OUTER_NAMES"]
+__all__ = ["producer", "attribute", "constant_array", "sole_reader", "unique_name", "Body", "bodies", "model_names",
+           "OUTER_NAMES"]
 
 # graph.meta key: the names a body's own rewrite must not take (every name of the model around it).
 OUTER_NAMES = "onnxq.outer_names"
@@ -28,6 +29,13 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     """The value's constant (initializer or Constant node) as an array, or None."""
     tensor = None if value is None else ir.convenience.get_const_tensor(value)
     return None if tensor is None else tensor.numpy()
+
+
+def sole_reader(node: ir.Node) -> ir.Node | None:
+    """The one node that reads the node's first output, or None (several readers, none, or a graph output)."""
+    output = node.outputs[0]
+    uses = list(output.uses())
+    return uses[0][0] if len(uses) == 1 and not output.is_graph_output() else None
 
 
 def unique_name(base: str, taken: set[str]) -> str:

@@ -18,7 +18,7 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.numerics import QParams
 from onnxq.passes.builder import GraphBuilder
 
-__all__ = ["quantized_weights"]
+__all__ = ["quantized_weights", "bias_codes", "fits_int32"]
 
 _INT32_MAX = 2**31 - 1
 _BIAS_MARGIN = 1.0001  # ONNX Runtime's quantizer's: a floored scale's codes stay inside int32 after rounding
@@ -50,11 +50,22 @@ def _bias_scale_floor(bias_value: ir.Value, act: QParams, weight: QParams) -> np
     """The least weight scale (per channel, or one) at which every int32 bias code fits, or None where the weight's
     own scale already does. The margin is ONNX Runtime's quantizer's (1.0001)."""
     bias = np.abs(ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1))
-    scale = weight.scale.astype(np.float64)
-    if scale.ndim and scale.size != bias.size:
+    if weight.scale.ndim and weight.scale.size != bias.size:
         return None
-    product = float(act.scale) * (scale if scale.ndim else np.float64(scale))
-    if not np.any(np.rint(bias / product) > _INT32_MAX):
+    if fits_int32(bias_codes(bias_value, act, weight)[0]):
         return None
     floor = _BIAS_MARGIN * bias / (float(act.scale) * _INT32_MAX)
-    return (floor if scale.ndim else np.max(floor, initial=0.0)).astype(np.float32)
+    return (floor if weight.scale.ndim else np.max(floor, initial=0.0)).astype(np.float32)
+
+
+def bias_codes(bias_value: ir.Value, act: QParams, weight: QParams) -> tuple[np.ndarray, np.ndarray]:
+    """The bias's codes (float64, not yet checked against int32) at the scale s_x·s_w they are stored at (float32:
+    the codes are what the stored scale reads back), and that scale, per channel or one."""
+    bias = ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1)
+    scale = (act.scale.astype(np.float64) * weight.scale.astype(np.float64)).astype(np.float32)
+    scale = np.broadcast_to(scale, bias.shape) if scale.ndim else scale
+    return np.rint(bias / scale.astype(np.float64)), scale
+
+
+def fits_int32(codes: np.ndarray) -> bool:
+    return not np.any(np.abs(codes) > _INT32_MAX)

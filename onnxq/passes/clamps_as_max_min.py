@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import sole_reader
 from onnxq.passes.builder import GraphBuilder, replace_node
 
 __all__ = ["clamps_as_max_min"]
@@ -41,7 +42,7 @@ def clamps_as_max_min(plans: Sequence[NodePlan]) -> list[str]:
     return rewritten
 
 
-def _bounds(clamp: ir.Node, builder: GraphBuilder | None = None) -> list[tuple[str, ir.Value]]:
+def _bounds(clamp: ir.Node, builder: GraphBuilder) -> list[tuple[str, ir.Value]]:
     """(Max, lower bound) and / or (Min, upper bound): a Relu's 0 (made with the builder), a Clip's min and max."""
     if clamp.op_type == "Relu":
         return [("Max", builder.initializer(f"{clamp.name or 'relu'}_zero", np.zeros((), dtype=np.float32)))]
@@ -55,9 +56,9 @@ def _clamp_after(plan: NodePlan) -> ir.Node | None:
     node = plan.node
     if plan.form != "qdq" or node.op_type not in ("MatMul", "Gemm") or node.graph is None or plan.output is not None:
         return None
-    clamp = _sole_reader(node)
+    clamp = sole_reader(node)
     while clamp is not None and clamp.op_type == "Identity" and clamp.domain in ("", "ai.onnx"):  # ORT drops them
-        clamp = _sole_reader(clamp)
+        clamp = sole_reader(clamp)
     if clamp is None or clamp.domain not in ("", "ai.onnx") or clamp.op_type not in ("Relu", "Clip"):
         return None
     if clamp.op_type == "Clip" and not (_bounds_constant(clamp) and any(b is not None for b in clamp.inputs[1:])):
@@ -69,10 +70,4 @@ def _clamp_after(plan: NodePlan) -> ir.Node | None:
 
 
 def _bounds_constant(clip: ir.Node) -> bool:
-    return all(bound is None or bound.const_value is not None for bound in clip.inputs[1:])
-
-
-def _sole_reader(node: ir.Node) -> ir.Node | None:
-    output = node.outputs[0]
-    uses = list(output.uses())
-    return uses[0][0] if len(uses) == 1 and not output.is_graph_output() else None
+    return all(bound is None or ir.convenience.get_const_tensor(bound) is not None for bound in clip.inputs[1:])

@@ -14,7 +14,7 @@ from onnxq.config import QuantConfig
 from onnxq.handlers.plan import NodePlan
 from onnxq.irquery import attribute
 from onnxq.numerics import QParams, choose_qparams
-from onnxq.passes.bias_scale import quantized_weights
+from onnxq.passes.bias_scale import bias_codes, fits_int32, quantized_weights
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.float_readers import channelwise_dequantized, reaches_float_product
@@ -25,7 +25,6 @@ __all__ = ["InsertQdqPass"]
 
 logger = logging.getLogger(__name__)
 
-_INT32_MAX = 2**31 - 1
 # Ops whose output holds only values of their first input (moved, picked or repeated): a quantized input's grid
 # holds them exactly.
 _VALUE_MOVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity",
@@ -150,11 +149,8 @@ class InsertQdqPass(PlannedRewritePass):
                        weight: QParams) -> str | None:
         """Gemm's C as int32 at scale s_x·s_w; or why it stays float."""
         bias_value = node.inputs[index]
-        bias = ir.convenience.get_const_tensor(bias_value).numpy().astype(np.float64).reshape(-1)
-        scale = (act.scale.astype(np.float64) * weight.scale.astype(np.float64)).astype(np.float32)
-        scale = np.broadcast_to(scale, bias.shape) if scale.ndim else scale
-        quantized = np.rint(bias / scale.astype(np.float64))
-        if np.any(np.abs(quantized) > _INT32_MAX):
+        quantized, scale = bias_codes(bias_value, act, weight)
+        if not fits_int32(quantized):
             reason = "int32 bias would overflow (activation × weight scale too small); bias kept float"
             logger.info("%s: %s", node.name, reason)
             return reason

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnxq.handlers.plan import NodePlan
+from onnxq.irquery import sole_reader
 from onnxq.passes.builder import replace_node
 
 __all__ = ["separate_matmul_adds"]
@@ -39,10 +40,9 @@ def _add_after(plan: NodePlan) -> ir.Node | None:
     node = plan.node
     if plan.form != "qdq" or node.op_type != "MatMul" or node.graph is None:
         return None
-    uses = list(node.outputs[0].uses())
-    if _rank(node) != 2 or len(uses) != 1 or node.outputs[0].is_graph_output():
+    add = sole_reader(node)
+    if add is None or _rank(node) != 2:
         return None
-    add = uses[0][0]
     if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.inputs) != 2:
         return None
     return add
