@@ -24,6 +24,7 @@ from onnxq.numerics.blockwise import dequantize_blockwise, quantize_blockwise
 from onnxq.numerics.smoothing import AWQ_ALPHA_GRID, awq_scales
 from onnxq.passes.smooth import SmoothGroup
 from onnxq.passes.smooth_weights import weight_by_input_channel
+from onnxq.passes.tied_table import gathered_tables, reads_a_table
 from onnxq.smoothing import Candidate, SmoothChoice
 
 __all__ = ["BlockForm", "awq_groups", "choose_awq"]
@@ -49,9 +50,9 @@ def awq_groups(plans: Sequence[NodePlan], model: ir.Model) -> list[Candidate]:
         if node.op_type in ("MatMul", "Gemm") and len(plan.weights) == 1 and plan.weights[0].input_index == 1 \
                 and not attribute(node, "transA"):
             groups.setdefault(node.inputs[0], []).append(plan)
-    tables = _gathered_tables(model)
+    tables = gathered_tables(model.graph)
     return [Candidate(value, tuple(ps)) for value, ps in groups.items()
-            if not any(_tied(p.node, tables) for p in ps)]
+            if not any(reads_a_table(p.node, tables) for p in ps)]
 
 
 def choose_awq(candidates: Sequence[Candidate], stats: Mapping[str, ChannelStats], alpha: float | None,
@@ -100,23 +101,3 @@ def _int8_per_block(x: np.ndarray, size: int) -> np.ndarray:
     scale = np.abs(blocks).max(axis=-1, keepdims=True) / 127.0
     scale[scale == 0] = 1.0
     return (np.clip(np.rint(blocks / scale), -127, 127) * scale).reshape(rows, -1)[:, :k]
-
-
-def _gathered_tables(model: ir.Model) -> list[np.ndarray]:
-    """The constant 2-D tables the graph gathers rows from (token embeddings)."""
-    tables = []
-    for node in model.graph:
-        if node.op_type == "Gather" and node.inputs[0] is not None and attribute(node, "axis", 0) == 0:
-            tensor = ir.convenience.get_const_tensor(node.inputs[0])
-            if tensor is not None and len(tensor.shape) == 2:
-                tables.append(tensor.numpy())
-    return tables
-
-
-def _tied(node: ir.Node, tables: list[np.ndarray]) -> bool:
-    """Whether the node's weight is a gathered table transposed; only a weight of a table's size is read (a
-    decoder's other 150 weights are not copied for the comparison)."""
-    if all(t.size != ir.convenience.get_const_tensor(node.inputs[1]).size for t in tables):
-        return False
-    weight = weight_by_input_channel(node)[:, :, 0]
-    return any(t.shape == weight.T.shape and np.array_equal(t, weight.T) for t in tables)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from onnxq.numerics import QParams, choose_qparams, qrange, quantize
 from onnxq.numerics.gptq import gptq_channelwise
 from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize_pair_limited
+from onnxq.passes.tied_table import SOURCE_KEY, WeightSource
 
 # A Conv weight's XᵀX / n by weight name (calibration.moments), for GPTQ rounding; None: round to nearest.
 Hessians = Callable[[str], "np.ndarray | None"]
@@ -170,12 +171,16 @@ class GraphBuilder:
             quantized, qparams = self._quantize(ir.convenience.get_const_tensor(value), axis, transpose,
                                                 pair_limit_axis, hessian, scale_floor)
             base = value.name or "weight"
-            self._weights[key] = QuantizedWeight(
+            weight = QuantizedWeight(
                 quantized=self.initializer(f"{base}_quantized", quantized),
                 scale=self.initializer(f"{base}_scale", qparams.scale),
                 zero_point=self.initializer(f"{base}_zero_point", qparams.zero_point),
                 qparams=qparams,
             )
+            # What the codes hold, for a Gather of the same table to read them (passes.tied_table).
+            weight.quantized.meta[SOURCE_KEY] = WeightSource(ir.convenience.get_const_tensor(value), axis, transpose,
+                                                             weight.scale, weight.zero_point)
+            self._weights[key] = weight
         return self._weights[key]
 
     def _quantize(self, tensor: ir.TensorProtocol, axis: int | None, transpose: bool, pair_limit_axis: int | None,

@@ -29,6 +29,7 @@ from onnxq.passes.builder import GraphBuilder, replace_node, shared_block_form, 
 from onnxq.passes.contract import PlannedRewritePass
 from onnxq.passes.forms import RewriteInputs, rewrite_form
 from onnxq.passes.scale_storage import ScaleStorage, stored_scales
+from onnxq.passes.tied_table import transposes
 
 __all__ = ["InsertBlockwisePass", "BLOCK_DQ_OPSET"]
 
@@ -192,27 +193,9 @@ def _tied(node: ir.Node, tables: Sequence[_Table], bits: int) -> _Table | None:
     for tied in tables:
         if tied.bits != bits or tuple(table.shape) != (tied.n, tied.k) or tied.made[2:]:  # symmetric blocks only
             continue
-        if _transposes(table, ir.convenience.get_const_tensor(tied.weight)):
+        if transposes(table, ir.convenience.get_const_tensor(tied.weight)):
             return tied
     return None
-
-
-# Rows of the table compared at a time (8 MiB), both sides' pages dropped after each.
-_COMPARED_BYTES = 8 << 20
-
-
-def _transposes(table: ir.TensorProtocol, weight: ir.TensorProtocol) -> bool:
-    """table [N, K] == weight [K, N].T, a piece of the table's rows against the weight's columns at a time: compared
-    whole, both were resident at once with a boolean of their size (SmolLM2's 113 MB tables: the rewrite's peak)."""
-    rows, columns = table.numpy(), weight.numpy()
-    step = max(1, _COMPARED_BYTES // max(rows[:1].nbytes, 1))
-    for start in range(0, rows.shape[0], step):
-        equal = np.array_equal(rows[start:start + step], columns[:, start:start + step].T)
-        page_out(table)  # a memory-mapped table or weight read back as the next piece needs it
-        page_out(weight)
-        if not equal:
-            return False
-    return True
 
 
 def _gather_tied(builder: GraphBuilder, node: ir.Node, tied: _Table, block_size: int) -> None:

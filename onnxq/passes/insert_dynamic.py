@@ -42,7 +42,8 @@ class InsertDynamicPass(PlannedRewritePass):
         # Each activation is quantized once for all its consumers (q/k/v; gate/up): (uint8, zero point, scale,
         # the original shape when per-token flattened the rows).
         quantized_inputs: dict[tuple[ir.Value, bool], tuple] = {}
-        for plan in self.plans:
+        # Gathers last: one may read the int8 weight of a product tied to its table (passes.tied_table).
+        for plan in sorted(self.plans, key=lambda p: p.weight_only):
             node = plan.node
             if plan.weight_only:
                 rewrite_gather(builder, node, plan.weights[0])

@@ -65,7 +65,8 @@ class InsertQdqPass(PlannedRewritePass):
         # Each quantized activation once for all its readers: value (and its DequantizeLinear) → (DQ output, qparams).
         activations: dict[ir.Value, tuple[ir.Value, QParams]] = {}
         planned = frozenset(plan.node for plan in self.plans)
-        for plan in self.plans:
+        # Gathers last: one may read the int8 weight of a product tied to its table (passes.tied_table).
+        for plan in sorted(self.plans, key=lambda p: p.weight_only):
             node = plan.node
             if plan.weight_only:
                 rewrite_gather(builder, node, plan.weights[0])
