@@ -94,3 +94,16 @@ def test_asymmetric_int8_rows_are_shifted_by_their_zero_points(rng, tmp_path, ti
     float_hidden = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         ["hidden"], {"ids": ids[48:]})[0]
     assert _cosine(hidden, float_hidden) > 0.9999  # measured 0.99998
+
+
+def test_smoothquant_leaves_the_tied_lm_head_unscaled(rng, tmp_path):
+    """SmoothQuant would divide the table's columns by its scales (then it no longer holds the table): the group the
+    tied lm_head reads is left out, the other groups are smoothed, and the table is stored once."""
+    model = _model("transpose", rng)
+    ids = rng.integers(0, VOCAB, 64)
+    out = tmp_path / "q.onnx"
+    report = onnxq.quantize(model, {"ids": ids[:48]}, output=out,
+                            config={"smooth": 0.5, "verify": {"enabled": False}}).report
+    assert [s.activation for s in report.smoothing] == ["hidden"]  # mix's input; not state, the lm_head's
+    inits = [i for i in onnx.load(out).graph.initializer if np.prod(i.dims) == VOCAB * WIDTH]
+    assert len(inits) == 1 and inits[0].data_type == TensorProto.INT8
