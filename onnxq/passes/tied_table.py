@@ -46,6 +46,17 @@ class WeightSource:
     zero_point: ir.Value
 
 
+@dataclasses.dataclass(frozen=True)
+class TiedWeight:
+    """A product's int8 codes that hold a Gather's table, their scale and zero point, and whether they hold it
+    transposed (the Gather then reads them through a Transpose)."""
+
+    codes: ir.Value
+    scale: ir.Value
+    zero_point: ir.Value
+    transposed: bool
+
+
 def tied_weight(graph: ir.Graph, table: ir.Value, axis: int | None) -> TiedWeight | None:
     """An int8 product weight of the graph that holds this table [V, H] — transposed ([H, V], a MatMul's B) per
     output column, or as it is ([V, H], a Gemm's B with transB) per row — where the Gather would quantize it per row
@@ -66,17 +77,6 @@ def tied_weight(graph: ir.Graph, table: ir.Value, axis: int | None) -> TiedWeigh
             if _holds(tensor, source.tensor, transposed=layout_transposed != source.transposed):
                 return TiedWeight(codes, source.scale, source.zero_point, layout_transposed)
     return None
-
-
-@dataclasses.dataclass(frozen=True)
-class TiedWeight:
-    """A product's int8 codes that hold a Gather's table, their scale and zero point, and whether they hold it
-    transposed (the Gather then reads them through a Transpose)."""
-
-    codes: ir.Value
-    scale: ir.Value
-    zero_point: ir.Value
-    transposed: bool
 
 
 def gathered_tables(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol]:
