@@ -164,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         "format": args.format,
         "per_channel": False if args.per_tensor else None,
         "quantize_activation_matmul": args.quantize_attention,
+        "tie_tables": False if getattr(args, "untie_tables", None) else None,
         "gemm_bias": args.gemm_bias,
         "weight_rounding": getattr(args, "weight_rounding", None),
         "exclude_nodes": tuple(args.exclude) if args.exclude else None,

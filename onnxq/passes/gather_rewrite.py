@@ -17,13 +17,13 @@ from onnxq.passes.tied_table import tied_weight
 __all__ = ["rewrite_gather"]
 
 
-def rewrite_gather(builder: GraphBuilder, node: ir.Node, spec: WeightSpec) -> None:
+def rewrite_gather(builder: GraphBuilder, node: ir.Node, spec: WeightSpec, tie: bool = True) -> None:
     """The Gather on int8 rows of its table: the table's own int8 form, or the codes of a product quantized before
     it from the same table (a tied lm_head, passes.tied_table) — stored transposed, through a Transpose that ONNX
-    Runtime folds at load."""
+    Runtime folds at load. tie: whether to look for such a product (config.tie_tables)."""
     table, indices = node.inputs[0], node.inputs[1]
     base = node.name or "Gather"
-    tied = tied_weight(builder.graph, table, spec.axis)
+    tied = tied_weight(builder.graph, table, spec.axis) if tie else None
     if tied is None:
         weight = builder.quantized_weight(table, spec.axis)
         codes, scale, zero_point = weight.quantized, weight.scale, weight.zero_point

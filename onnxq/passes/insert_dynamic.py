@@ -46,7 +46,7 @@ class InsertDynamicPass(PlannedRewritePass):
         for plan in sorted(self.plans, key=lambda p: p.weight_only):
             node = plan.node
             if plan.weight_only:
-                rewrite_gather(builder, node, plan.weights[0])
+                rewrite_gather(builder, node, plan.weights[0], self.config.tie_tables)
                 continue
             x = node.inputs[0]
             key = (x, plan.per_token)

@@ -69,7 +69,7 @@ class InsertQdqPass(PlannedRewritePass):
         for plan in sorted(self.plans, key=lambda p: p.weight_only):
             node = plan.node
             if plan.weight_only:
-                rewrite_gather(builder, node, plan.weights[0])
+                rewrite_gather(builder, node, plan.weights[0], self.config.tie_tables)
                 continue
             act_qparams: dict[int, QParams] = {}
             for index in plan.activations:

@@ -107,3 +107,23 @@ def test_smoothquant_leaves_the_tied_lm_head_unscaled(rng, tmp_path):
     assert [s.activation for s in report.smoothing] == ["hidden"]  # mix's input; not state, the lm_head's
     inits = [i for i in onnx.load(out).graph.initializer if np.prod(i.dims) == VOCAB * WIDTH]
     assert len(inits) == 1 and inits[0].data_type == TensorProto.INT8
+
+
+def test_untied_tables_keep_their_own_int8_form_and_the_lm_head_is_smoothed(rng, tmp_path):
+    """tie_tables = false (--untie-tables): the table and the lm_head each their own int8 form, the lm_head's group
+    smoothed like any other."""
+    model = _model("transpose", rng)
+    ids = rng.integers(0, VOCAB, 64)
+    out = tmp_path / "q.onnx"
+    report = onnxq.quantize(model, {"ids": ids[:48]}, output=out,
+                            config={"smooth": 0.5, "tie_tables": False, "verify": {"enabled": False}}).report
+    assert [s.activation for s in report.smoothing] == ["hidden", "state"]
+    assert sum(np.prod(i.dims) == VOCAB * WIDTH for i in onnx.load(out).graph.initializer) == 2
+
+
+def test_the_untie_flag_sets_the_config():
+    from onnxq.cli import build_parser
+    from onnxq.cli_args import config_from_args
+
+    assert config_from_args(build_parser().parse_args(["m.onnx", "--untie-tables"])).tie_tables is False
+    assert config_from_args(build_parser().parse_args(["m.onnx"])).tie_tables is True
