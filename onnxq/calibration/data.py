@@ -221,6 +221,8 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     axis = spec.sample_axis
     where = ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with every "
              "batch" if axis is None else f"axis {axis} holds the samples")
+    if array.ndim == len(spec.shape) + 1 and axis == 0 and _fits(array.shape[1:], spec.shape):
+        raise CalibrationDataError(_unbatched(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):
         raise CalibrationDataError(
             f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
@@ -229,6 +231,23 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
         if i != axis and isinstance(want, int) and got != want:
             raise CalibrationDataError(
                 f"{what} input '{spec.name}' has shape {array.shape} but the model expects {spec.describe()}; {where}")
+
+
+def _fits(shape: tuple[int, ...], model_shape: tuple) -> bool:
+    return all(not isinstance(want, int) or got == want for got, want in zip(shape, model_shape, strict=True))
+
+
+def _unbatched(spec: InputSpec, sample_shape: tuple[int, ...], what: str) -> str:
+    """A model that takes one sample per run, without a samples axis (torchvision's detection models take an image
+    [3, H, W]): its first dimension read as a fixed batch gave batches of that many samples, of one rank too many."""
+    if sample_shape[0] == 1:  # samples that each carry the model's batch axis of 1: the data's axis is one too many
+        return (f"{what} input '{spec.name}': each sample {sample_shape} carries the model's batch axis of 1 "
+                f"({spec.describe()}) — stack the samples on that axis instead: an array of shape (N, "
+                f"{', '.join(map(str, sample_shape[1:]))}), e.g. data.reshape(-1, *data.shape[2:])")
+    return (f"{what} input '{spec.name}': each sample {sample_shape} is all the model takes in one run "
+            f"({spec.describe()}, no batch axis), and onnxq feeds samples in batches along a first axis — export the "
+            f"model with a batch axis (a leading dimension, dynamic or 1), or give one sample and pass "
+            f"--constant-input {spec.name} to run on that alone")
 
 
 def _sole_input(array: np.ndarray, specs: list[InputSpec], what: str) -> dict[str, np.ndarray]:
