@@ -221,7 +221,9 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     axis = spec.sample_axis
     where = ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with every "
              "batch" if axis is None else f"axis {axis} holds the samples")
-    if array.ndim == len(spec.shape) + 1 and axis == 0 and _fits(array.shape[1:], spec.shape):
+    # A fixed first dimension read as the batch's, and samples that are each the whole input: no batch axis.
+    if array.ndim == len(spec.shape) + 1 and axis == 0 and spec.shape and isinstance(spec.shape[0], int) \
+            and _fits(array.shape[1:], spec.shape):
         raise CalibrationDataError(_unbatched(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):
         raise CalibrationDataError(
