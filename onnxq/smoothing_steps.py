@@ -43,7 +43,9 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
     """The smoothable activations of the all-static plan, with their per-token α and what switching gains (MatMul
     / Gemm only: a Conv's activation has no per-token form)."""
     plans, _ = plan_model(reference.graph, config, mode)
-    candidates = [c for c in smoothable_groups(plans, config.tie_tables) if c.channel_axis == -1]
+    # A tied lm_head too: switched per token, its smoothing unties its table (passes.tied_table ties by value), as
+    # before tables were tied; left static, it stays tied.
+    candidates = [c for c in smoothable_groups(plans, tie_tables=False) if c.channel_axis == -1]
     stats = _channel_stats(reference, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
     scales = {g.activation.name: g.scales for g in groups}
