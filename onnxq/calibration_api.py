@@ -114,7 +114,7 @@ def smoothable_activations(model: ir.Model, config: QuantConfig) -> dict[str, in
     statistics go in a cache)."""
     config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None)
     plans, _ = plan_model(model.graph, config, "static")
-    return {c.activation.name: c.channel_axis for c in smoothable_groups(plans, tie_tables=False)}
+    return {c.activation.name: c.channel_axis for c in smoothable_groups(plans)}
 
 
 def merge_calibrations(summaries: Iterable[CalibrationSummary | str | os.PathLike]) -> CalibrationSummary:

@@ -19,7 +19,6 @@ from onnxq.numerics.per_token import per_token_quantize
 from onnxq.numerics.smoothing import ALPHA_GRID, CONV_ALPHA_GRID, smoothing_scales
 from onnxq.passes.smooth import SmoothGroup
 from onnxq.passes.smooth_weights import reads_channels_last, weight_by_input_channel
-from onnxq.passes.tied_table import gathered_tables, reads_a_table
 
 __all__ = ["Candidate", "smoothable_groups", "choose_smoothing", "SmoothChoice", "static_error"]
 
@@ -52,11 +51,9 @@ class SmoothChoice:
     errors: dict[float | None, float]
 
 
-def smoothable_groups(plans: Sequence[NodePlan], tie_tables: bool = True) -> list[Candidate]:
+def smoothable_groups(plans: Sequence[NodePlan]) -> list[Candidate]:
     """Planned MatMul / Gemm (transA = 0) and Conv with a constant weight, grouped by the activation they read, in
-    graph order. An activation read by any other planned kind of node, or by both kinds, is left alone, as is one
-    read by an lm_head tied to a planned Gather's table where tables are tied (passes.tied_table: the Gather reads
-    the lm_head's codes)."""
+    graph order. An activation read by any other planned kind of node, or by both kinds, is left alone."""
     groups: dict[ir.Value, list[NodePlan]] = {}
     blocked: set[ir.Value] = set()
     for plan in (p for p in plans if not p.scope):  # a body's per-channel statistics are not collected
@@ -68,10 +65,7 @@ def smoothable_groups(plans: Sequence[NodePlan], tie_tables: bool = True) -> lis
         else:
             blocked.update(node.inputs[i] for i in plan.activations)
     mixed = {v for v, ps in groups.items() if len({reads_channels_last(p.node) for p in ps}) > 1}
-    # A weight that holds a quantized Gather's table (a tied lm_head) stays as it is: one int8 table serves both.
-    tables = gathered_tables(p.node for p in plans if p.weight_only and not p.scope) if tie_tables else []
-    tied = {v for v, ps in groups.items() if tables and any(reads_a_table(p.node, tables) for p in ps)}
-    return [Candidate(value, tuple(ps)) for value, ps in groups.items() if value not in blocked | mixed | tied]
+    return [Candidate(value, tuple(ps)) for value, ps in groups.items() if value not in blocked | mixed]
 
 
 def choose_smoothing(candidates: Sequence[Candidate], stats: Mapping[str, ChannelStats], alpha: float | None,

@@ -43,9 +43,7 @@ def recipe_groups(reference: ir.Model, config: QuantConfig, mode: str, ranges,
     """The smoothable activations of the all-static plan, with their per-token α and what switching gains (MatMul
     / Gemm only: a Conv's activation has no per-token form)."""
     plans, _ = plan_model(reference.graph, config, mode)
-    # A tied lm_head too: switched per token, its smoothing unties its table (passes.tied_table ties by value), as
-    # before tables were tied; left static, it stays tied.
-    candidates = [c for c in smoothable_groups(plans, tie_tables=False) if c.channel_axis == -1]
+    candidates = [c for c in smoothable_groups(plans) if c.channel_axis == -1]
     stats = _channel_stats(reference, candidates, stream)
     groups, choices = choose_smoothing(candidates, stats, _alpha(config), per_token=True)
     scales = {g.activation.name: g.scales for g in groups}
@@ -61,7 +59,7 @@ def smooth_model(work: ir.Model, plans: list[NodePlan], config: QuantConfig, str
     """SmoothQuant on the float graph `work` (in place) — AWQ's activation-aware scales for weight-only blocks —
     from the per-channel statistics of a calibration cache (of the float model) or, without one, of the
     calibration data. stored_rows: where each scaled weight goes as it is made (passes.smooth.SmoothPass)."""
-    candidates = awq_groups(plans, work) if config.weight_only else smoothable_groups(plans, config.tie_tables)
+    candidates = awq_groups(plans, work) if config.weight_only else smoothable_groups(plans)
     if cached is not None:
         missing = [c.activation.name for c in candidates if c.activation.name not in cached.channels]
         if missing:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from onnxq.numerics import QParams, choose_qparams, qrange, quantize
 from onnxq.numerics.gptq import gptq_channelwise
 from onnxq.numerics.pairs import PAIR_LIMIT, from_gemm_view, gemm_view, quantize_pair_limited
-from onnxq.passes.tied_table import SOURCE_KEY, WeightSource
+from onnxq.passes.tied_table import SCALED_FROM_KEY, SOURCE_KEY, WeightSource
 
 # A Conv weight's XᵀX / n by weight name (calibration.moments), for GPTQ rounding; None: round to nearest.
 Hessians = Callable[[str], "np.ndarray | None"]
@@ -179,7 +179,8 @@ class GraphBuilder:
             )
             # What the codes hold, for a Gather of the same table to read them (passes.tied_table).
             weight.quantized.meta[SOURCE_KEY] = WeightSource(ir.convenience.get_const_tensor(value), axis, transpose,
-                                                             weight.scale, weight.zero_point)
+                                                             weight.scale, weight.zero_point,
+                                                             value.meta.get(SCALED_FROM_KEY))
             self._weights[key] = weight
         return self._weights[key]
 

@@ -39,6 +39,9 @@ def rewrite_gather(builder: GraphBuilder, node: ir.Node, spec: WeightSpec, tie: 
         scaled = builder.dequantize(rows.outputs[0], scale, zero_point, None, base, node)
     else:
         scaled = _scaled_rows(builder, node, rows.outputs[0], (scale, zero_point))
+    if tied is not None and tied.divide_by is not None:  # the lm_head's smoothing, taken off the rows
+        unsmooth = builder.initializer(f"{base}_unsmooth", (1.0 / tied.divide_by).astype(np.float32))
+        scaled = builder.node("Mul", [scaled, unsmooth], f"{base}_unsmooth_Mul", node).outputs[0]
     replace_node(builder.graph, node, scaled)
 
 

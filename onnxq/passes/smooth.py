@@ -26,6 +26,7 @@ from onnxq.irquery import attribute
 from onnxq.passes.builder import GraphBuilder
 from onnxq.passes.contract import KeepsOutputNames
 from onnxq.passes.smooth_weights import reads_channels_last, scale_input_channels, scaled_pieces
+from onnxq.passes.tied_table import SCALED_FROM_KEY, ScaledFrom
 
 __all__ = ["SmoothGroup", "SmoothPass", "StoredRows", "NOT_ABSORBED"]
 
@@ -129,6 +130,8 @@ def _scale_weight(builder: GraphBuilder, node: ir.Node, s: np.ndarray, stored_ro
         scaled = builder.tensor_initializer(name, stored_rows(name, weight.shape, _paging_out(
             scaled_pieces(node, weight, s, _PIECE_BYTES), source)))
     page_out(source)  # a memory-mapped weight's pages: read once, replaced by the scaled one
+    # What it was scaled from, for a Gather of the same table to read its codes (passes.tied_table).
+    scaled.meta[SCALED_FROM_KEY] = ScaledFrom(source, np.asarray(s, dtype=np.float32).copy())
     node.replace_input_with(1, scaled)
 
 

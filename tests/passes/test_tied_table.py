@@ -96,22 +96,28 @@ def test_asymmetric_int8_rows_are_shifted_by_their_zero_points(rng, tmp_path, ti
     assert _cosine(hidden, float_hidden) > 0.9999  # measured 0.99998
 
 
-def test_smoothquant_leaves_the_tied_lm_head_unscaled(rng, tmp_path):
-    """SmoothQuant would divide the table's columns by its scales (then it no longer holds the table): the group the
-    tied lm_head reads is left out, the other groups are smoothed, and the table is stored once."""
+def test_a_smoothed_lm_head_still_serves_the_table_its_rows_divided_by_the_scales(rng, tmp_path):
+    """SmoothQuant multiplies the lm_head's input channels — the table's columns — by s: the Gather reads those
+    codes and divides its rows by s, so the lm_head keeps its smoothing and the table is stored once."""
     model = _model("transpose", rng)
     ids = rng.integers(0, VOCAB, 64)
     out = tmp_path / "q.onnx"
     report = onnxq.quantize(model, {"ids": ids[:48]}, output=out,
                             config={"smooth": 0.5, "verify": {"enabled": False}}).report
-    assert [s.activation for s in report.smoothing] == ["hidden"]  # mix's input; not state, the lm_head's
-    inits = [i for i in onnx.load(out).graph.initializer if np.prod(i.dims) == VOCAB * WIDTH]
+    assert [s.activation for s in report.smoothing] == ["hidden", "state"]  # mix's input and the lm_head's
+    quantized = onnx.load(out)
+    inits = [i for i in quantized.graph.initializer if np.prod(i.dims) == VOCAB * WIDTH]
     assert len(inits) == 1 and inits[0].data_type == TensorProto.INT8
+    assert any(n.name == "embed_unsmooth_Mul" for n in quantized.graph.node)
+    hidden = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(["hidden"], {"ids": ids[48:]})[0]
+    float_hidden = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        ["hidden"], {"ids": ids[48:]})[0]
+    assert _cosine(hidden, float_hidden) > 0.9999  # measured 0.99996; without the division the rows are off by s
 
 
-def test_untied_tables_keep_their_own_int8_form_and_the_lm_head_is_smoothed(rng, tmp_path):
-    """tie_tables = false (--untie-tables): the table and the lm_head each their own int8 form, the lm_head's group
-    smoothed like any other."""
+def test_untied_tables_keep_their_own_int8_form(rng, tmp_path):
+    """tie_tables = false (--untie-tables): the table and the lm_head each their own int8 form, both smoothed
+    alike."""
     model = _model("transpose", rng)
     ids = rng.integers(0, VOCAB, 64)
     out = tmp_path / "q.onnx"
