@@ -130,8 +130,8 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize-attention", action="store_true", default=None,
                    help="also quantize MatMuls whose two inputs are activations (Q·Kᵀ, scores·V)")
     p.add_argument("--untie-tables", action="store_true", default=None,
-                   help="a token table tied to an lm_head gets its own int8 form (default: stored once, the "
-                        "Gather reading the lm_head's codes)")
+                   help="a token table tied to an lm_head gets its own int8 form or blocks (default: stored "
+                        "once, the Gather reading the lm_head's)")
     p.add_argument("--gemm-bias", choices=["int32", "float"], help="Gemm bias storage (default int32)")
     p.add_argument("--weight-rounding", choices=["gptq", "nearest"],
                    help="static Conv weights on their per-channel grid: gptq (default) rounds each so the layer's "

@@ -286,8 +286,9 @@ class QuantConfig:
                                  "Attention", "EmbedLayerNormalization")
     # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
     quantize_activation_matmul: bool = False
-    # A token table tied to an lm_head (its weight holds the table transposed) stored once in int8: the Gather reads
-    # the lm_head's codes, divided by its SmoothQuant scales (passes.tied_table). False: each its own int8 form —
+    # A token table tied to an lm_head (its weight holds the table transposed) stored once: the Gather reads the
+    # lm_head's int8 codes, divided by its SmoothQuant scales (passes.tied_table), or its 4/8-bit blocks
+    # (passes.insert_blockwise). False: each its own form —
     # SmolLM2's genai file 0.31x at 1.017x perplexity instead of 0.26x at 1.019x.
     tie_tables: bool = True
     # Conv in dynamic mode as ConvInteger. Off by default: ORT's ConvInteger ran 5.6x slower than float Conv on a

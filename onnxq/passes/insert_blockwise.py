@@ -63,7 +63,7 @@ class InsertBlockwisePass(PlannedRewritePass):
             node = plan.node
             bits = 8 if node.name in blocks.int8_nodes else self.config.weights.bits
             if node.op_type == "Gather":  # the handler planned even-width tables only
-                tied = _tied(node, tables, bits)
+                tied = _tied(node, tables, bits) if self.config.tie_tables else None
                 if tied is not None:
                     _gather_tied(builder, node, tied, blocks.size)
                 else:

@@ -133,3 +133,16 @@ def test_the_untie_flag_sets_the_config():
 
     assert config_from_args(build_parser().parse_args(["m.onnx", "--untie-tables"])).tie_tables is False
     assert config_from_args(build_parser().parse_args(["m.onnx"])).tie_tables is True
+
+
+@pytest.mark.parametrize("tie_tables", [True, False])
+def test_blocks_of_a_tied_table_follow_the_same_setting(rng, tmp_path, tie_tables):
+    """4-bit weights: the Gather reads the lm_head's blocks (a Reshape of MatMulNBits' B) unless tie_tables is
+    false, when the table gets blocks of its own."""
+    out = tmp_path / "q.onnx"
+    onnxq.quantize(_model("transpose", rng), output=out, config={
+        "weights": {"dtype": "int4"}, "tie_tables": tie_tables, "verify": {"enabled": False}})
+    quantized = onnx.load(out)
+    gather = next(n for n in quantized.graph.node if n.op_type == "GatherBlockQuantized")
+    producers = {o: n.op_type for n in quantized.graph.node for o in n.output}
+    assert (producers.get(gather.input[0]) == "Reshape") == tie_tables
