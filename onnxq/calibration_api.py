@@ -92,7 +92,8 @@ def calibration_job(float_model: ir.Model, config: QuantConfig) -> CalibrationJo
     names = activations_to_observe(float_model, config, every_candidate=True)
     if not names:
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm/Conv)")
-    specs = input_specs(float_model, config.calibration.sample_axes, config.calibration.constant_inputs)
+    layout = config.calibration
+    specs = input_specs(float_model, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     channel_axes = smoothable_activations(float_model, config) if config.smooth != "off" else {}
     return CalibrationJob(float_model, names, specs, channel_axes, config)
 

@@ -135,10 +135,15 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constant-input", action="append", metavar="INPUT",
                    help="the data gives this input once, fed whole with every batch (a sample rate, an initial "
                         "state); repeatable")
+    p.add_argument("--unbatched-input", action="append", metavar="INPUT",
+                   help="the model takes this input without a batch axis (one image [3, H, W]): the data stacks its "
+                        "samples on a first axis of its own, fed one per run; inferred from an .npz's shapes; "
+                        "repeatable")
 
 
 def layout_from_args(calibration: CalibrationConfig, args: argparse.Namespace) -> CalibrationConfig:
-    """--sample-axis and --constant-input over the config's calibration.sample_axes / constant_inputs."""
+    """--sample-axis, --constant-input and --unbatched-input over the config's calibration.sample_axes /
+    constant_inputs / unbatched_inputs."""
     axes = dict(calibration.sample_axes)
     for spec in args.sample_axis or ():
         name, _, axis = spec.rpartition("=")
@@ -146,7 +151,8 @@ def layout_from_args(calibration: CalibrationConfig, args: argparse.Namespace) -
             raise ConfigError(f"--sample-axis {spec!r}: expected INPUT=AXIS with AXIS an integer >= 0, e.g. state=1")
         axes[name] = int(axis)
     constant = tuple(dict.fromkeys([*calibration.constant_inputs, *(args.constant_input or ())]))
-    return dataclasses.replace(calibration, sample_axes=axes, constant_inputs=constant)
+    unbatched = tuple(dict.fromkeys([*calibration.unbatched_inputs, *(args.unbatched_input or ())]))
+    return dataclasses.replace(calibration, sample_axes=axes, constant_inputs=constant, unbatched_inputs=unbatched)
 
 
 def config_from_args(args: argparse.Namespace) -> QuantConfig:

@@ -6,6 +6,7 @@ that the model leaves free; otherwise the data is refused with the --sample-axis
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,16 +15,20 @@ import numpy as np
 from onnxq.calibration.data import data_files
 from onnxq.calibration.npz import open_npz
 from onnxq.calibration.specs import DataSource, InputSpec, with_layout
+from onnxq.calibration.unbatched import inferred_unbatched
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout"]
+__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout", "InferredLayout"]
 
 
-def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
+def data_shapes(source: DataSource | None, sole: str | None = None) -> dict[str, tuple[int, ...]] | None:
     """Each array's shape, without reading the data: from an .npz's (or a folder's first shard's) headers, a folder's
-    .npy headers, or a mapping's arrays; None for batches given one by one (their own layout) or a callable."""
+    .npy headers, a mapping's arrays, or one array given for `sole` (a model's one input); None for batches given
+    one by one (their own layout) or a callable."""
     if isinstance(source, Mapping):
         return {k: tuple(np.shape(v)) for k, v in source.items()}
+    if isinstance(source, np.ndarray):
+        return None if sole is None else {sole: source.shape}
     if not isinstance(source, (str, Path)):
         return None
     path = Path(source)
@@ -42,17 +47,36 @@ def data_shapes(source: DataSource | None) -> dict[str, tuple[int, ...]] | None:
     return shapes
 
 
+@dataclasses.dataclass(frozen=True)
+class InferredLayout:
+    """What the data's shapes say of the inputs the user's layout leaves open."""
+
+    once: tuple[str, ...] = ()  # given once: held constant
+    axes: dict[str, int] = dataclasses.field(default_factory=dict)  # samples off axis 0
+    unbatched: tuple[str, ...] = ()  # no batch axis: samples stacked on the data's own first axis, one per run
+
+    def __bool__(self) -> bool:
+        return bool(self.once or self.axes or self.unbatched)
+
+
 def new_layout(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],
-               constant_inputs: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
-    """(the inputs given once, the sample axes) that the first readable source's lengths imply for inputs the
-    user's layout leaves open — its shapes read once for both; the axes are read with those inputs held constant."""
-    shapes = next((s for s in map(data_shapes, sources) if s is not None), None)
+               constant_inputs: tuple[str, ...]) -> InferredLayout:
+    """The layout the first readable source's shapes imply for inputs the user's leaves open — its shapes read once:
+    a model without a batch axis (calibration.unbatched), else the inputs given once and then the sample axes, read
+    with those inputs held constant. Specs the user made unbatched already have no samples axis to infer."""
+    sole = specs[0].name if len(specs) == 1 else None
+    shapes = next((s for s in (data_shapes(source, sole) for source in sources) if s is not None), None)
     if shapes is None:
-        return (), {}
+        return InferredLayout()
+    said = sample_axes or any(s.unbatched for s in specs)
+    unbatched = () if said else inferred_unbatched(specs, shapes)
+    if unbatched:
+        return InferredLayout(unbatched=unbatched)
     once = tuple(n for n in inferred_constants(specs, shapes) if n not in sample_axes and n not in constant_inputs)
     constants = (*constant_inputs, *once)
     axes = inferred_sample_axes(with_layout(specs, sample_axes, constants) if once else specs, shapes)
-    return once, {name: axis for name, axis in axes.items() if name not in sample_axes and name not in constants}
+    return InferredLayout(once, {name: axis for name, axis in axes.items() if name not in sample_axes
+                                 and name not in constants})
 
 
 def inferred_constants(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size,
 from onnxq.calibration.completion import completed
 from onnxq.calibration.npz import NpzMember, open_npz
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, readable, sample_axis
+from onnxq.calibration.unbatched import fits_model, one_sample_batches
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
@@ -20,12 +21,16 @@ __all__ = ["iter_batches", "validate_batch", "validated_batches", "reread_batche
 
 
 def iter_batches(source: DataSource, batch_size: int, max_samples: int | None = None,
-                 what: str = "calibration", axes: Mapping[str, int | None] | None = None) -> Iterator[Batch]:
+                 what: str = "calibration", axes: Mapping[str, int | None] | None = None,
+                 unbatched: Mapping[str, int] | None = None) -> Iterator[Batch]:
     """Batches (dicts of arrays sharing a samples axis: 0, or the input's entry in `axes`; None: held constant,
-    fed whole with every batch) from any supported source, up to max_samples."""
-    axes = axes or {}
+    fed whole with every batch) from any supported source, up to max_samples. The inputs of `unbatched` (name →
+    the model's rank: no batch axis) have their samples stacked on a first axis of the data's own: each batch is
+    one sample (calibration.unbatched)."""
+    axes = {**(axes or {}), **dict.fromkeys(unbatched or {}, 0)}
     remaining = max_samples if max_samples is not None else float("inf")
-    for batch in _raw_batches(source, batch_size, what, axes):
+    raw = _raw_batches(source, batch_size, what, axes)
+    for batch in (one for b in raw for one in one_sample_batches(b, unbatched, what)) if unbatched else raw:
         if remaining <= 0:
             return
         n = _num_samples(batch, what)
@@ -219,11 +224,10 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     if spec.shape is None:
         return
     axis = spec.sample_axis
-    where = ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with every "
-             "batch" if axis is None else f"axis {axis} holds the samples")
+    where = _layout_said(spec)
     # A fixed first dimension read as the batch's, and samples that are each the whole input: no batch axis.
     if array.ndim == len(spec.shape) + 1 and axis == 0 and spec.shape and isinstance(spec.shape[0], int) \
-            and _fits(array.shape[1:], spec.shape):
+            and fits_model(array.shape[1:], spec.shape):
         raise CalibrationDataError(_unbatched(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):
         raise CalibrationDataError(
@@ -235,21 +239,27 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
                 f"{what} input '{spec.name}' has shape {array.shape} but the model expects {spec.describe()}; {where}")
 
 
-def _fits(shape: tuple[int, ...], model_shape: tuple) -> bool:
-    return all(not isinstance(want, int) or got == want for got, want in zip(shape, model_shape, strict=True))
+def _layout_said(spec: InputSpec) -> str:
+    if spec.unbatched:
+        return ("the model has no batch axis (calibration.unbatched_inputs): give one sample of its whole shape, or "
+                "samples stacked on a first axis of their own, fed one per run")
+    if spec.sample_axis is None:
+        return ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with "
+                "every batch")
+    return f"axis {spec.sample_axis} holds the samples"
 
 
 def _unbatched(spec: InputSpec, sample_shape: tuple[int, ...], what: str) -> str:
     """A model that takes one sample per run, without a samples axis (torchvision's detection models take an image
-    [3, H, W]): its first dimension read as a fixed batch gave batches of that many samples, of one rank too many."""
+    [3, H, W]), given data whose layout was not read off its shapes (batches given one by one, or beside inputs
+    that take batches): its first dimension read as a fixed batch gave batches of one rank too many."""
+    fed = (f"pass --unbatched-input {spec.name} to feed them one per run (TOML [calibration] unbatched_inputs = "
+           f"[{spec.name!r}])")
     if sample_shape[0] == 1:  # samples that each carry the model's batch axis of 1: the data's axis is one too many
         return (f"{what} input '{spec.name}': each sample {sample_shape} carries the model's batch axis of 1 "
-                f"({spec.describe()}) — stack the samples on that axis instead: an array of shape (N, "
-                f"{', '.join(map(str, sample_shape[1:]))}), e.g. data.reshape(-1, *data.shape[2:])")
+                f"({spec.describe()}) — {fed}, or stack them on that axis: data.reshape(-1, *data.shape[2:])")
     return (f"{what} input '{spec.name}': each sample {sample_shape} is all the model takes in one run "
-            f"({spec.describe()}, no batch axis), and onnxq feeds samples in batches along a first axis — export the "
-            f"model with a batch axis (a leading dimension, dynamic or 1), or give one sample and pass "
-            f"--constant-input {spec.name} to run on that alone")
+            f"({spec.describe()}, no batch axis) — {fed}, or export the model with a batch axis")
 
 
 def _sole_input(array: np.ndarray, specs: list[InputSpec], what: str) -> dict[str, np.ndarray]:
@@ -273,6 +283,7 @@ def validated_batches(source: DataSource, specs: list[InputSpec], batch_size: in
         batch_size = fixed
         max_samples = None if max_samples is None else max(fixed, max_samples // fixed * fixed)
     axes = {s.name: s.sample_axis for s in specs}
+    unbatched = {s.name: len(s.shape or ()) for s in specs if s.unbatched}
     batches = (validate_batch(completed(batch, specs, made), specs, what)
-               for batch in iter_batches(source, batch_size, max_samples, what, axes))
+               for batch in iter_batches(source, batch_size, max_samples, what, axes, unbatched))
     yield from batches if fixed is None else exact_batches(batches, fixed, what)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -60,8 +61,11 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple[int | str | None, ...] | None  # None: unknown rank; str/None entries: dynamic
-    # The axis holding the samples in this input's data; None: one value held constant for every batch.
+    # The axis holding the samples in this input's data; None: one value fed whole with every batch.
     sample_axis: int | None = 0
+    # The model takes it without a batch axis: the data stacks its samples on a first axis of its own, and each
+    # batch is one sample, fed whole (sample_axis None).
+    unbatched: bool = False
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else ", ".join(str(d) if d is not None else "?" for d in self.shape)
@@ -76,9 +80,9 @@ class InputSpec:
 
 
 def input_specs(model: ir.Model, sample_axes: Mapping[str, int] | None = None,
-                constant_inputs: Iterable[str] = ()) -> list[InputSpec]:
+                constant_inputs: Iterable[str] = (), unbatched_inputs: Iterable[str] = ()) -> list[InputSpec]:
     """The inputs a user must feed (initializers that are also inputs have defaults and are left out), with where
-    their samples lie: as sample_axes and constant_inputs say (calibration config), else axis 0, except a scalar
+    their samples lie: as sample_axes, constant_inputs and unbatched_inputs say (calibration config), else axis 0, except a scalar
     input (held constant: it has no samples axis) and an input whose first dimension is fixed while a later one
     carries the name of the other inputs' first dimension (a recurrent state [2, batch, 128] beside an input
     [batch, time]: axis 1)."""
@@ -95,33 +99,54 @@ def input_specs(model: ir.Model, sample_axes: Mapping[str, int] | None = None,
     specs = _with_head_sizes(specs, cache_head_sizes(model))
     batch_names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
     specs = [dataclasses.replace(s, sample_axis=_inferred_axis(s, batch_names)) for s in specs]
-    return with_layout(specs, sample_axes or {}, constant_inputs)
+    return with_layout(specs, sample_axes or {}, constant_inputs, unbatched_inputs)
 
 
-def with_layout(specs: list[InputSpec], sample_axes: Mapping[str, int], constant_inputs: Iterable[str]) -> list[
-        InputSpec]:
-    """The specs with the user's layout (calibration.sample_axes, calibration.constant_inputs) over the inferred
-    one; a name that is no input, or an axis past an input's rank, is refused with the inputs listed."""
+def with_layout(specs: list[InputSpec], sample_axes: Mapping[str, int], constant_inputs: Iterable[str],
+                unbatched_inputs: Iterable[str] = ()) -> list[InputSpec]:
+    """The specs with the user's layout (calibration.sample_axes, constant_inputs, unbatched_inputs) over the
+    inferred one; a name that is no input, one named twice, or an axis past an input's rank, is refused with the
+    inputs listed."""
     by_name = {s.name: s for s in specs}
-    constant = set(constant_inputs)
+    constant, unbatched = set(constant_inputs), set(unbatched_inputs)
     listed = ", ".join(f"{s.name} ({s.describe()})" for s in specs)
-    for name in [*sample_axes, *constant]:
+    for name in [*sample_axes, *constant, *unbatched]:
         if name not in by_name:
-            raise ConfigError(f"calibration.sample_axes / constant_inputs name {one_line(repr(name))}, which is not an "
-                              f"input of the model; its inputs are: {one_line(listed)}")
-    both = sorted(constant & set(sample_axes))
-    if both:
-        raise ConfigError(f"input {one_line(repr(both[0]))} is both in calibration.sample_axes and in constant_inputs "
-                          "— an input either has samples on an axis or is held constant")
+            raise ConfigError(f"calibration.sample_axes / constant_inputs / unbatched_inputs name "
+                              f"{one_line(repr(name))}, which is not an input of the model; its inputs are: "
+                              f"{one_line(listed)}")
+    _check_one_layout_each(sample_axes, constant, unbatched)
     out = []
     for spec in specs:
-        axis = None if spec.name in constant else sample_axes.get(spec.name, spec.sample_axis)
+        axis = None if spec.name in constant | unbatched else sample_axes.get(spec.name, spec.sample_axis)
         if axis is not None and spec.shape is not None and not 0 <= axis < len(spec.shape):
             rank = len(spec.shape)
             raise ConfigError(f"calibration.sample_axes gives input {one_line(repr(spec.name))} axis {axis}, but it "
                               f"has rank {rank} ({spec.describe()}) — give an axis in [0, {rank})")
-        out.append(dataclasses.replace(spec, sample_axis=axis))
+        out.append(dataclasses.replace(spec, sample_axis=axis, unbatched=spec.name in unbatched))
+    if unbatched:
+        _check_unbatched_alone(out)
     return out
+
+
+def _check_one_layout_each(sample_axes: Mapping[str, int], constant: set[str], unbatched: set[str]) -> None:
+    """An input has its samples on an axis, is held constant, or has no batch axis: one of them."""
+    named = {"sample_axes": set(sample_axes), "constant_inputs": constant, "unbatched_inputs": unbatched}
+    for (first, these), (second, those) in itertools.combinations(named.items(), 2):
+        both = sorted(these & those)
+        if both:
+            raise ConfigError(f"input {one_line(repr(both[0]))} is both in calibration.{first} and in {second} — an "
+                              "input has samples on an axis, is held constant, or has no batch axis: one of them")
+
+
+def _check_unbatched_alone(specs: list[InputSpec]) -> None:
+    """A run of an unbatched input takes one sample: an input beside it that takes a batch could not be fed."""
+    batched = [s.name for s in specs if s.sample_axis is not None]
+    if batched:
+        unbatched = next(s.name for s in specs if s.unbatched)
+        raise ConfigError(f"input {one_line(repr(unbatched))} has no batch axis (one sample a run) but "
+                          f"{one_line(repr(batched[0]))} takes its samples in batches — name every input that carries "
+                          "samples in calibration.unbatched_inputs (--unbatched-input), or hold it constant")
 
 
 def _with_head_sizes(specs: list[InputSpec], sizes: dict[str, int]) -> list[InputSpec]:

@@ -120,6 +120,10 @@ class CalibrationConfig:
     sample_axes: dict[str, int] = dataclasses.field(default_factory=dict)
     # Inputs given once and fed whole with every batch (a sample rate, an initial state); scalar inputs always are.
     constant_inputs: tuple[str, ...] = ()
+    # Inputs the model takes without a batch axis (torchvision's detection models take one image [3, H, W]): the
+    # data stacks their samples on a first axis the model lacks, and each run is fed one. Inferred from the data's
+    # shapes where they say it (rank one more than the model's, the rest the model's own).
+    unbatched_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_ranges(self)

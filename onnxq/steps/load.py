@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import new_layout
+from onnxq.calibration.axes import InferredLayout, new_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.calibration.specs import sample_axis
@@ -67,7 +67,8 @@ def load_and_plan(state: RunState) -> bool:
     state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
-    state.specs = input_specs(state.work, config.calibration.sample_axes, config.calibration.constant_inputs)
+    layout = config.calibration
+    state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     state.config = config = _with_inferred_layout(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
@@ -93,29 +94,40 @@ def _with_language_model_defaults(state: RunState) -> QuantConfig:
 
 
 def _with_inferred_layout(state: RunState) -> QuantConfig:
-    """The config with the layout the data's lengths imply for inputs the model and the user leave open
-    (calibration.axes): inputs given once held constant, samples axes inferred, each said in a note; the specs
-    follow."""
+    """The config with the layout the data's shapes imply for inputs the model and the user leave open
+    (calibration.axes, calibration.unbatched): inputs given once held constant, samples axes inferred, inputs
+    without a batch axis fed a sample a run, each said in a note; the specs follow."""
     given, layout = state.given, state.config.calibration
-    once, inferred = new_layout(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
-                                layout.constant_inputs)
-    return _applied_layout(state, once, inferred)
+    inferred = new_layout(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
+                          layout.constant_inputs)
+    return _applied_layout(state, inferred)
 
 
-def _applied_layout(state: RunState, once: tuple[str, ...], inferred: dict[str, int]) -> QuantConfig:
+def _applied_layout(state: RunState, inferred: InferredLayout) -> QuantConfig:
     config, layout = state.config, state.config.calibration
-    if not once and not inferred:
+    if not inferred:
         return config
-    constants, axes = (*layout.constant_inputs, *once), {**layout.sample_axes, **inferred}
-    state.specs = input_specs(state.work, axes, constants)
-    if once:
-        state.notes.append(f"inputs given once, held constant with every batch: {', '.join(once)} (their data is "
-                           "the whole shape the model fixes; --sample-axis to read samples from them)")
-    if inferred:
-        said = ", ".join(f"{name}={axis}" for name, axis in inferred.items())
-        state.notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
-                           "inputs' sample count; --sample-axis to set another)")
-    return config.replace(calibration=dataclasses.replace(layout, sample_axes=axes, constant_inputs=constants))
+    layout = dataclasses.replace(layout, sample_axes={**layout.sample_axes, **inferred.axes},
+                                 constant_inputs=(*layout.constant_inputs, *inferred.once),
+                                 unbatched_inputs=(*layout.unbatched_inputs, *inferred.unbatched))
+    state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+    state.notes.extend(_layout_notes(inferred))
+    return config.replace(calibration=layout)
+
+
+def _layout_notes(inferred: InferredLayout) -> list[str]:
+    notes = []
+    if inferred.unbatched:
+        notes.append(f"inputs without a batch axis, fed one sample per run: {', '.join(inferred.unbatched)} (the "
+                     "data stacks samples of the model's whole input on a first axis of its own)")
+    if inferred.once:
+        notes.append(f"inputs given once, held constant with every batch: {', '.join(inferred.once)} (their data is "
+                     "the whole shape the model fixes; --sample-axis to read samples from them)")
+    if inferred.axes:
+        said = ", ".join(f"{name}={axis}" for name, axis in inferred.axes.items())
+        notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
+                     "inputs' sample count; --sample-axis to set another)")
+    return notes
 
 
 def _declare_files(state: RunState) -> None:
@@ -194,5 +206,5 @@ def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
                        "with real inputs for meaningful figures")
     batches = synthetic_batches(state.reference, state.specs)
     held = tuple(s.name for s in state.specs if s.sample_axis is not None and sample_axis(batches[0], s.name) is None)
-    state.config = _applied_layout(state, held, {})  # the inputs made once beside the others' samples
+    state.config = _applied_layout(state, InferredLayout(once=held))  # made once beside the others' samples
     return Batches.held(batches), SYNTHETIC

@@ -33,7 +33,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.
     config: a VerifyConfig, or a QuantConfig (or a dict of the config file's keys) whose verify table applies and
-    whose calibration.sample_axes / constant_inputs say how the data holds its samples.
+    whose calibration.sample_axes / constant_inputs / unbatched_inputs say how the data holds its samples.
     target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one."""
     if config is not None and not isinstance(config, VerifyConfig):
         config = QuantConfig.of(config)  # a dict of the config file's keys; any other kind refused
@@ -46,11 +46,13 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
         float_ir = _load(files, float_model, "the float model")
         quant_ir = _load(files, quant_model, "the quantized model")
         declare_data_files(files, data, "the verification data")
-    specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs)
-    # The data's lengths say which inputs it gives once and where an unnamed samples axis is (calibration.axes).
-    once, inferred = new_layout(specs, (data,), layout.sample_axes, layout.constant_inputs)
-    if once or inferred:
-        specs = input_specs(float_ir, {**layout.sample_axes, **inferred}, (*layout.constant_inputs, *once))
+    specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+    # The data's shapes say which inputs it gives once, where an unnamed samples axis is (calibration.axes) and
+    # whether the model has a batch axis (calibration.unbatched).
+    inferred = new_layout(specs, (data,), layout.sample_axes, layout.constant_inputs)
+    if inferred:
+        specs = input_specs(float_ir, {**layout.sample_axes, **inferred.axes},
+                            (*layout.constant_inputs, *inferred.once), (*layout.unbatched_inputs, *inferred.unbatched))
     quant_inputs = {s.name for s in input_specs(quant_ir)}
     if quant_inputs != {s.name for s in specs}:
         raise CalibrationDataError(f"the two models have different inputs ({sorted(quant_inputs)} vs "
