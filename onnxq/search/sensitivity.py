@@ -36,6 +36,7 @@ from onnxq.passes.quantize import QuantizePass
 from onnxq.report import bar_chart, escape
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
+from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.outcome import task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
@@ -295,8 +296,10 @@ class _SwitchRuns:
         task = None if self.metric is None else TaskAccumulator(self.metric)
         for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
             values = self.session.run(self.names, self._feed(batch, on))
-            for n, ref, got in zip(self.names, reference, values):
-                accumulators[n].add(Operand(ref, self.sample_axes.of(n, ref, samples_in(batch))), got)
+            expected = [Operand(ref, self.sample_axes.of(n, ref, samples_in(batch))) for n, ref in zip(self.names,
+                                                                                                     reference)]
+            for n, ref, got in aligned_pairs(self.names, expected, values, sets_of(self.tasks)):
+                accumulators[n].add(ref, got)
             if task is not None:
                 samples = samples_in(batch)
                 task.add(self.task_references[i], self.metric(self.names, values, samples), samples)

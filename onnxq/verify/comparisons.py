@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.verify.agreement import implied_agreement
+from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
 from onnxq.verify.task_measures import OutputTask
@@ -51,6 +52,7 @@ class Comparisons:
                  tasks: Mapping[str, OutputTask] | None = None) -> None:
         self.names = list(names)
         self.tasks = dict(tasks or {})
+        self.sets = sets_of(self.tasks)  # detection sets: rows matched before comparing
         self.providers = list(providers)
         others = [p for p in providers if p != _CPU]
         self._quantized = {p: self._accumulators() for p in providers}
@@ -65,13 +67,13 @@ class Comparisons:
         """One batch: the reference's outputs, each provider's quantized outputs and (other providers) float ones,
         each a list in the order of `names`."""
         for p, got in quantized.items():
-            for name, e, g in zip(self.names, expected, got):
+            for name, e, g in aligned_pairs(self.names, expected, got, self.sets):
                 self._quantized[p][name].add(e, g)
         for p, got in floats.items():
-            for name, e, g in zip(self.names, expected, got):
+            for name, e, g in aligned_pairs(self.names, expected, got, self.sets):
                 self._float[p][name].add(e, g)
         for p in self._agreement:
-            for name, c, g in zip(self.names, quantized[_CPU], quantized[p]):
+            for name, c, g in aligned_pairs(self.names, quantized[_CPU], quantized[p], self.sets):
                 self._agreement[p][name].add(c, g)
 
     def result(self, config: VerifyConfig,

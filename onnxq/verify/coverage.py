@@ -22,6 +22,7 @@ from onnxq.config import Tolerance, VerifyConfig
 from onnxq.passes.float16_emulation import float16_emulation, holds_float16
 from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
+from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
@@ -181,12 +182,14 @@ class CoverageRun:
         base, emulated, exact = self._emulator.run(batch)
         self._add_task("exact", exact or base, batch, expected_task)
         exact = [Operand(x, e.sample_axis if isinstance(e, Operand) else 0) for x, e in zip(exact or base, expected)]
-        for name, e, x, d in zip(self.names, expected, exact, deployed):
+        sets = sets_of(self.tasks)  # detection sets: rows matched before comparing
+        for name, e, x in aligned_pairs(self.names, expected, exact, sets):
             self._exact[name].add(e, x)
+        for name, x, d in aligned_pairs(self.names, exact, deployed, sets):
             self._gap[name].add(x, d)
         if self._emulate:
             self._add_task("emulated", emulated or base, batch, expected_task)
-            for name, e, m in zip(self.names, expected, emulated or base):
+            for name, e, m in aligned_pairs(self.names, expected, emulated or base, sets):
                 self._emulated[name].add(e, m)
 
     def _add_task(self, kind: str, outputs: Sequence[np.ndarray], batch, expected: float | list | None) -> None:

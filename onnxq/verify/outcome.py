@@ -45,13 +45,13 @@ def task_tolerances(config: VerifyConfig, tasks: Mapping[str, OutputTask],
     """Each output's tolerance with its task bar resolved: the user's, else the kind's default — or the float
     model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
     a decision the float model does not keep itself. A language model's logits are held to the perplexity ratio in
-    place of the numeric bars, and its cache outputs (state) are reported, judged through the logits — unless the
-    output has a tolerance of its own."""
+    place of the numeric bars, and its cache outputs (state) are reported, judged through the logits; a detection
+    set is held to its detections kept — unless the output has a tolerance of its own."""
     def tolerance_for(name: str) -> Tolerance:
         tolerance, task = config.tolerance_for(name), tasks.get(name)
-        if task is not None and task.kind in _LANGUAGE_MODEL and tolerance.task != "numeric" \
+        if task is not None and task.kind in _JUDGED_AS_A_WHOLE and tolerance.task != "numeric" \
                 and name not in config.output_tolerances:
-            return _LANGUAGE_MODEL[task.kind](tolerance)
+            tolerance = _JUDGED_AS_A_WHOLE[task.kind](tolerance)
         if task is None or task.kind not in TASK_BARS or tolerance.task == "numeric" \
                 or tolerance.min_task_agreement is not None:
             return tolerance
@@ -64,6 +64,14 @@ _LANGUAGE_MODEL = {
     "next-token": lambda t: dataclasses.replace(t, max_perplexity_ratio=(
         PERPLEXITY_BAR if t.max_perplexity_ratio is None else t.max_perplexity_ratio)),
     "state": lambda t: dataclasses.replace(REPORTED, task=t.task),
+}
+# Outputs judged by their task in place of the numeric bars, unless they have a tolerance of their own: a language
+# model's logits and its cache; a detection set's rows (verify.detection_sets), whose figures count a detection one
+# model lacks against rows of zeros — the detections kept judge them, the set's other outputs are reported.
+_JUDGED_AS_A_WHOLE = {
+    **_LANGUAGE_MODEL,
+    "detections": lambda t: dataclasses.replace(REPORTED, task=t.task, min_task_agreement=t.min_task_agreement),
+    "detection-part": lambda t: dataclasses.replace(REPORTED, task=t.task),
 }
 
 
@@ -122,7 +130,7 @@ def coarse_task(units: int, bar: float, kind: str) -> str | None:
 
 
 _UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
-          "labels": "labels"}
+          "labels": "labels", "detections": "confident detections of either model"}
 
 
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],

@@ -21,6 +21,7 @@ import numpy as np
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch, LaidOutBatch
+from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
 from onnxq.verify.task_measures import TASK_BARS, OutputTask
 
@@ -82,7 +83,8 @@ def float_stability(reference, tasks: Mapping[str, OutputTask]) -> dict[str, flo
     for batch, outputs in reference:
         noisy = reference.session.run(names, noisy_batch(batch, steps, rng))
         samples = samples_in(batch)
-        for name, expected, got in zip(names, outputs, noisy):
+        expected = [Operand(e, axes.of(n, e, samples)) for n, e in zip(names, outputs)]
+        for name, e, got in aligned_pairs(names, expected, noisy, sets_of(tasks)):
             if name in accumulators:
-                accumulators[name].add(Operand(expected, axes.of(name, expected, samples)), got)
+                accumulators[name].add(e, got)
     return {n: a.result().task_agreement for n, a in accumulators.items()}

@@ -39,6 +39,7 @@ import onnx_ir as ir
 
 from onnxq.config import VerifyConfig
 from onnxq.errors import ConfigError, one_line
+from onnxq.verify.detection_sets import with_detection_sets
 from onnxq.verify.metrics import sample_axis
 from onnxq.verify.task_measures import MEASURES, OutputTask
 
@@ -80,6 +81,10 @@ class OutputFacts:
     # Widths that two or more of the graph's weighted products read (their K): a network's hidden widths.
     read_widths: frozenset[int] = frozenset()
     token_fed: bool = False  # computed from token ids: downstream of a table the model's integer input indexes
+    # Rows the data chooses: the graph leaves the first axis open under a name no input has (NMS's detections, not
+    # the batch), and the first batch's count of them (values holds at most FACT_SAMPLES).
+    open_rows: bool = False
+    rows: int = 0
 
     @property
     def rank(self) -> int:
@@ -281,12 +286,16 @@ def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: 
         else:
             chosen[f.name] = _forced(f, kind)
         chosen[f.name] = _at_threshold(chosen[f.name], config.tolerance_for(f.name).task_threshold)
+    free = {f.name for f in facts if config.tolerance_for(f.name).task == "auto"}
+    chosen = with_detection_sets(chosen, facts, free, gated=config.task_metric is None and not synthetic)
+    chosen = {name: _at_threshold(task, config.tolerance_for(name).task_threshold) if task.kind == "detections"
+              else task for name, task in chosen.items()}
     return _with_state(chosen)
 
 
 def _at_threshold(task: OutputTask, threshold: float | None) -> OutputTask:
     """A mask's or binary decisions' task at the tolerance's threshold (task_threshold), when it sets one."""
-    if threshold is None or task.kind not in ("frames", "iou") or task.class_axis is not None:
+    if threshold is None or task.kind not in ("frames", "iou", "detections") or task.class_axis is not None:
         return task
     return dataclasses.replace(task, threshold=threshold,
                                rule=f"{task.rule.replace(' at 0.5', '')} at {threshold:g} (the output's tolerance)")
@@ -313,15 +322,32 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
     widths = _read_widths(model) if model is not None else frozenset()
     fed = _token_fed(gathers)
     opset = model.opset_imports.get("", 13) if model is not None else 13
+    input_dims = _input_dims(model) if model is not None else frozenset()
     facts = []
     for name, array in zip(names, outputs):
         array = np.asarray(array)
         axis = sample_axis(array, samples)
         moved = np.moveaxis(array, axis, 0) if array.ndim > 1 and axis else array
-        moved = moved[:FACT_SAMPLES] if moved.ndim > 1 else moved
         producer, softmax_axis = _producer(values.get(name), moved.shape, opset)
-        facts.append(OutputFacts(name, producer, softmax_axis, moved, rows, tokens, widths, name in fed))
+        # An unnamed batch axis is no count of the data's: rows as many as the samples are the samples.
+        open_rows = model is not None and axis == 0 and _rows_chosen_by_data(values.get(name), input_dims) \
+            and (samples == 1 or moved.ndim == 0 or len(moved) != samples)
+        facts.append(OutputFacts(name, producer, softmax_axis, moved[:FACT_SAMPLES] if moved.ndim > 1 else moved,
+                                 rows, tokens, widths, name in fed, open_rows, len(moved) if moved.ndim else 0))
     return facts
+
+
+def _input_dims(model: ir.Model) -> frozenset[str]:
+    return frozenset(str(d) for v in model.graph.inputs if v.shape is not None for d in v.shape
+                     if not isinstance(d, int))
+
+
+def _rows_chosen_by_data(value: ir.Value | None, input_dims: frozenset[str]) -> bool:
+    """The output's first axis is open under a name no input has (or none): a count the data decides."""
+    if value is None or value.shape is None or not len(value.shape):
+        return False
+    first = value.shape[0]
+    return not isinstance(first, int) and (first.value is None or str(first) not in input_dims)
 
 
 def _producer(value: ir.Value | None, shape: tuple[int, ...], opset: int) -> tuple[str, int | None]:
