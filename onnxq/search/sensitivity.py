@@ -226,6 +226,11 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
                        local_sqnr_db={twin[0]: sqnr for twin, sqnr in zip(twins, local)})
 
 
+# A language model's cache (judged through the logits) and a detection set (its zero rows for a missing detection
+# would rank as harm what its detections kept judges): their cosine is no harm.
+_NOT_ON_COSINE = frozenset({"state", "detections", "detection-part"})
+
+
 def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
     """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in; per output with a task
     metric ("task:" + its name), 1 - its bar."""
@@ -233,10 +238,9 @@ def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, flo
     for output in builder.float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
         task = tasks.get(output.name)
-        if task is not None and task.kind == "state" and output.name not in config.verify.output_tolerances:
-            budgets[output.name] = math.inf  # a language model's cache: judged through the logits, not ranked on
-            continue
-        if tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
+        if task is not None and task.kind in _NOT_ON_COSINE and output.name not in config.verify.output_tolerances:
+            budgets[output.name] = math.inf  # judged through another output, or its task alone: not ranked on cosine
+        elif tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine
         bar = task_bar(tolerance, measured_kind(tasks.get(output.name)))
         if bar is not None and bar < 1.0:

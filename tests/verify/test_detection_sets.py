@@ -125,3 +125,15 @@ def test_the_same_detections_in_another_order_are_the_same(rng):
     expected, quantized = aligned_outputs(names, [ref[n] for n in names], [got[n] for n in names], [SET])
     for e, q in zip(expected, quantized):
         assert np.array_equal(e.values[:6], q.values[:6]) and len(e.values) == 7
+
+
+@pytest.mark.parametrize("ref_rows, got_rows", [(0, 2), (2, 0), (0, 0)])
+def test_no_detections_on_one_side_or_both(ref_rows, got_rows):
+    def outputs(k):
+        return [np.tile(np.array([[0, 0, 10, 10]], np.float32), (k, 1)), np.full(k, 0.9, np.float32),
+                np.zeros(k, np.int64)]
+    expected, quantized = aligned_outputs(["boxes", "scores", "labels"], outputs(ref_rows), outputs(got_rows), [SET])
+    assert [len(e.values) for e in expected] == [ref_rows + got_rows] * 3
+    assert expected[0].values.shape == quantized[0].values.shape == (ref_rows + got_rows, 4)
+    task = OutputTask("detections", "test", None, 0.5, detections=SET)
+    assert MEASURES["detections"](expected[1].values, quantized[1].values, task) == (0, ref_rows + got_rows)
