@@ -142,6 +142,19 @@ class Operand:
         return self._energy
 
 
+def _rows_padded(ref: Operand, got: Operand) -> tuple[Operand, Operand]:
+    """Two outputs whose first axis has a length the data chooses (a NonZero's, a TopK's of a computed k, an NMS's
+    outside a detection set: verify.detection_sets) and differs: the shorter padded with rows of zeros, so the rows
+    one model lacks count as missing. Any other difference of shape is two different models."""
+    a, b = ref.values, got.values
+    if a.ndim == 0 or a.ndim != b.ndim or a.shape[1:] != b.shape[1:] or ref.sample_axis != 0:
+        raise UnsupportedModelError(f"an output has shape {a.shape} in the float model but {b.shape} in the "
+                                    "quantized one — pass the float model and its own quantized form")
+    rows = max(len(a), len(b))
+    padded = [np.concatenate([x, np.zeros((rows - len(x), *x.shape[1:]), x.dtype)]) for x in (a, b)]
+    return Operand(padded[0], 0), Operand(padded[1], 0)
+
+
 def operand(array: np.ndarray | Operand, sample_axis: int = 0) -> Operand:
     return array if isinstance(array, Operand) else Operand(array, sample_axis)
 
@@ -198,9 +211,7 @@ class MetricsAccumulator:
 
     def _add(self, ref: Operand, got: Operand) -> None:
         if ref.values.shape != got.values.shape:
-            raise UnsupportedModelError(f"an output has shape {ref.values.shape} in the float model but "
-                                        f"{got.values.shape} in the quantized one — pass the float model and its own "
-                                        "quantized form")
+            ref, got = _rows_padded(ref, got)
         self.nonfinite += got.nonfinite
         self.reference_nonfinite += ref.nonfinite
         largest, absolute, squares = _difference_sums(ref.values, got.values)

@@ -137,3 +137,16 @@ def test_no_detections_on_one_side_or_both(ref_rows, got_rows):
     assert expected[0].values.shape == quantized[0].values.shape == (ref_rows + got_rows, 4)
     task = OutputTask("detections", "test", None, 0.5, detections=SET)
     assert MEASURES["detections"](expected[1].values, quantized[1].values, task) == (0, ref_rows + got_rows)
+
+
+def test_rows_the_data_chooses_outside_a_set_are_padded_not_refused():
+    """A NonZero's indices, one fewer in the quantized model: the missing row counts as a row of zeros; a shape
+    that differs past the first axis is still two different models."""
+    from onnxq.errors import UnsupportedModelError
+    from onnxq.verify.metrics import MetricsAccumulator
+    accumulator = MetricsAccumulator()
+    accumulator.add(np.array([[0, 1], [2, 3], [4, 5]], np.int64), np.array([[0, 1], [2, 3]], np.int64))
+    result = accumulator.result()
+    assert result.samples == 3 and result.max_abs_error == 5.0
+    with pytest.raises(UnsupportedModelError, match=r"shape \(3, 2\) in the float model but \(3, 3\)"):
+        MetricsAccumulator().add(np.zeros((3, 2)), np.zeros((3, 3)))
