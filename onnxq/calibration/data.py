@@ -227,8 +227,9 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     where = _layout_said(spec)
     # A fixed first dimension read as the batch's, and samples that are each the whole input: no batch axis.
     if array.ndim == len(spec.shape) + 1 and axis == 0 and spec.shape and isinstance(spec.shape[0], int) \
-            and fits_model(array.shape[1:], spec.shape):
-        raise CalibrationDataError(_unbatched(spec, array.shape[1:], what))
+            and array.shape[1] == spec.shape[0]:
+        raise CalibrationDataError(_unbatched(spec, array.shape[1:], what) if fits_model(array.shape[1:], spec.shape)
+                                   else _sample_off(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):
         raise CalibrationDataError(
             f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
@@ -247,6 +248,14 @@ def _layout_said(spec: InputSpec) -> str:
         return ("it is held constant (a scalar input, or calibration.constant_inputs): give the one value fed with "
                 "every batch")
     return f"axis {spec.sample_axis} holds the samples"
+
+
+def _sample_off(spec: InputSpec, sample_shape: tuple[int, ...], what: str) -> str:
+    """Samples stacked as for a model without a batch axis, one dimension off what the model fixes."""
+    axis, got, want = next((i, g, w) for i, (g, w) in enumerate(zip(sample_shape, spec.shape))
+                           if isinstance(w, int) and g != w)
+    return (f"{what} input '{spec.name}': each sample has shape {sample_shape} but the model takes "
+            f"{spec.describe()} in one run — its dimension {axis} is {got}, not {want}")
 
 
 def _unbatched(spec: InputSpec, sample_shape: tuple[int, ...], what: str) -> str:

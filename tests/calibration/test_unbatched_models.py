@@ -174,3 +174,12 @@ def test_one_array_for_the_model_s_one_input_is_read_the_same(rng, tmp_path):
     result = onnxq.quantize(_model([3, 16]), rng.normal(0, 1, (20, 3, 16)).astype(np.float32),
                             output=tmp_path / "q.onnx")
     assert result.report.passed and result.report.calibration_samples == 18
+
+
+def test_stacked_samples_one_dimension_off_say_which(rng, tmp_path):
+    """(10, 3, 15) for a model of [3, 16]: not "shape (3, 3, 15) (rank 3)", a batch the user never made."""
+    with pytest.raises(CalibrationDataError) as raised:
+        onnxq.quantize(_model([3, 16]), {"x": rng.normal(0, 1, (10, 3, 15)).astype(np.float32)},
+                       output=tmp_path / "q.onnx")
+    assert str(raised.value) == ("calibration input 'x': each sample has shape (3, 15) but the model takes float32 "
+                                 "[3, 16] in one run — its dimension 1 is 15, not 16")
