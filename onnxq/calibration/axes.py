@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,12 @@ class InferredLayout:
 
     def __bool__(self) -> bool:
         return bool(self.once or self.axes or self.unbatched)
+
+    def applied(self, layout: Any) -> Any:
+        """The calibration config (config.CalibrationConfig) with this layout added to the user's."""
+        return dataclasses.replace(layout, sample_axes={**layout.sample_axes, **self.axes},
+                                   constant_inputs=(*layout.constant_inputs, *self.once),
+                                   unbatched_inputs=(*layout.unbatched_inputs, *self.unbatched))
 
 
 def new_layout(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],

@@ -107,9 +107,7 @@ def _applied_layout(state: RunState, inferred: InferredLayout) -> QuantConfig:
     config, layout = state.config, state.config.calibration
     if not inferred:
         return config
-    layout = dataclasses.replace(layout, sample_axes={**layout.sample_axes, **inferred.axes},
-                                 constant_inputs=(*layout.constant_inputs, *inferred.once),
-                                 unbatched_inputs=(*layout.unbatched_inputs, *inferred.unbatched))
+    layout = inferred.applied(layout)
     state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     state.notes.extend(_layout_notes(inferred))
     return config.replace(calibration=layout)

@@ -153,7 +153,7 @@ def _image_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
-def test_the_command_line_reads_it_off_an_npz_and_calibrate_takes_the_flag(rng, tmp_path, capsys):
+def test_the_command_line_and_calibrate_read_it_off_an_npz(rng, tmp_path, capsys):
     model, data, out, cache = (tmp_path / n for n in ("det.onnx", "images.npz", "q.onnx", "cache.json"))
     onnx.save(_image_model(), model)
     np.savez(data, image=rng.uniform(0, 1, (20, 3, 8, 8)).astype(np.float32))
@@ -162,10 +162,12 @@ def test_the_command_line_reads_it_off_an_npz_and_calibrate_takes_the_flag(rng, 
     assert "inputs without a batch axis, fed one sample per run: image" in printed
     assert "18 samples (+2 held back for verification)" in printed
     assert main(["verify", str(model), str(out), "--data", str(data)]) == 0
-    # calibrate's own job reads no layout off the data: without the flag, the line that names it
-    assert main(["calibrate", str(model), "--calib", str(data), "-o", str(cache)]) == 2
-    assert "--unbatched-input image" in capsys.readouterr().err
-    assert main(["calibrate", str(model), "--calib", str(data), "-o", str(cache), "--unbatched-input", "image"]) == 0
+    # calibrate reads the layout as quantize does, and takes the flag
+    assert main(["calibrate", str(model), "--calib", str(data), "-o", str(cache)]) == 0
+    assert "20 samples" in capsys.readouterr().out
+    assert main(["calibrate", str(model), "--calib", str(data), "-o", str(tmp_path / "c2.json"), "--unbatched-input",
+                 "image"]) == 0
+    assert (tmp_path / "c2.json").read_bytes() == cache.read_bytes()
     assert main([str(model), "--calib-cache", str(cache), "-o", str(tmp_path / "q2.onnx"), "--verify-data", str(data),
                  "-q"]) == 0
 
