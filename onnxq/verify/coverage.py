@@ -76,7 +76,8 @@ class Coverage:
     target: str
     exact: tuple[OutputCheck, ...]  # the exact quantization vs float
     kernel_gap: tuple[OutputCheck, ...]  # deployed on this CPU vs the exact quantization (metrics only)
-    # Per output: mean cosine to float of the exact quantization minus that of this CPU's deployed kernels.
+    # Per output whose cosine gates: mean cosine to float of the exact quantization minus that of this CPU's
+    # deployed kernels.
     kernel_loss: dict[str, float]
     targets: tuple[TargetCheck, ...]
     saturation: tuple[NodeSaturation, ...]  # per integer product, AVX2 emulation
@@ -204,7 +205,10 @@ class CoverageRun:
         exact = checks_of(self._exact, self.tolerance_for)
         gap = checks_of(self._gap, lambda _: REPORTED)
         deployed = {o.name: o.metrics.cosine_mean for o in deployed_checks}
-        loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact}
+        # Over the outputs whose cosine gates: a cache judged through the logits, a detection set's zero rows for a
+        # missing detection, move their cosine by what no kernel costs.
+        loss = {o.name: o.metrics.cosine_mean - deployed[o.name] for o in exact
+                if self.tolerance_for(o.name).min_cosine is not None}
         by_check = {"exact": exact, "emulated": checks_of(self._emulated, self.tolerance_for)}
         checks = [self._check(t, (deployed_checks, deployed_task), by_check, providers or {}) for t in self.targets]
         return Coverage(platform_info(self.here), resolve_target(self.target), exact, gap, loss, tuple(checks),
