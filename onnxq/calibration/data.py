@@ -231,9 +231,12 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
         raise CalibrationDataError(_unbatched(spec, array.shape[1:], what) if fits_model(array.shape[1:], spec.shape)
                                    else _sample_off(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):
+        # Rank one more, the rest the model's: samples of a model whose open first axis is no batch's (points, nodes).
+        hint = (f" — if the model takes one sample a run with no batch axis, pass --unbatched-input {spec.name}"
+                if array.ndim == len(spec.shape) + 1 and axis == 0 and fits_model(array.shape[1:], spec.shape) else "")
         raise CalibrationDataError(
             f"{what} input '{spec.name}' has shape {array.shape} (rank {array.ndim}) but the model expects "
-            f"rank {len(spec.shape)} {spec.describe()}; {where}")
+            f"rank {len(spec.shape)} {spec.describe()}; {where}{hint}")
     for i, (got, want) in enumerate(zip(array.shape, spec.shape)):
         if i != axis and isinstance(want, int) and got != want:
             raise CalibrationDataError(

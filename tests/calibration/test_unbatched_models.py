@@ -185,3 +185,16 @@ def test_stacked_samples_one_dimension_off_say_which(rng, tmp_path):
                        output=tmp_path / "q.onnx")
     assert str(raised.value) == ("calibration input 'x': each sample has shape (3, 15) but the model takes float32 "
                                  "[3, 16] in one run — its dimension 1 is 15, not 16")
+
+
+def test_an_open_first_axis_is_read_as_a_batch_and_the_line_names_the_flag(rng, tmp_path):
+    """A point cloud [points, 16]: its open first axis is no batch's, but nothing says so. Data of one more rank is
+    refused with the flag; with it, each run takes one cloud."""
+    data = {"x": rng.normal(0, 1, (12, 5, 16)).astype(np.float32)}
+    with pytest.raises(CalibrationDataError, match=r"model expects rank 2 float32 \[points, 16\]; axis 0 holds the "
+                                                   r"samples — if the model takes one sample a run with no batch axis, "
+                                                   r"pass --unbatched-input x$"):
+        onnxq.quantize(_model(["points", 16]), data, output=tmp_path / "q.onnx")
+    result = onnxq.quantize(_model(["points", 16]), data, output=tmp_path / "q.onnx",
+                            config={"calibration": {"unbatched_inputs": ["x"]}})
+    assert result.report.passed and result.report.calibration_samples + result.report.verification.samples == 12
