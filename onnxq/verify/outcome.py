@@ -130,7 +130,8 @@ def coarse_task(units: int, bar: float, kind: str) -> str | None:
 
 
 _UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
-          "labels": "labels", "detections": "confident detections of either model"}
+          "labels": "labels", "detections": "confident detections of either model",
+          "head-detections": "detections of either model"}
 
 
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],

@@ -16,7 +16,8 @@ from detector_model import detector, images
 import onnxq
 from onnxq.cli import main
 from onnxq.config import Tolerance, VerifyConfig
-from onnxq.verify.detection_sets import aligned_outputs, box_iou, matched_rows
+from onnxq.verify.boxes import box_iou, matched_rows
+from onnxq.verify.detection_sets import aligned_outputs
 from onnxq.verify.metrics import Operand
 from onnxq.verify.task_measures import MEASURES, DetectionSet, OutputTask
 from onnxq.verify.task_rules import choose_tasks, output_facts
