@@ -77,15 +77,16 @@ def test_the_rules_find_the_set_whether_or_not_its_rows_are_named(name_dims):
     assert _facts_tasks(detector(), images(np.random.default_rng(0), 1)[0], config)["scores"].threshold == 0.3
 
 
-def _rows(path, data: np.ndarray) -> list[int]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+def _rows(model, data: np.ndarray) -> list[int]:
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
     return [len(session.run(["boxes"], {"image": x})[0]) for x in data]
 
 
 def test_a_quantized_detector_with_other_counts_is_judged_on_its_detections(tmp_path, capsys):
-    """The detector with no batch axis: 40 images calibrate, 20 verify. The quantized model returns another number
-    of detections than float on some images (the case that used to raise), and keeps at least 95 % of the confident
-    ones, seeded."""
+    """The detector with no batch axis: 40 images calibrate, 20 verify; the quantized model keeps at least 95 % of
+    the confident detections (here, on x86-vnni, with another count than float on 5 of the 20 images: the case that
+    used to raise — CPU-dependent, so the counts are asserted where float arithmetic makes them: below)."""
     data = images(np.random.default_rng(0), 60)
     model, out = tmp_path / "det.onnx", tmp_path / "q.onnx"
     onnx.save(detector(), model)
@@ -94,7 +95,6 @@ def test_a_quantized_detector_with_other_counts_is_judged_on_its_detections(tmp_
     assert main([str(model), "--calib", str(tmp_path / "calib.npz"), "--verify-data", str(tmp_path / "dev.npz"),
                  "-o", str(out), "--allow-slower", "--report", str(tmp_path / "r.json")]) == 0
     assert "detections kept" in capsys.readouterr().out
-    assert _rows(model, data[40:]) != _rows(out, data[40:])
     report = json.loads((tmp_path / "r.json").read_text())
     scores = report["verification"]["providers"]["CPUExecutionProvider"]["outputs"]["scores"]
     assert scores["task"] == "detections" and scores["task_agreement"] >= 0.95 and scores["task_units"] > 100
@@ -105,6 +105,8 @@ def test_the_gate_sees_detections_lost_or_gained(tmp_path, shift, passes):
     """Against itself: every detection kept; its class bias moved by 0.1: 0.98 kept; by -1 (confident detections
     fall under 0.5) or +0.5 (new ones rise over it): fails."""
     data = {"image": images(np.random.default_rng(0), 60)[40:]}
+    if shift:  # another count of detections on some image: what used to raise
+        assert _rows(detector(), data["image"]) != _rows(detector(shift=shift), data["image"])
     verification = onnxq.verify(detector(), detector(shift=shift), data)
     scores = verification.providers[0].outputs
     kept = next(c for c in scores if c.name == "scores").metrics.task_agreement
