@@ -82,10 +82,10 @@ class InputSpec:
 def input_specs(model: ir.Model, sample_axes: Mapping[str, int] | None = None,
                 constant_inputs: Iterable[str] = (), unbatched_inputs: Iterable[str] = ()) -> list[InputSpec]:
     """The inputs a user must feed (initializers that are also inputs have defaults and are left out), with where
-    their samples lie: as sample_axes, constant_inputs and unbatched_inputs say (calibration config), else axis 0, except a scalar
-    input (held constant: it has no samples axis) and an input whose first dimension is fixed while a later one
-    carries the name of the other inputs' first dimension (a recurrent state [2, batch, 128] beside an input
-    [batch, time]: axis 1)."""
+    their samples lie: as sample_axes, constant_inputs and unbatched_inputs say (calibration config), else axis 0,
+    except a scalar input (held constant: it has no samples axis) and an input whose first dimension is fixed while
+    a later one carries the name of the other inputs' first dimension (a recurrent state [2, batch, 128] beside an
+    input [batch, time]: axis 1)."""
     specs = []
     for value in model.graph.inputs:
         if value.name in model.graph.initializers:
@@ -145,8 +145,8 @@ def _check_unbatched_alone(specs: list[InputSpec]) -> None:
     if batched:
         unbatched = next(s.name for s in specs if s.unbatched)
         raise ConfigError(f"input {one_line(repr(unbatched))} has no batch axis (one sample a run) but "
-                          f"{one_line(repr(batched[0]))} takes its samples in batches — name every input that carries "
-                          "samples in calibration.unbatched_inputs (--unbatched-input), or hold it constant")
+                          f"{one_line(repr(batched[0]))} takes its samples in batches — name every input that "
+                          "carries samples in calibration.unbatched_inputs (--unbatched-input), or hold it constant")
 
 
 def _with_head_sizes(specs: list[InputSpec], sizes: dict[str, int]) -> list[InputSpec]:

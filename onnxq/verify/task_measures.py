@@ -14,7 +14,8 @@ import numpy as np
 
 from onnxq.verify.detection_heads import kept_head_detections
 
-__all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", "measure_task", "PERPLEXITY_BAR", "next_token_nll"]
+__all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", "measure_task", "PERPLEXITY_BAR",
+           "next_token_nll"]
 
 # The share each kind must keep by default. A string of ~10 characters read off ~30 decision-carrying frames
 # changes when any one of them moves: at the 99 % per-decision bar of the other kinds, about 3 % of such strings

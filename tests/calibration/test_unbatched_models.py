@@ -191,9 +191,9 @@ def test_an_open_first_axis_is_read_as_a_batch_and_the_line_names_the_flag(rng, 
     """A point cloud [points, 16]: its open first axis is no batch's, but nothing says so. Data of one more rank is
     refused with the flag; with it, each run takes one cloud."""
     data = {"x": rng.normal(0, 1, (12, 5, 16)).astype(np.float32)}
-    with pytest.raises(CalibrationDataError, match=r"model expects rank 2 float32 \[points, 16\]; axis 0 holds the "
-                                                   r"samples — if the model takes one sample a run with no batch axis, "
-                                                   r"pass --unbatched-input x$"):
+    said = (r"model expects rank 2 float32 \[points, 16\]; axis 0 holds the samples — if the model takes one "
+            r"sample a run with no batch axis, pass --unbatched-input x$")
+    with pytest.raises(CalibrationDataError, match=said):
         onnxq.quantize(_model(["points", 16]), data, output=tmp_path / "q.onnx")
     result = onnxq.quantize(_model(["points", 16]), data, output=tmp_path / "q.onnx",
                             config={"calibration": {"unbatched_inputs": ["x"]}})
