@@ -226,9 +226,10 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
                        local_sqnr_db={twin[0]: sqnr for twin, sqnr in zip(twins, local)})
 
 
-# A language model's cache (judged through the logits) and a detection set (its zero rows for a missing detection
-# would rank as harm what its detections kept judges): their cosine is no harm.
-_NOT_ON_COSINE = frozenset({"state", "detections", "detection-part"})
+# A language model's cache (judged through the logits), a detection set (its zero rows for a missing detection
+# would rank as harm what its detections kept judges) and packed detections (rows in score order): their cosine is
+# no harm.
+_NOT_ON_COSINE = frozenset({"state", "detections", "detection-part", "packed-detections"})
 
 
 def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:

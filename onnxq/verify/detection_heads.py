@@ -5,7 +5,10 @@ class probabilities at all: a copy whose class logits fell by 1 kept cosine 1.00
 detections (tests/verify/test_detection_heads.py). So the head is also decoded as its
 users decode it, the same way on both sides — each anchor's best class and score, the anchors at the threshold
 (0.25: ultralytics' default confidence), NMS per class at IoU 0.7 (ultralytics' default), at most 300 — and the
-detections both models show are counted as a detection set's are (verify.detection_sets)."""
+detections both models show are counted as a detection set's are (verify.detection_sets).
+
+Packed detections — [samples, K, 6] rows of (x1, y1, x2, y2, score, class), YOLOv10's and YOLO26's end-to-end
+output — need no decoding: the rows at the threshold are matched the same way, whatever their order."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ if TYPE_CHECKING:
     from onnxq.verify.task_measures import OutputTask
     from onnxq.verify.task_rules import OutputFacts
 
-__all__ = ["HEAD_THRESHOLD", "head_task_kind", "kept_head_detections", "decoded"]
+__all__ = ["HEAD_THRESHOLD", "head_task_kind", "kept_head_detections", "decoded", "packed_task_kind",
+           "kept_packed_detections"]
 
 HEAD_THRESHOLD = 0.25  # ultralytics' default confidence
 _NMS_IOU = 0.7  # ultralytics' default
@@ -65,4 +69,30 @@ def kept_head_detections(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> 
         matched = len(matched_rows(ref_boxes, got_boxes, ref_labels, got_labels)[0])
         kept += matched
         counted += len(ref_boxes) + len(got_boxes) - matched
+    return kept, counted
+
+
+def packed_task_kind(f: OutputFacts) -> str | None:
+    """Why an output is a detector's packed detections, else None: [samples, K, 6] rows of (x1, y1, x2, y2, score,
+    class) — what YOLOv10's and YOLO26's end-to-end heads and ultralytics' exports with nms=True hand out, K fixed
+    (300), the rows past the detections zero or of tiny scores."""
+    if f.rank != 3 or f.values.dtype.kind != "f" or f.values.shape[-1] != 6 or f.values.shape[1] < 2 \
+            or not np.all(np.isfinite(f.values)):
+        return None
+    scores, classes = f.values[..., 4], f.values[..., 5]
+    if scores.min() < 0 or scores.max() > 1 or classes.min() < 0 or not np.all(classes == np.round(classes)):
+        return None
+    return (f"a detector's packed detections ({f.values.shape[1]} rows of a box's corners, its score and class): "
+            "the rows at the threshold matched by box and class")
+
+
+def kept_packed_detections(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
+    """(kept, counted) over the batch's samples: of the rows either model shows (score >= threshold), those both show
+    — the same box (IoU >= 0.5) and class — whatever their order."""
+    kept = counted = 0
+    for r, g in zip(ref, got):
+        shown = [rows[rows[:, 4] >= task.threshold] for rows in (r.astype(np.float64), g.astype(np.float64))]
+        matched = len(matched_rows(shown[0][:, :4], shown[1][:, :4], shown[0][:, 5], shown[1][:, 5])[0])
+        kept += matched
+        counted += len(shown[0]) + len(shown[1]) - matched
     return kept, counted

@@ -72,6 +72,7 @@ _JUDGED_AS_A_WHOLE = {
     **_LANGUAGE_MODEL,
     "detections": lambda t: dataclasses.replace(REPORTED, task=t.task, min_task_agreement=t.min_task_agreement),
     "detection-part": lambda t: dataclasses.replace(REPORTED, task=t.task),
+    "packed-detections": lambda t: dataclasses.replace(REPORTED, task=t.task, min_task_agreement=t.min_task_agreement),
 }
 
 
@@ -131,7 +132,7 @@ def coarse_task(units: int, bar: float, kind: str) -> str | None:
 
 _UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
           "labels": "labels", "detections": "confident detections of either model",
-          "head-detections": "detections of either model"}
+          "head-detections": "detections of either model", "packed-detections": "detections of either model"}
 
 
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnxq.verify.detection_heads import kept_head_detections
+from onnxq.verify.detection_heads import kept_head_detections, kept_packed_detections
 
 __all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", "measure_task", "PERPLEXITY_BAR",
            "next_token_nll"]
@@ -26,15 +26,17 @@ __all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", 
 # under input rounding lower the bar further: verify.stability). A choice, not yet measured on a trained detector.
 # A raw head decoded (verify.detection_heads) at ultralytics' 0.25: 0.90, as its marginal anchors (many near the
 # threshold, where NMS picks among near-equal neighbours) cross with any change — also unmeasured on a trained YOLO.
+# Packed detections (YOLOv10's end-to-end rows) likewise, at the same threshold.
 TASK_BARS = {"top1": 0.99, "sequence": 0.97, "frames": 0.99, "iou": 0.99, "labels": 0.99, "detections": 0.95,
-             "head-detections": 0.90}
+             "head-detections": 0.90, "packed-detections": 0.90}
 
 TASK_WORDS = {"top1": "top-1 agreement", "sequence": "decoded-sequence agreement", "frames": "frames kept",
               "iou": "mask IoU", "labels": "labels kept", "numeric": "numeric bars only",
               "next-token": "next-token agreement and perplexity ratio",
               "state": "state, judged through the outputs it makes",
               "detections": "detections kept", "detection-part": "a detection set's rows, judged by its detections",
-              "head-detections": "detections kept (the head decoded)"}
+              "head-detections": "detections kept (the head decoded)",
+              "packed-detections": "detections kept"}
 # A language model's next-token logits are gated on the perplexity ratio (quantized / float, on the verification
 # data's own next tokens), not on their top-1 agreement: among near-equal candidates a changed next token is no
 # wrong answer (SmolLM2-135M: a W8A8 model at 1.02x perplexity changes many). 1.15 passes what issue 33 calls good
@@ -141,6 +143,7 @@ MEASURES: dict[str, Callable[[np.ndarray, np.ndarray, OutputTask], tuple[int, in
     "labels": _kept_labels,
     "detections": _kept_detections,
     "head-detections": kept_head_detections,  # a raw head [samples, 4 + C, anchors]: decoded, then as detections
+    "packed-detections": kept_packed_detections,  # rows [samples, K, 6] of box, score, class
     # Top-1 agreement at every position (reported); the perplexity ratio, which gates, is MetricsAccumulator's.
     "next-token": _kept_decisions,
 }

@@ -39,7 +39,7 @@ import onnx_ir as ir
 
 from onnxq.config import VerifyConfig
 from onnxq.errors import ConfigError, one_line
-from onnxq.verify.detection_heads import HEAD_THRESHOLD, head_task_kind
+from onnxq.verify.detection_heads import HEAD_THRESHOLD, head_task_kind, packed_task_kind
 from onnxq.verify.detection_sets import with_detection_sets
 from onnxq.verify.metrics import sample_axis
 from onnxq.verify.task_measures import MEASURES, OutputTask
@@ -171,6 +171,11 @@ def _detection_head(f: OutputFacts) -> OutputTask | None:
     return None if found is None else OutputTask("head-detections", found[1], found[0], HEAD_THRESHOLD)
 
 
+def _packed_detections(f: OutputFacts) -> OutputTask | None:
+    why = packed_task_kind(f)
+    return None if why is None else OutputTask("packed-detections", why, None, HEAD_THRESHOLD)
+
+
 def _coordinates(f: OutputFacts) -> OutputTask | None:
     """A detector's boxes (DETR's and YOLOS's pred_boxes: a Sigmoid's [queries, 4] centres and sizes in [0, 1]) are
     coordinates, not a map to threshold: read as a mask at 0.5, a random DETR's boxes all near 0.5 scored IoU 0."""
@@ -235,6 +240,7 @@ RULES: list[tuple[str, Rule]] = [
     ("integer", _integer),
     ("language-model", _language_model),
     ("detection-head", _detection_head),
+    ("packed-detections", _packed_detections),
     ("representation", _representation),
     ("coordinates", _coordinates),
     ("softmax", _softmax),
@@ -304,7 +310,7 @@ def _at_threshold(task: OutputTask, threshold: float | None) -> OutputTask:
     """A mask's, binary decisions' or detections' task at the tolerance's threshold (task_threshold), when it sets
     one."""
     binary = task.kind in ("frames", "iou") and task.class_axis is None
-    if threshold is None or not (binary or task.kind in ("detections", "head-detections")):
+    if threshold is None or not (binary or task.kind in ("detections", "head-detections", "packed-detections")):
         return task
     return dataclasses.replace(task, threshold=threshold,
                                rule=f"{task.rule.replace(' at 0.5', '')} at {threshold:g} (the output's tolerance)")

@@ -49,3 +49,38 @@ def images(rng: np.random.Generator, count: int) -> np.ndarray:
             y, x = rng.integers(2, SIZE - 8, 2)
             image[rng.integers(0, 3), y:y + 6, x:x + 6] += rng.uniform(0.8, 1.2)
     return out
+
+
+def end_to_end(class_shift: float = 0.0, rows: int = 50):
+    """The head with YOLOv10's end-to-end output: the `rows` anchors of the best class scores, each (x1, y1, x2, y2,
+    score, class) — [batch, rows, 6], no NMS."""
+    model = head(class_shift)
+    graph = model.graph
+    graph.output.pop()
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        (np.array([rows], np.int64), "k"), (np.array([2], np.int64), "axis2"), (np.array([1, 1, 4], np.int64),
+                                                                                "repeat4"),
+        (np.array([-0.5, -0.5, 0.5, 0.5], np.float32).reshape(1, 1, 4), "half"),
+        (np.array([0, 1, 0, 1], np.int64), "centre_index"), (np.array([2, 3, 2, 3], np.int64), "size_index"))]
+    graph.initializer.extend(inits)
+    graph.node.extend([
+        helper.make_node("Transpose", ["boxes"], ["boxes_t"], perm=[0, 2, 1]),  # [batch, anchors, 4]: cx cy w h
+        helper.make_node("Gather", ["boxes_t", "centre_index"], ["centres"], axis=2),
+        helper.make_node("Gather", ["boxes_t", "size_index"], ["sizes"], axis=2),
+        helper.make_node("Mul", ["sizes", "half"], ["offsets"]),
+        helper.make_node("Add", ["centres", "offsets"], ["corner_boxes"]),
+        helper.make_node("ReduceMax", ["probabilities"], ["best"], axes=[1], keepdims=0),
+        helper.make_node("ArgMax", ["probabilities"], ["label"], axis=1, keepdims=0),
+        helper.make_node("TopK", ["best", "k"], ["score", "index"], axis=1),
+        helper.make_node("Unsqueeze", ["index", "axis2"], ["index3"]),
+        helper.make_node("Tile", ["index3", "repeat4"], ["index4"]),
+        helper.make_node("GatherElements", ["corner_boxes", "index4"], ["picked_boxes"], axis=1),
+        helper.make_node("GatherElements", ["label", "index"], ["picked_label"], axis=1),
+        helper.make_node("Cast", ["picked_label"], ["label_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["score", "axis2"], ["score3"]),
+        helper.make_node("Unsqueeze", ["label_f", "axis2"], ["label3"]),
+        helper.make_node("Concat", ["picked_boxes", "score3", "label3"], ["output0"], axis=2),
+    ])
+    graph.output.append(helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", rows, 6]))
+    del graph.node[[n.output[0] for n in graph.node].index("output0")]  # the raw head's Concat
+    return model

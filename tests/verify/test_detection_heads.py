@@ -7,12 +7,13 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from head_model import head, images
+from head_model import end_to_end, head, images
 
 import onnxq
 from onnxq.config import VerifyConfig
 from onnxq.verify.boxes import nms
 from onnxq.verify.detection_heads import decoded
+from onnxq.verify.task_measures import MEASURES
 from onnxq.verify.task_rules import choose_tasks, output_facts
 
 
@@ -57,3 +58,27 @@ def test_a_quantized_head_is_verified_on_its_detections(tmp_path):
     output = result.report.verification.providers[0].outputs[0].metrics
     assert result.report.passed and output.task == "head-detections" and output.task_agreement >= 0.90
     assert output.task_units > 300  # detections of either model over the 16 images: the measure is resolved
+
+
+def test_packed_detections_are_matched_whatever_their_order():
+    """YOLOv10's end-to-end rows (x1, y1, x2, y2, score, class): the rule reads them; rows reordered and one below the
+    threshold on one side: 2 kept of 3 shown."""
+    session = ort.InferenceSession(end_to_end().SerializeToString(), providers=["CPUExecutionProvider"])
+    data = images(np.random.default_rng(0), 4)
+    facts = output_facts(ir.from_proto(end_to_end()), ["output0"], session.run(["output0"], {"image": data}), 4)
+    task = choose_tasks(VerifyConfig(), facts)["output0"]
+    assert task.kind == "packed-detections" and task.threshold == 0.25
+    ref = np.array([[[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 2], [40, 40, 50, 50, 0.3, 0], [0, 0, 0, 0, 0, 0]]],
+                   np.float32)
+    got = ref[:, [1, 0, 3, 2]].copy()
+    got[0, 3, 4] = 0.2  # the third detection falls under the threshold here
+    assert MEASURES["packed-detections"](ref, got, task) == (2, 3)
+
+
+@pytest.mark.parametrize("shift, passes", [(0.0, True), (0.1, True), (-2.0, False)])
+def test_the_gate_sees_packed_detections_the_cosine_does_not(shift, passes):
+    data = {"image": images(np.random.default_rng(0), 64)[48:]}
+    verification = onnxq.verify(end_to_end(), end_to_end(class_shift=shift), data)
+    output = verification.providers[0].outputs[0].metrics
+    assert output.task == "packed-detections" and output.cosine_mean > 0.999
+    assert verification.passed == passes
