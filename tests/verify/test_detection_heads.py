@@ -2,6 +2,10 @@
 its decoded detections: its cosine is the boxes' and does not see the class probabilities (a copy whose class
 logits fell by 1 kept cosine 1.0000 while a fifth of its detections went)."""
 
+import json
+from pathlib import Path
+
+import jsonschema
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -58,6 +62,8 @@ def test_a_quantized_head_is_verified_on_its_detections(tmp_path):
     output = result.report.verification.providers[0].outputs[0].metrics
     assert result.report.passed and output.task == "head-detections" and output.task_agreement >= 0.90
     assert output.task_units > 300  # detections of either model over the 16 images: the measure is resolved
+    written = json.loads(json.dumps(result.report.to_dict()))  # as the --report file holds it
+    jsonschema.validate(written, json.loads((Path(onnxq.__file__).parent / "report_schema.json").read_text()))
 
 
 def test_packed_detections_are_matched_whatever_their_order():

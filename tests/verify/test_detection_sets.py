@@ -5,7 +5,9 @@ the run with "an output has shape (13, 4) in the float model but (12, 4) in the 
 and its own quantized form"; the same detections in another order compared as different rows."""
 
 import json
+from pathlib import Path
 
+import jsonschema
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -96,6 +98,8 @@ def test_a_quantized_detector_with_other_counts_is_judged_on_its_detections(tmp_
                  "-o", str(out), "--allow-slower", "--report", str(tmp_path / "r.json")]) == 0
     assert "detections kept" in capsys.readouterr().out
     report = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(report, json.loads((Path(onnxq.__file__).parent / "report_schema.json").read_text()))
+    assert report["verification"]["tasks"]["boxes"]["detections"]["members"] == ["boxes", "scores", "labels"]
     scores = report["verification"]["providers"]["CPUExecutionProvider"]["outputs"]["scores"]
     assert scores["task"] == "detections" and scores["task_agreement"] >= 0.95 and scores["task_units"] > 100
 
