@@ -4,6 +4,10 @@
 than the model's, the rest the model's own) and each run is fed one sample, as onnxruntime.quantization's readers
 do; data that cannot say it (batches given one by one) gets one line naming the flag."""
 
+import json
+from pathlib import Path
+
+import jsonschema
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -48,6 +52,8 @@ def test_samples_stacked_on_an_axis_of_their_own_are_fed_one_per_run(rng, tmp_pa
     assert report["verification"]["samples"] == 4
     assert any(note.startswith(UNBATCHED_NOTE) for note in report["notes"])
     assert report["config"]["calibration"]["unbatched_inputs"] == ("x",)
+    schema = json.loads((Path(onnxq.__file__).parent / "report_schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(report)), schema)  # as the --report file holds it
     floated = ort.InferenceSession(_model(input_shape).SerializeToString(), providers=["CPUExecutionProvider"])
     quantized = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     for sample in data[:5]:  # the model as saved takes one sample, as it did
