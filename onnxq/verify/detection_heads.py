@@ -2,10 +2,11 @@
 [samples, anchors, 4 + C]) — per anchor a box (centre and size, in pixels) beside C class probabilities (a Sigmoid's,
 in [0, 1]) — made by the Concat of the two. Its cosine is the boxes' (hundreds of pixels) and does not see the
 class probabilities at all: a copy whose class logits fell by 1 kept cosine 1.0000 while it showed 0.81 of the
-detections (tests/verify/test_detection_heads.py). So the head is also decoded as its
-users decode it, the same way on both sides — each anchor's best class and score, the anchors at the threshold
-(0.25: ultralytics' default confidence), NMS per class at IoU 0.7 (ultralytics' default), at most 300 — and the
-detections both models show are counted as a detection set's are (verify.detection_sets).
+detections (tests/verify/test_detection_heads.py). So the head is also decoded as its users decode it, the same way
+on both sides — each anchor's best class and score, the anchors at the threshold (0.25: ultralytics' default
+confidence), NMS per class at IoU 0.7 (ultralytics' default), at most 300 — and the detections both models show are
+counted as a detection set's are (verify.detection_sets). YOLOv5's objectness column reads as one more class: the
+same on both sides.
 
 Packed detections — [samples, K, 6] rows of (x1, y1, x2, y2, score, class), YOLOv10's and YOLO26's end-to-end
 output — need no decoding: the rows at the threshold are matched the same way, whatever their order."""

@@ -11,6 +11,8 @@ matches decides, and the report names it:
   judged by the perplexity ratio on the data's own next tokens (next-token agreement reported): a changed next token
   among near-equal candidates is no wrong answer; the model's cache outputs (present.*, a recurrent state) are then
   state, judged through the logits they make;
+- a detector's raw head (YOLO without NMS: boxes beside class probabilities, one Concat) is decoded, and its packed
+  detections (YOLOv10's end-to-end rows of box, score, class) read, as their users do (verify.detection_heads);
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state, attention
   weights) is numeric;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes] (and for an old
@@ -22,6 +24,9 @@ matches decides, and the report names it:
 - per-step scores of any name whose decisions are mostly one class (CTC's blank) and several others, from a model
   that reads no token ids: sequence;
 - anything else keeps the numeric bars (a raw-logits classifier named "output": --task-metric top1).
+
+Then a detector's NMS outputs (boxes [K, 4] and the outputs of the same K rows, K chosen by the data) become one
+detection set, whatever the rules said of each (verify.detection_sets).
 
 Override per output with the tolerance's `task` (numeric to gate numbers only, or a kind), everywhere with
 --task-metric KIND, or give your own evaluation (--task-metric MODULE:FUNCTION), which replaces the rules.
