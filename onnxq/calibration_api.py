@@ -18,8 +18,8 @@ from onnxq.calibration.data import declare_data_files, validated_batches
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
-from onnxq.calibration.axes import new_layout
-from onnxq.config import CalibrationConfig, QuantConfig
+from onnxq.calibration.axes import read_layout
+from onnxq.config import QuantConfig
 from onnxq.errors import CalibrationDataError
 from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
@@ -61,15 +61,9 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, dat
                 for path in external_data_files(float_model):
                     files.add_input(path, "the input model's external data")
             declare_data_files(files, data, "the calibration data")
-        config = config.replace(calibration=_read_layout(float_model, config.calibration, data))
+        # The layout the data's shapes say, as quantize() reads it: a cache made here is the one it would make.
+        config = config.replace(calibration=read_layout(float_model, config.calibration, (data,))[0])
         return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
-
-
-def _read_layout(model: ir.Model, layout: CalibrationConfig, data: DataSource) -> CalibrationConfig:
-    """The layout the data's shapes say where the user's leaves it open (calibration.axes, .unbatched), as
-    quantize() reads it: a cache calibrated here is the one quantize() would have made."""
-    specs = input_specs(model, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
-    return new_layout(specs, (data,), layout.sample_axes, layout.constant_inputs).applied(layout)
 
 
 @dataclasses.dataclass(frozen=True)

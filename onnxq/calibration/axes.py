@@ -15,11 +15,11 @@ import numpy as np
 
 from onnxq.calibration.data import data_files
 from onnxq.calibration.npz import open_npz
-from onnxq.calibration.specs import DataSource, InputSpec, with_layout
+from onnxq.calibration.specs import DataSource, InputSpec, input_specs, with_layout
 from onnxq.calibration.unbatched import inferred_unbatched
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout", "InferredLayout"]
+__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout", "InferredLayout", "read_layout"]
 
 
 def data_shapes(source: DataSource | None, sole: str | None = None) -> dict[str, tuple[int, ...]] | None:
@@ -64,6 +64,14 @@ class InferredLayout:
         return dataclasses.replace(layout, sample_axes={**layout.sample_axes, **self.axes},
                                    constant_inputs=(*layout.constant_inputs, *self.once),
                                    unbatched_inputs=(*layout.unbatched_inputs, *self.unbatched))
+
+
+def read_layout(model: Any, layout: Any, sources: tuple[DataSource | None, ...]) -> tuple[Any, InferredLayout]:
+    """(the calibration config (config.CalibrationConfig) with the layout the data's shapes say for the model's
+    (onnx_ir) inputs the user's leaves open, what was read): as quantize, calibrate and verify read it alike."""
+    specs = input_specs(model, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+    inferred = new_layout(specs, sources, layout.sample_axes, layout.constant_inputs)
+    return inferred.applied(layout), inferred
 
 
 def new_layout(specs: list[InputSpec], sources: tuple[DataSource | None, ...], sample_axes: Mapping[str, int],

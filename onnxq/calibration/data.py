@@ -12,7 +12,7 @@ from onnxq.calibration.batching import Batches, exact_batches, fixed_batch_size,
 from onnxq.calibration.completion import completed
 from onnxq.calibration.npz import NpzMember, open_npz
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, laid_out, readable, sample_axis
-from onnxq.calibration.unbatched import fits_model, one_sample_batches
+from onnxq.calibration.unbatched import fits_model, one_sample_batches, stacks_samples
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import RunFiles, regular_file
 
@@ -226,8 +226,7 @@ def _check_shape(spec: InputSpec, array: np.ndarray, what: str) -> None:
     axis = spec.sample_axis
     where = _layout_said(spec)
     # A fixed first dimension read as the batch's, and samples that are each the whole input: no batch axis.
-    if array.ndim == len(spec.shape) + 1 and axis == 0 and spec.shape and isinstance(spec.shape[0], int) \
-            and array.shape[1] == spec.shape[0]:
+    if stacks_samples(spec, array.shape):
         raise CalibrationDataError(_unbatched(spec, array.shape[1:], what) if fits_model(array.shape[1:], spec.shape)
                                    else _sample_off(spec, array.shape[1:], what))
     if array.ndim != len(spec.shape):

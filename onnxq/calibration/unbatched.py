@@ -13,7 +13,7 @@ import numpy as np
 from onnxq.calibration.specs import Batch, InputSpec, laid_out
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["one_sample_batches", "inferred_unbatched", "fits_model"]
+__all__ = ["one_sample_batches", "inferred_unbatched", "fits_model", "stacks_samples"]
 
 
 def one_sample_batches(batch: Batch, ranks: Mapping[str, int], what: str) -> Iterator[Batch]:
@@ -38,19 +38,24 @@ def fits_model(shape: tuple[int, ...], model_shape: tuple) -> bool:
     return all(not isinstance(want, int) or got == want for got, want in zip(shape, model_shape, strict=True))
 
 
+def stacks_samples(spec: InputSpec, shape: tuple[int, ...]) -> bool:
+    """Data of this shape stacks samples of the model's whole input on a first axis of its own (rank one more, its
+    first dimension the model's fixed first), the model reading axis 0 as its samples': no batch axis to read them
+    on. Whether the rest fits what the model fixes is fits_model's."""
+    model = spec.shape
+    return (spec.sample_axis == 0 and model is not None and len(model) >= 1 and isinstance(model[0], int)
+            and len(shape) == len(model) + 1 and shape[1] == model[0])
+
+
 def inferred_unbatched(specs: list[InputSpec], shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
     """The inputs whose data stacks samples of the model's whole input (rank one more, the rest fitting what the
     model fixes, its first dimension fixed: no batch axis to read them on) — only when every input that carries
     samples is one, with the same count. () otherwise (a model with a batch axis, or data that does not say)."""
     placed = [s for s in specs if s.sample_axis is not None]
-    if not placed or any(s.name not in shapes or not _stacked(s, shapes[s.name]) for s in placed):
+    if not placed or any(s.name not in shapes or not stacks_samples(s, shapes[s.name])
+                         or not fits_model(shapes[s.name][1:], s.shape) for s in placed):
         return ()
     if len({shapes[s.name][0] for s in placed}) > 1:
         return ()
     return tuple(s.name for s in placed)
 
-
-def _stacked(spec: InputSpec, shape: tuple[int, ...]) -> bool:
-    model = spec.shape
-    return (spec.sample_axis == 0 and model is not None and len(model) >= 1 and isinstance(model[0], int)
-            and len(shape) == len(model) + 1 and fits_model(shape[1:], model))

@@ -38,7 +38,7 @@ from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
 from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
-from onnxq.verify.outcome import task_bar
+from onnxq.verify.outcome import NOT_ON_COSINE, task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
@@ -226,12 +226,6 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
                        local_sqnr_db={twin[0]: sqnr for twin, sqnr in zip(twins, local)})
 
 
-# A language model's cache (judged through the logits), a detection set (its zero rows for a missing detection
-# would rank as harm what its detections kept judges) and packed detections (rows in score order): their cosine is
-# no harm.
-_NOT_ON_COSINE = frozenset({"state", "detections", "detection-part", "packed-detections"})
-
-
 def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
     """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in; per output with a task
     metric ("task:" + its name), 1 - its bar."""
@@ -239,7 +233,7 @@ def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, flo
     for output in builder.float_model.graph.outputs:
         tolerance = config.verify.tolerance_for(output.name)
         task = tasks.get(output.name)
-        if task is not None and task.kind in _NOT_ON_COSINE and output.name not in config.verify.output_tolerances:
+        if task is not None and task.kind in NOT_ON_COSINE and output.name not in config.verify.output_tolerances:
             budgets[output.name] = math.inf  # judged through another output, or its task alone: not ranked on cosine
         elif tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
             budgets[output.name] = 1.0 - tolerance.min_cosine

@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import InferredLayout, new_layout
+from onnxq.calibration.axes import InferredLayout, read_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.calibration.specs import sample_axis
-from onnxq.config import QuantConfig
+from onnxq.config import CalibrationConfig, QuantConfig
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
@@ -67,8 +67,6 @@ def load_and_plan(state: RunState) -> bool:
     state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
     if not state.plans:
         raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
-    layout = config.calibration
-    state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     state.config = config = _with_inferred_layout(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
@@ -96,21 +94,16 @@ def _with_language_model_defaults(state: RunState) -> QuantConfig:
 def _with_inferred_layout(state: RunState) -> QuantConfig:
     """The config with the layout the data's shapes imply for inputs the model and the user leave open
     (calibration.axes, calibration.unbatched): inputs given once held constant, samples axes inferred, inputs
-    without a batch axis fed a sample a run, each said in a note; the specs follow."""
-    given, layout = state.given, state.config.calibration
-    inferred = new_layout(state.specs, (given.calibration, given.verify_data), layout.sample_axes,
-                          layout.constant_inputs)
-    return _applied_layout(state, inferred)
+    without a batch axis fed a sample a run, each said in a note; the specs (state.specs) follow."""
+    given = state.given
+    layout, inferred = read_layout(state.work, state.config.calibration, (given.calibration, given.verify_data))
+    return _applied_layout(state, layout, inferred)
 
 
-def _applied_layout(state: RunState, inferred: InferredLayout) -> QuantConfig:
-    config, layout = state.config, state.config.calibration
-    if not inferred:
-        return config
-    layout = inferred.applied(layout)
+def _applied_layout(state: RunState, layout: CalibrationConfig, inferred: InferredLayout) -> QuantConfig:
     state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     state.notes.extend(_layout_notes(inferred))
-    return config.replace(calibration=layout)
+    return state.config.replace(calibration=layout)
 
 
 def _layout_notes(inferred: InferredLayout) -> list[str]:
@@ -204,5 +197,6 @@ def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
                        "with real inputs for meaningful figures")
     batches = synthetic_batches(state.reference, state.specs)
     held = tuple(s.name for s in state.specs if s.sample_axis is not None and sample_axis(batches[0], s.name) is None)
-    state.config = _applied_layout(state, InferredLayout(once=held))  # made once beside the others' samples
+    made_once = InferredLayout(once=held)  # the inputs made once beside the others' samples
+    state.config = _applied_layout(state, made_once.applied(state.config.calibration), made_once)
     return Batches.held(batches), SYNTHETIC

@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.axes import new_layout
+from onnxq.calibration.axes import read_layout
 from onnxq.calibration.data import declare_data_files, reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
 from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
@@ -46,13 +46,10 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
         float_ir = _load(files, float_model, "the float model")
         quant_ir = _load(files, quant_model, "the quantized model")
         declare_data_files(files, data, "the verification data")
-    specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     # The data's shapes say which inputs it gives once, where an unnamed samples axis is (calibration.axes) and
     # whether the model has a batch axis (calibration.unbatched).
-    inferred = new_layout(specs, (data,), layout.sample_axes, layout.constant_inputs)
-    if inferred:
-        specs = input_specs(float_ir, {**layout.sample_axes, **inferred.axes},
-                            (*layout.constant_inputs, *inferred.once), (*layout.unbatched_inputs, *inferred.unbatched))
+    layout, _ = read_layout(float_ir, layout, (data,))
+    specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     quant_inputs = {s.name for s in input_specs(quant_ir)}
     if quant_inputs != {s.name for s in specs}:
         raise CalibrationDataError(f"the two models have different inputs ({sorted(quant_inputs)} vs "

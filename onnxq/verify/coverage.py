@@ -158,6 +158,7 @@ class CoverageRun:
         resolved (verify.outcome.task_tolerances), else the config's."""
         self.names = list(names)
         self.tasks = dict(tasks or {})
+        self.sets = sets_of(self.tasks)  # detection sets: rows matched before comparing
         self.tolerance_for = tolerance_for or config.tolerance_for
         self.task = task
         self.config = config
@@ -183,14 +184,13 @@ class CoverageRun:
         base, emulated, exact = self._emulator.run(batch)
         self._add_task("exact", exact or base, batch, expected_task)
         exact = [Operand(x, e.sample_axis if isinstance(e, Operand) else 0) for x, e in zip(exact or base, expected)]
-        sets = sets_of(self.tasks)  # detection sets: rows matched before comparing
-        for name, e, x in aligned_pairs(self.names, expected, exact, sets):
+        for name, e, x in aligned_pairs(self.names, expected, exact, self.sets):
             self._exact[name].add(e, x)
-        for name, x, d in aligned_pairs(self.names, exact, deployed, sets):
+        for name, x, d in aligned_pairs(self.names, exact, deployed, self.sets):
             self._gap[name].add(x, d)
         if self._emulate:
             self._add_task("emulated", emulated or base, batch, expected_task)
-            for name, e, m in aligned_pairs(self.names, expected, emulated or base, sets):
+            for name, e, m in aligned_pairs(self.names, expected, emulated or base, self.sets):
                 self._emulated[name].add(e, m)
 
     def _add_task(self, kind: str, outputs: Sequence[np.ndarray], batch, expected: float | list | None) -> None:

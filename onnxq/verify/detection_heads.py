@@ -13,6 +13,7 @@ output — need no decoding: the rows at the threshold are matched the same way,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,10 +64,16 @@ def decoded(values: np.ndarray, channel_axis: int, threshold: float) -> tuple[np
 def kept_head_detections(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
     """(kept, counted) over the batch's samples (axis 0): the detections both models show — the same box (IoU >=
     0.5) and class — of those either does, each decoded at the task's threshold."""
-    kept = counted = 0
     axis = task.class_axis - 1  # the channels' axis within a sample
+    return _kept(ref, got, lambda sample: decoded(sample, axis, task.threshold))
+
+
+def _kept(ref: np.ndarray, got: np.ndarray, detections: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> \
+        tuple[int, int]:
+    """(matched, the union's count) over the samples, each sample's (boxes, labels) as `detections` reads them."""
+    kept = counted = 0
     for r, g in zip(ref, got):
-        (ref_boxes, ref_labels), (got_boxes, got_labels) = (decoded(x, axis, task.threshold) for x in (r, g))
+        (ref_boxes, ref_labels), (got_boxes, got_labels) = detections(r), detections(g)
         matched = len(matched_rows(ref_boxes, got_boxes, ref_labels, got_labels)[0])
         kept += matched
         counted += len(ref_boxes) + len(got_boxes) - matched
@@ -90,10 +97,8 @@ def packed_task_kind(f: OutputFacts) -> str | None:
 def kept_packed_detections(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
     """(kept, counted) over the batch's samples: of the rows either model shows (score >= threshold), those both show
     — the same box (IoU >= 0.5) and class — whatever their order."""
-    kept = counted = 0
-    for r, g in zip(ref, got):
-        shown = [rows[rows[:, 4] >= task.threshold] for rows in (r.astype(np.float64), g.astype(np.float64))]
-        matched = len(matched_rows(shown[0][:, :4], shown[1][:, :4], shown[0][:, 5], shown[1][:, 5])[0])
-        kept += matched
-        counted += len(shown[0]) + len(shown[1]) - matched
-    return kept, counted
+    def shown(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = rows[rows[:, 4] >= task.threshold].astype(np.float64)
+        return rows[:, :4], rows[:, 5]
+
+    return _kept(ref, got, shown)

@@ -14,7 +14,6 @@ are judged through it (reported)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 

@@ -11,8 +11,8 @@ from onnxq.errors import ConfigError, one_line
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_WORDS, OutputTask
 
-__all__ = ["OutputCheck", "failures_for", "checks_of", "check_output_tolerances", "task_bar", "REPORTED",
-           "task_tolerances", "coarse_task"]
+__all__ = ["OutputCheck", "NOT_ON_COSINE", "failures_for", "checks_of", "check_output_tolerances", "task_bar",
+           "REPORTED", "task_tolerances", "coarse_task"]
 
 # The tolerance of a comparison that is reported, not gated (the float model on another provider, the kernels' gap).
 REPORTED = Tolerance(min_cosine=None, task="numeric")
@@ -65,15 +65,24 @@ _LANGUAGE_MODEL = {
         PERPLEXITY_BAR if t.max_perplexity_ratio is None else t.max_perplexity_ratio)),
     "state": lambda t: dataclasses.replace(REPORTED, task=t.task),
 }
+
+
+def _task_alone(tolerance: Tolerance) -> Tolerance:
+    return dataclasses.replace(REPORTED, task=tolerance.task, min_task_agreement=tolerance.min_task_agreement)
+
+
 # Outputs judged by their task in place of the numeric bars, unless they have a tolerance of their own: a language
 # model's logits and its cache; a detection set's rows (verify.detection_sets), whose figures count a detection one
-# model lacks against rows of zeros — the detections kept judge them, the set's other outputs are reported.
+# model lacks against rows of zeros — the detections kept judge them, the set's other outputs are reported; packed
+# detections, rows in score order.
 _JUDGED_AS_A_WHOLE = {
     **_LANGUAGE_MODEL,
-    "detections": lambda t: dataclasses.replace(REPORTED, task=t.task, min_task_agreement=t.min_task_agreement),
+    "detections": _task_alone,
     "detection-part": lambda t: dataclasses.replace(REPORTED, task=t.task),
-    "packed-detections": lambda t: dataclasses.replace(REPORTED, task=t.task, min_task_agreement=t.min_task_agreement),
+    "packed-detections": _task_alone,
 }
+# The kinds whose cosine gates nothing (the sensitivity does not rank on it either).
+NOT_ON_COSINE = frozenset(kind for kind in _JUDGED_AS_A_WHOLE if kind != "next-token")
 
 
 def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:

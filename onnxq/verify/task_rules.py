@@ -303,11 +303,9 @@ def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: 
             chosen[f.name] = OutputTask("numeric", "set by the output's tolerance (task = numeric)")
         else:
             chosen[f.name] = _forced(f, kind)
-        chosen[f.name] = _at_threshold(chosen[f.name], config.tolerance_for(f.name).task_threshold)
     free = {f.name for f in facts if config.tolerance_for(f.name).task == "auto"}
     chosen = with_detection_sets(chosen, facts, free, gated=config.task_metric is None and not synthetic)
-    chosen = {name: _at_threshold(task, config.tolerance_for(name).task_threshold) if task.kind == "detections"
-              else task for name, task in chosen.items()}
+    chosen = {name: _at_threshold(task, config.tolerance_for(name).task_threshold) for name, task in chosen.items()}
     return _with_state(chosen)
 
 
