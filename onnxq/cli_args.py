@@ -110,8 +110,8 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
                    help="any bar, for one output or all: cosine, sqnr, max_abs, argmax, topK (K = 1 … 10), task, "
                         "threshold, perplexity; e.g. logits:top5=0.999; repeatable")
     p.add_argument("--task-metric", metavar="KIND|MODULE:FUNCTION",
-                   help=f"the task measure gated: a kind ({', '.join(TASK_KINDS)}; default auto: by what each output "
-                        "is) or your function, MODULE:FUNCTION or FILE.py:FUNCTION")
+                   help=f"the task measure gated: a kind ({', '.join(TASK_KINDS)}; default auto) or your function, "
+                        "MODULE:FUNCTION or FILE.py:FUNCTION")
     p.add_argument("--task-max-drop", type=float, metavar="X",
                    help="with your --task-metric function: how far its score may fall below float's (default 0.01)")
 

@@ -52,7 +52,7 @@ def _data_and_calibration(g: Group) -> None:
     g.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
     g.add_argument("--range-choice", choices=["saturation", "method", "output-error"],
                    help="output-error (default): Conv inputs narrowed where their output loses least; saturation: "
-                        "only where a ReLU6 or hardswish clips anyway; method: the method's ranges")
+                        "where a ReLU6 or hardswish clips; method")
 
 
 def _quantization(g: Group) -> None:

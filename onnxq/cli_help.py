@@ -19,8 +19,8 @@ __all__ = ["build_parser", "first_screen", "help_command", "quantize_arguments",
 PROG = "python -m onnxq"
 USAGE = (f"{PROG} [quantize] MODEL [--calib DATA] [-o PATH] [options]\n"
          f"       {PROG} COMMAND [options]      ({PROG} help COMMAND: its flags)")
-WHAT = ("onnxq quantizes a float ONNX model to int8 (or 4-bit weights) and verifies the result against the float "
-        "model\non ONNX Runtime.")
+WHAT = ("onnxq quantizes a float ONNX model to int8 (or 4-bit weights) and verifies the result\n"
+        "against the float model on ONNX Runtime.")
 
 # The commands in the order the first screen lists them; a command registered in SUBCOMMANDS shows with its line.
 COMMAND_SUMMARIES = {
