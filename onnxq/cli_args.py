@@ -8,7 +8,7 @@ import re
 import types
 import typing
 
-from onnxq.cli_parser import HelpFormatter, Parser, path_arg
+from onnxq.cli_parser import Parser, path_arg
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.config.schema import TaskKind
 from onnxq.config.checks import TOPK_MAX
@@ -16,8 +16,8 @@ from onnxq.errors import ConfigError, closest, did_you_mean, one_line
 
 TASK_KINDS = typing.get_args(TaskKind)
 
-__all__ = ["Parser", "HelpFormatter", "path_arg", "add_tolerance_flags", "add_providers_flag", "add_calibration_flags", "add_verbose_flag", "config_from_args",
-           "verify_config_from_args", "add_custom_ops_flag", "custom_op_libraries_from_args"]
+__all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_providers_flag", "add_calibration_flags", "add_verbose_flag",
+           "config_from_args", "verify_config_from_args", "add_custom_ops_flag", "custom_op_libraries_from_args"]
 
 
 def add_custom_ops_flag(p: argparse.ArgumentParser) -> None:

@@ -95,7 +95,7 @@ def help_command(argv: list[str]) -> int:
     if len(argv) > 1:
         raise ConfigError(f"help takes one command name, e.g. {PROG} help verify")
     name = argv[0] if argv else "help"
-    if name == "help":
+    if name in ("help", "-h", "--help"):
         print(first_screen(), end="")
     elif name == "quantize":
         build_parser().print_help()

@@ -9,8 +9,8 @@ from pathlib import Path
 from onnxq.calibration.data import data_files
 from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_layout_flags, add_providers_flag,
-                            add_tolerance_flags, add_verbose_flag, config_from_args, custom_op_libraries_from_args, layout_from_args,
-                            path_arg, verify_config_from_args)
+                            add_tolerance_flags, add_verbose_flag, config_from_args, custom_op_libraries_from_args,
+                            layout_from_args, path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig

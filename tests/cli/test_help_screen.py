@@ -36,6 +36,8 @@ def test_help_prints_the_first_screen_and_exits_0(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out
     assert out == first_screen()
+    for also in (["help", "help"], ["help", "--help"]):
+        assert main(also) == 0 and capsys.readouterr().out == out
     lines = out.splitlines()
     assert len(lines) <= 40, len(lines)  # one screen
     assert lines[0] == "usage: python -m onnxq [quantize] MODEL [--calib DATA] [-o PATH] [options]"
