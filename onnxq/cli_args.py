@@ -8,36 +8,22 @@ import re
 import types
 import typing
 
+from onnxq.cli_parser import Parser, path_arg
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.config.schema import TaskKind
 from onnxq.config.checks import TOPK_MAX
-from onnxq.errors import ConfigError
+from onnxq.errors import ConfigError, closest, did_you_mean, one_line
 
 TASK_KINDS = typing.get_args(TaskKind)
 
-__all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_calibration_flags", "add_verbose_flag", "config_from_args",
-           "verify_config_from_args", "add_custom_ops_flag", "custom_op_libraries_from_args"]
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (the usage block would bury the problem) with a pointer to --help."""
-
-    def error(self, message: str):
-        raise ConfigError(f"{message} — see {self.prog} --help")
-
-
-def path_arg(text: str) -> str:
-    """A path flag's value: an empty one (an unset variable in a script) is refused, never read as the current
-    folder."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path — give a file name")
-    return text
+__all__ = ["Parser", "path_arg", "add_tolerance_flags", "add_providers_flag", "add_calibration_flags", "add_verbose_flag",
+           "config_from_args", "verify_config_from_args", "add_custom_ops_flag", "custom_op_libraries_from_args"]
 
 
 def add_custom_ops_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--custom-ops", type=path_arg, action="append", metavar="LIBRARY",
-                   help="a custom-operator library every ONNX Runtime session registers: its path, or an installed "
-                        "package with get_library_path() (onnxruntime_extensions); its nodes stay float; repeatable")
+                   help="a custom-operator library every session registers: a path, or a package with "
+                        "get_library_path() (onnxruntime_extensions); repeatable")
 
 
 def custom_op_libraries_from_args(config, args: argparse.Namespace) -> tuple[str, ...]:
@@ -46,26 +32,27 @@ def custom_op_libraries_from_args(config, args: argparse.Namespace) -> tuple[str
 
 
 def add_verbose_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does (and the traceback of an "
-                                                                "internal error)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each step (and an internal error's traceback)")
 
 
 def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--min-cosine", type=float, metavar="X", help="tolerance: mean cosine per output (default 0.98)")
-    p.add_argument("--min-sqnr", type=float, metavar="DB", help="tolerance: SQNR per output in dB")
-    p.add_argument("--max-abs", type=float, metavar="X", help="tolerance: max abs error per output")
-    p.add_argument("--providers", metavar="LIST",
-                   help="execution providers to verify on, comma-separated: auto (default: CPU, plus CUDA when "
-                        "present), cpu, cuda")
+    p.add_argument("--min-cosine", type=float, metavar="X", help="mean cosine per output (default 0.98)")
+    p.add_argument("--min-sqnr", type=float, metavar="DB", help="SQNR per output, in dB")
+    p.add_argument("--max-abs", type=float, metavar="X", help="largest absolute error per output")
+    p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
+                   help="any bar, for one output or all: cosine, sqnr, max_abs, argmax, topK (K = 1 … 10), task, "
+                        "threshold, perplexity; e.g. logits:top5=0.999; repeatable")
     p.add_argument("--task-metric", metavar="KIND|MODULE:FUNCTION",
-                   help="the task metric gated besides the numeric tolerances. KIND for every output: auto (default: "
-                        "each output's own, chosen by what it is — top-1 for class scores, the decoded sequence for "
-                        "per-step scores, IoU for a mask, frames for on/off maps), numeric (none), top1, sequence, "
-                        "frames, iou, labels. Or your own evaluation: FUNCTION(outputs: dict of arrays) returns the "
-                        "batch's score (higher is better) or one decision per sample (compared with the float "
-                        "model's); MODULE is importable from here or a FILE.py")
+                   help=f"the task measure gated: a kind ({', '.join(TASK_KINDS)}; default auto) or your function, "
+                        "MODULE:FUNCTION or FILE.py:FUNCTION")
     p.add_argument("--task-max-drop", type=float, metavar="X",
-                   help="with --task-metric: how far the quantized score may fall below the float one (default 0.01)")
+                   help="with your --task-metric function: how far its score may fall below float's (default 0.01)")
+
+
+def add_providers_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--providers", metavar="LIST",
+                   help="execution providers to verify on, comma-separated: auto (default: CPU, and CUDA where "
+                        "present), cpu, cuda")
 
 
 _METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement",
@@ -79,12 +66,20 @@ def _apply_tolerance_specs(verify: VerifyConfig, specs: list[str]) -> VerifyConf
         target, _, assignment = spec.rpartition(":")
         metric, _, value = assignment.partition("=")
         top = re.fullmatch(r"top([0-9]+)", metric)
+        if metric not in _METRICS and top is None and metric != "task" and value:
+            known = [*_METRICS, "task", *(f"top{k}" for k in range(1, TOPK_MAX + 1))]
+            match = closest(metric, known)
+            if match is not None:
+                raise ConfigError(f"--tolerance {one_line(repr(spec))}: unknown metric {one_line(repr(metric))} — "
+                                  f"did you mean {match!r}?")
         if (metric not in _METRICS and top is None and metric != "task") or not value:
-            raise ConfigError(f"--tolerance {spec!r}: expected [OUTPUT:]METRIC=VALUE with METRIC one of "
-                              f"{', '.join(_METRICS)}, topK (K = 1 … {TOPK_MAX}), task (a share, or a kind: "
+            raise ConfigError(f"--tolerance {one_line(repr(spec))}: expected [OUTPUT:]METRIC=VALUE with METRIC one "
+                              f"of {', '.join(_METRICS)}, topK (K = 1 … {TOPK_MAX}), task (a share, or a kind: "
                               f"{', '.join(TASK_KINDS)})")
         if metric == "task" and value in TASK_KINDS:
             fields = {"task": value}
+        elif metric == "task" and _is_word(value):
+            raise ConfigError(f"--tolerance {one_line(repr(spec))}: {_not_a_kind(value)}")
         else:
             fields = _number_fields(spec, metric, value, top)
         if target:
@@ -104,7 +99,31 @@ def _number_fields(spec: str, metric: str, value: str, top: re.Match | None) -> 
     return {"min_task_agreement" if metric == "task" else _METRICS[metric]: number}
 
 
+def _is_word(text: str) -> bool:
+    """A value meant as a name (a kind), not a number."""
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
+
+
+def _not_a_kind(value: str) -> str:
+    hint = did_you_mean(value, TASK_KINDS)
+    return f"{one_line(repr(value))} is not a task kind" + (hint or f" ({', '.join(TASK_KINDS)})")
+
+
+def _check_task_kind(value: str | None) -> None:
+    """--task-metric without a ':' can only be a kind: a misspelt one is named here, not read as a module."""
+    if value is not None and ":" not in value and value not in TASK_KINDS:
+        hint = did_you_mean(value, TASK_KINDS)
+        raise ConfigError(f"--task-metric {one_line(repr(value))} is not a task kind{hint}" if hint else
+                          f"--task-metric {one_line(repr(value))} is neither a task kind ({', '.join(TASK_KINDS)}) "
+                          "nor MODULE:FUNCTION")
+
+
 def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> VerifyConfig:
+    _check_task_kind(args.task_metric)
     tolerance = _changed(verify.tolerance, min_cosine=args.min_cosine, min_sqnr_db=args.min_sqnr,
                          max_abs_error=args.max_abs)
     providers = tuple(p.strip() for p in args.providers.split(",")) if args.providers else None
@@ -123,21 +142,19 @@ def verify_config_from_args(verify: VerifyConfig, args: argparse.Namespace) -> V
 
 
 def add_calibration_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
     p.add_argument("--calib-samples", type=int, metavar="N", help="use only the first N calibration samples")
+    p.add_argument("--calib-batch-size", type=int, metavar="N", help="samples per calibration run (default 8)")
     add_layout_flags(p)
 
 
 def add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-axis", action="append", metavar="INPUT=AXIS",
-                   help="the data holds this input's samples on AXIS, as the model takes it (e.g. state=1 for a "
-                        "state [2, batch, 128]); repeatable")
+                   help="the data holds INPUT's samples on AXIS (e.g. state=1 for a state [2, batch, 128]); "
+                        "repeatable")
     p.add_argument("--constant-input", action="append", metavar="INPUT",
-                   help="the data gives this input once, fed whole with every batch (a sample rate, an initial "
-                        "state); repeatable")
+                   help="the data gives INPUT once, fed whole with every batch; repeatable")
     p.add_argument("--unbatched-input", action="append", metavar="INPUT",
-                   help="the model takes this input without a batch axis (one image [3, H, W]): the data stacks its "
-                        "samples on a first axis of its own, fed one per run; inferred from an .npz's shapes; "
+                   help="the model takes INPUT without a batch axis: the data stacks samples, fed one a run; "
                         "repeatable")
 
 

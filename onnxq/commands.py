@@ -8,9 +8,9 @@ from pathlib import Path
 
 from onnxq.calibration.data import data_files
 from onnxq.calibration_api import calibrate, merge_calibrations
-from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_layout_flags, add_tolerance_flags,
-                            add_verbose_flag, config_from_args, custom_op_libraries_from_args, layout_from_args,
-                            path_arg, verify_config_from_args)
+from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_layout_flags, add_providers_flag,
+                            add_tolerance_flags, add_verbose_flag, config_from_args, custom_op_libraries_from_args,
+                            layout_from_args, path_arg, verify_config_from_args)
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
@@ -27,22 +27,21 @@ EXIT_OK, EXIT_OUT_OF_TOLERANCE = 0, 1
 
 def build_verify_parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog="python -m onnxq verify",
+        prog="python -m onnxq verify", usage="%(prog)s FLOAT_MODEL QUANT_MODEL --data DATA [options]",
         description="Check a quantized model against its float model on every provider present: every output "
                     "against its tolerance, the providers against each other, and where each node ran.",
         epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
-    p.add_argument("float_model", type=path_arg)
-    p.add_argument("quant_model", type=path_arg)
+    p.add_argument("float_model", type=path_arg, metavar="FLOAT_MODEL", help="the float .onnx model")
+    p.add_argument("quant_model", type=path_arg, metavar="QUANT_MODEL", help="its quantized .onnx model")
     p.add_argument("--data", type=path_arg, metavar="DATA", required=True,
                    help="inputs: .npz, or a folder of .npz / <input>.npy")
     p.add_argument("--config", type=path_arg, metavar="TOML",
                    help="QuantConfig as TOML (its [verify] table applies)")
-    p.add_argument("--tolerance", action="append", metavar="[OUTPUT:]METRIC=VALUE",
-                   help="tolerance (metric: cosine, sqnr, max_abs, argmax, topK); repeatable")
     p.add_argument("--report", type=path_arg, metavar="JSON", help="write the verification as JSON")
     p.add_argument("--target", choices=target_names(),
                    help="CPUs the model must hold on (default portable: AVX2 is emulated where this CPU is not one)")
     add_tolerance_flags(p)
+    add_providers_flag(p)
     add_layout_flags(p)
     add_custom_ops_flag(p)
     add_verbose_flag(p)
@@ -51,10 +50,10 @@ def build_verify_parser() -> argparse.ArgumentParser:
 
 def build_calibrate_parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog="python -m onnxq calibrate",
+        prog="python -m onnxq calibrate", usage="%(prog)s MODEL --calib DATA -o JSON [options]",
         description="Calibrate once (every candidate activation, with histograms) and write the summary: reuse it "
                     "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
-    p.add_argument("model", type=path_arg, help="float .onnx model")
+    p.add_argument("model", type=path_arg, metavar="MODEL", help="the float .onnx model")
     p.add_argument("--calib", type=path_arg, metavar="DATA", required=True,
                    help=".npz, or a folder of .npz / <input>.npy")
     p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True, help="summary file to write")
@@ -75,10 +74,10 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
 
 
 def build_merge_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m onnxq merge",
+    p = Parser(prog="python -m onnxq merge", usage="%(prog)s JSON [JSON ...] -o JSON [-v]",
                description="Merge calibration summaries of shards of the data into one.")
-    p.add_argument("summaries", type=path_arg, nargs="+", metavar="JSON")
-    p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True)
+    p.add_argument("summaries", type=path_arg, nargs="+", metavar="JSON", help="the summaries to merge")
+    p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True, help="the merged summary to write")
     add_verbose_flag(p)
     return p
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
+from collections.abc import Iterable
 
 __all__ = [
     "OnnxqError",
@@ -16,6 +18,8 @@ __all__ = [
     "one_line",
     "ort_reason",
     "whole_message",
+    "closest",
+    "did_you_mean",
 ]
 
 
@@ -70,3 +74,17 @@ def one_line(text: object) -> str:
     """The text with every control character escaped (a newline in a node name or a path shows as \\n), so that a
     message stays on one line whatever names it quotes."""
     return "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in str(text))
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice nearest a misspelt word (difflib's ratio, case aside), or None when none is near enough to be what
+    was meant."""
+    by_key = {choice.lower(): choice for choice in choices}
+    found = difflib.get_close_matches(word.lower(), list(by_key), n=1, cutoff=0.6)
+    return by_key[found[0]] if found else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """" — did you mean 'x'?" for the nearest choice, or "" when none is near."""
+    match = closest(word, choices)
+    return f" — did you mean {match!r}?" if match is not None else ""

@@ -53,7 +53,7 @@ def test_configs_of_other_kinds_are_refused_in_one_line(mlp):
     path, x = mlp
     with pytest.raises(ConfigError, match=r"config is a list: pass an onnxq.QuantConfig or a dict"):
         onnxq.quantize(path, x, config=["mode"])
-    with pytest.raises(ConfigError, match=r"unknown config key mdoe"):
+    with pytest.raises(ConfigError, match=r"^unknown config key 'mdoe' — did you mean 'mode'\?$"):
         onnxq.quantize(path, x, config={"mdoe": "static"})
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from onnxq.errors import ConfigError, one_line
+from onnxq.errors import ConfigError, closest, did_you_mean, one_line
 from onnxq.io.reads import regular_file
 
 if sys.version_info >= (3, 11):
@@ -45,10 +45,20 @@ def typed_fields(cls: type, data: Mapping[str, Any], where: str) -> dict[str, An
         raise ConfigError(f"config section {where or 'top level'} must be a table, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    unknown = [key for key in data if key not in names]
     if unknown:
-        raise ConfigError(f"unknown config key {where}{unknown[0]}; known keys: {', '.join(sorted(names))}")
+        raise ConfigError(_unknown_key(str(unknown[0]), names, where))
     return {key: _convert(hints[key], value, f"{where}{key}") for key, value in data.items()}
+
+
+def _unknown_key(key: str, names: set[str], where: str) -> str:
+    """One line: the key, its table as TOML names it, and the nearest known key (the table's keys when none is
+    near)."""
+    table = f" in [{where.rstrip('.')}]" if where else ""
+    match = closest(key, names)
+    if match is not None:
+        return f"unknown config key {one_line(repr(key))}{table} — did you mean {match!r}?"
+    return f"unknown config key {one_line(repr(key))}{table}; its keys are {', '.join(sorted(names))}"
 
 
 def build(cls: type, data: Mapping[str, Any], where: str) -> Any:
@@ -68,7 +78,9 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         return build(hint, value, f"{key}.")
     if origin is Literal:
         if value not in typing.get_args(hint):
-            raise ConfigError(f"config {key} = {value!r} is not one of {list(typing.get_args(hint))}")
+            choices = typing.get_args(hint)
+            hint_text = did_you_mean(value, choices) if isinstance(value, str) else ""
+            raise ConfigError(f"config {key} = {value!r} is not one of {list(choices)}{hint_text}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None:

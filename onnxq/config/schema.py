@@ -15,7 +15,7 @@ from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_r
 from onnxq.config.formats import FORMATS
 from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml, typed_fields
-from onnxq.errors import ConfigError
+from onnxq.errors import ConfigError, did_you_mean
 from onnxq.numerics.methods import RANGE_METHODS
 from onnxq.targets import int8_activations_refusal, target_compute, target_names
 
@@ -128,7 +128,8 @@ class CalibrationConfig:
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.method not in RANGE_METHODS:
-            raise ConfigError(f"calibration.method {self.method!r} is not one of {list(RANGE_METHODS)}")
+            raise ConfigError(f"calibration.method {self.method!r} is not one of {list(RANGE_METHODS)}"
+                              f"{did_you_mean(str(self.method), RANGE_METHODS)}")
         for name, axis in self.sample_axes.items():
             if isinstance(axis, bool) or not isinstance(axis, int) or axis < 0:
                 raise ConfigError(f"calibration.sample_axes gives {name!r} {axis!r} — an axis is an integer >= 0")

@@ -328,7 +328,7 @@ CASES: dict[str, Case] = {
     "empty output path": Case(lambda w: [_good_model(w), "-o", ""], "--output: an empty path"),
     "empty report path": Case(lambda w: [_good_model(w), "--report", ""], "--report: an empty path"),
     "bad choice": Case(lambda w: [_good_model(w), "--mode", "turbo"], "invalid choice"),
-    "unknown flag": Case(lambda w: [_good_model(w), "--frobnicate"], "unrecognized arguments"),
+    "unknown flag": Case(lambda w: [_good_model(w), "--frobnicate"], "unknown flag '--frobnicate'"),
     # -- valid models that must quantize
     # The second MatMul + bias Add (2-D) is made one Gemm (passes/fold_matmul_add.py), its bias external too.
     "small external tensors": Case(_small_external, check=_runs({"MatMul": 1, "Gemm": 1})),

@@ -120,7 +120,7 @@ BAD_INPUTS = {
     "output is the input": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "-o", str(w / "mlp.onnx")],
                             "would overwrite the input"),
     "bad config key": (lambda w: ["--config", str(_write(w / "c.toml", "per_chanel = true\n"))],
-                       "unknown config key per_chanel"),
+                       "unknown config key 'per_chanel' — did you mean 'per_channel'?"),
     # Bad verification data is found before the model or the calibration cache is written.
     "bad verify data": (lambda w: ["--calib", str(w / "mlp_calib.npz"), "--calib-cache", str(w / "c.json"),
                                    "--verify-data", _npz(w, x=np.zeros((4, 31), np.float32))],
