@@ -46,8 +46,9 @@ def custom_op_libraries_from_args(config, args: argparse.Namespace) -> tuple[str
 
 
 def add_verbose_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does (and the traceback of an "
-                                                                "internal error)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log what each step does, print the summary's details (each reason a node stayed float, the "
+                        "kernels ORT ran, how each target was checked) and the traceback of an internal error")
 
 
 def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
