@@ -219,7 +219,7 @@ def left_float_groups(entries: tuple[NodeEntry, ...]) -> list[tuple[int, str, st
     for (op, reason), details in groups.items():
         if len(set(details)) > 1:
             example = _NAMED.search(details[0])
-            reason += f" (e.g.{example.group(0)[1:]})" if example else ""
+            reason += f" (e.g. {example.group(0).strip()[1:-1]})" if example else ""
         else:
             reason = details[0]
         found.append((len(details), op, reason))
