@@ -83,6 +83,8 @@ def headline(report: QuantReport) -> str:
         parts.append(f"<p>The fallback kept {len(fallback.kept_float)} node(s) float"
                      + (f" and {len(fallback.kept_int8)} at 8 bits" if fallback.kept_int8 else "")
                      + " to meet the tolerance (section Fallback).</p>")
+    elif fallback is not None:
+        parts.append("<p>The fallback could not meet the tolerance by keeping nodes float (section Fallback).</p>")
     return "".join(parts) + "</div>"
 
 
@@ -115,8 +117,9 @@ def _how_made(report: QuantReport) -> str:
     changed = {k: v for k, v in _flat(report.config).items() if defaults.get(k, object()) != v}
     settings = "\n".join(f"{k} = {json.dumps(v)}" for k, v in changed.items()) or "(every setting at its default)"
     return (f"<h2>How this report was made</h2><pre class='command'>{_e(report.command)}</pre>"
-            f"<p>Settings that differ from the defaults (a setting left to 'auto' shows what it resolved to):</p><pre>{_e(settings)}</pre><details><summary>The whole "
-            f"configuration</summary><pre>{_e(json.dumps(report.config, indent=2))}</pre></details>")
+            "<p>Settings that differ from the defaults (a setting left to 'auto' shows what it resolved to):</p>"
+            f"<pre>{_e(settings)}</pre><details><summary>The whole configuration</summary>"
+            f"<pre>{_e(json.dumps(report.config, indent=2))}</pre></details>")
 
 
 def _figure(o: OutputCheck, metric: str | None, value: float, spec: str) -> str:

@@ -67,10 +67,12 @@ def bar_chart(rows: list[tuple[str, float]], title: str, limit: float | None = N
                     f'<text x="{label_width + width + 4:.1f}" y="{y + 12}">{value:.4f}</text>')
     if limit is not None:
         x = label_width + bar_width * limit / top
-        bars.append(f'<line class="tolerance" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{top_margin + len(rows) * height}" '
-                    f'stroke="#222" stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="10">tolerance ({limit:.1f})</text>')
-    return (f"<h3>{escape(title)}</h3><svg role='img' aria-label='{escape(title)}' width='{label_width + bar_width + 90}'"
-            f" height='{top_margin + len(rows) * height}'>{''.join(bars)}</svg>")
+        bottom = top_margin + len(rows) * height
+        bars.append(f'<line class="tolerance" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{bottom}" stroke="#222" '
+                    f'stroke-dasharray="4 3"/><text x="{x - 3:.1f}" y="10" text-anchor="end">tolerance ({limit:.1f})'
+                    "</text>")
+    return (f"<h3>{escape(title)}</h3><svg role='img' aria-label='{escape(title)}' "
+            f"width='{label_width + bar_width + 90}' height='{top_margin + len(rows) * height}'>{''.join(bars)}</svg>")
 
 # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite. 6: a placement counts a node as on

@@ -13,6 +13,7 @@ from onnxq.verify.task_measures import TASK_WORDS
 
 __all__ = ["format_summary", "format_verification", "scheme_words", "left_float_groups"]
 
+
 def _short(provider: str) -> str:
     return provider.replace("ExecutionProvider", "")
 

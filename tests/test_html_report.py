@@ -4,6 +4,7 @@ checked by eye in a browser: docs/report.md.)"""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from html.parser import HTMLParser
@@ -69,13 +70,15 @@ def failing_page(samples_dir, tmp_path_factory):
     fallback cannot meet it)."""
     folder = tmp_path_factory.mktemp("failing")
     args = [str(samples_dir / "mlp.onnx"), "--calib", str(samples_dir / "mlp_calib.npz"), "-o",
-            str(folder / "q.onnx"), "--tolerance", "sqnr=40", "--html", str(folder / "r.html")]
+            str(folder / "q.onnx"), "--tolerance", "sqnr=40", "--html", str(folder / "r.html"), "--report",
+            str(folder / "r.json")]
     assert main(args) == 1
-    return args, (folder / "r.html").read_text()
+    logits = json.loads((folder / "r.json").read_text())["verification"]["providers"]["CPUExecutionProvider"]
+    return args, (folder / "r.html").read_text(), logits["outputs"]["logits"]
 
 
 def test_the_page_says_what_made_it(failing_page):
-    args, page = failing_page
+    args, page, _ = failing_page
     command = escape("python -m onnxq " + shlex.join(args))
     assert f"<pre class='command'>{command}</pre>" in page
     # The settings given differ from the defaults and are listed; the whole configuration is folded below.
@@ -83,26 +86,30 @@ def test_the_page_says_what_made_it(failing_page):
 
 
 def test_figures_are_coloured_by_their_share(failing_page):
-    _, page = failing_page
+    _, page, logits = failing_page
     cells = {text.split()[0]: cls for cls, text in _parse(page).texts if cls.startswith("num ")}
     # The logits' cosine (0.9997 measured) uses 1.5 % of its tolerance; its SQNR (33.9 dB) over 400 %.
-    assert cells["0.99973"] == "num within" and cells["33.9"] == "num over"
-    assert re.search(r"<td class='num over'[^>]*>33\.9 <span class='bar'>\(&gt;= 40\)</span></td>", page)
+    cosine, sqnr = f"{logits['cosine_mean']:.5f}", f"{logits['sqnr_db']:.1f}"
+    assert cells[cosine] == "num within" and cells[sqnr] == "num over"
+    assert f"<td class='num over' title='{10 ** ((40 - logits['sqnr_db']) / 10):.0%} of the tolerance'>{sqnr} " \
+           "<span class='bar'>(&gt;= 40)</span></td>" in page
 
 
 def test_the_headline_says_the_verdict_and_what_fails(failing_page):
-    _, page = failing_page
+    _, page, logits = failing_page
     headline = next(text for cls, text in _parse(page).texts if cls.startswith("headline"))
-    assert headline.startswith("OUT OF TOLERANCE") and "CPU: logits: SQNR 33.9 dB < 40.0 dB" in headline
+    assert headline.startswith("OUT OF TOLERANCE") and "CPU: logits: " + "; ".join(logits["failures"]) in headline
+    assert "The fallback could not meet the tolerance by keeping nodes float" in headline
     assert "class='headline verdict-fail'" in page
 
 
 def test_a_fallback_that_cannot_be_met_is_told_in_words(failing_page):
-    _, page = failing_page
+    _, page, logits = failing_page
     section = page.split("<h2>Fallback: the tolerance cannot be met</h2>", 1)[1].split("\n", 1)[0]  # its own part
     paragraphs = re.findall(r"<p>(.*?)</p>", section)
     assert len(paragraphs) == 3
-    assert paragraphs[0].startswith("The model as planned missed its tolerance on 25 samples (logits: SQNR 33.9 dB")
+    assert paragraphs[0] == escape(f"The model as planned missed its tolerance on 25 samples (logits: "
+                                   f"{'; '.join(logits['failures'])}).")
     assert "ranked the 3 quantized nodes by harm" in paragraphs[1] and "all but the least harmful float (2 float, " \
            "only /fc2/Gemm quantized" in paragraphs[1] and paragraphs[1].endswith("even that misses the tolerance.")
     assert paragraphs[2].startswith("Keeping every node float would give back the float model, so it stopped there")

@@ -61,7 +61,7 @@ def test_v_shows_the_plumbing(readme_run, capsys):
     args, _ = readme_run
     out = _run([*args, "-v"], capsys)
     # Every CPU verifies at least one target of portable by the exact quantization (ORT_DISABLE_ALL).
-    assert "ORT_DISABLE_ALL" in out and "ORT CPU kernels: integer 6 MatMulIntegerToFloat" in out
+    assert "ORT_DISABLE_ALL" in out and "ORT CPU kernels: integer " in out
     assert "mean abs" in out.splitlines()[next(i for i, line in enumerate(out.splitlines())
                                               if line.startswith("verification on CPU")) + 1]
 
@@ -80,7 +80,8 @@ def test_speed_lines_and_notes_by_size():
     tiny, slow = SpeedCheck(CPU, 0.09, 0.12, 5), SpeedCheck(CPU, 130.21, 140.0, 5)
     assert tiny.text() == ("speed on CPU: 0.09 ms a batch — too small to time meaningfully; quantized speed shows on "
                            "models with bigger layers")
-    assert slow.text() == "speed on CPU: float 130.21 ms, quantized 140.00 ms (0.93x, NOT FASTER than float; median of 5)"
+    assert slow.text() == ("speed on CPU: float 130.21 ms, quantized 140.00 ms (0.93x, NOT FASTER than float; median "
+                           "of 5)")
     assert slower_notes([tiny], "portable", searched=False) == []
     (note,) = slower_notes([slow], "portable", searched=False)
     assert note.startswith("SPEED: the quantized model is not faster than float on CPUExecutionProvider")
