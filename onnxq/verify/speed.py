@@ -50,11 +50,11 @@ class SpeedCheck:
 
     def text(self) -> str:
         where = self.provider.replace("ExecutionProvider", "")
-        if not self.meaningful:
-            return (f"speed on {where}: {self.float_ms:.2f} ms a batch — too small to time meaningfully; quantized "
-                    "speed shows on models with bigger layers")
-        verdict = "faster" if self.faster else "NOT FASTER than float"
         turns = ", one model after the other" if self.in_turn else ""
+        if not self.meaningful:
+            return (f"speed on {where}: {self.float_ms:.2f} ms a batch{turns} — too small to time meaningfully; "
+                    "quantized speed shows on models with bigger layers")
+        verdict = "faster" if self.faster else "NOT FASTER than float"
         return (f"speed on {where}: float {self.float_ms:.2f} ms, quantized {self.quantized_ms:.2f} ms "
                 f"({self.speedup:.2f}x, {verdict}; median of {self.rounds}{turns})")
 
