@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import shlex
 import signal
 import sys
 import threading
@@ -64,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def command_line(argv: list[str]) -> str:
+    """The command that made a report, as a shell would take it back."""
+    return shlex.join(["python", "-m", "onnxq", *argv])
+
+
 def _fail(line: str, code: int) -> int:
     print(one_line(line), file=sys.stderr)
     return code
@@ -100,7 +107,7 @@ def _run(argv: list[str], verbose: bool) -> int:
                               calibration_cache=args.calib_cache, progress=progress)
         finally:
             progress.close()
-        report = result.report
+        report = dataclasses.replace(result.report, command=command_line(argv))
         if args.report:
             text = json.dumps(report.to_dict(), indent=2) + "\n"
             write_output(args.report, lambda staged: staged.write_text(text))
@@ -111,5 +118,5 @@ def _run(argv: list[str], verbose: bool) -> int:
         print(f"onnxq: wrote {result.output}; " + {None: "not verified", True: "within tolerance",
                                                    False: "OUT OF TOLERANCE"}[report.passed])
     else:
-        print(format_summary(report))
+        print(format_summary(report, verbose=verbose))
     return EXIT_OUT_OF_TOLERANCE if report.passed is False else EXIT_OK

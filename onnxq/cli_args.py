@@ -32,7 +32,9 @@ def custom_op_libraries_from_args(config, args: argparse.Namespace) -> tuple[str
 
 
 def add_verbose_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true", help="log each step (and an internal error's traceback)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log each step, print the summary's details (every reason, the kernels ORT ran, how each "
+                        "target was checked) and an internal error's traceback")
 
 
 def add_tolerance_flags(p: argparse.ArgumentParser) -> None:

@@ -149,7 +149,7 @@ def _verify_command(argv: list[str]) -> int:
         if args.report:
             text = json.dumps({"schema_version": SCHEMA_VERSION, "verification": verification.to_dict()}, indent=2)
             write_output(args.report, lambda staged: staged.write_text(text + "\n"))
-    print("\n".join(format_verification(verification)))
+    print("\n".join(format_verification(verification, verbose=args.verbose)))
     print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
     return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
 

@@ -9,25 +9,79 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import onnx
 import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, DataSource
 from onnxq.config import QuantConfig
-from onnxq.io import run_files
+from onnxq.errors import UnsupportedModelError
+from onnxq.html_report import render_html
+from onnxq.io import model_size_bytes, run_files, save_model
 from onnxq.io.custom_ops import custom_op_libraries
+from onnxq.io.model import inline_external_tensors, over_proto_limit, prepare_for_save
 from onnxq.passes.builder import shared_weight_quantization
 from onnxq.report import QuantReport
 from onnxq.steps import RunInputs, RunState, build_report, run_steps
 from onnxq.steps.state import ModelInput
+from onnxq.summary import format_summary
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 
 
 @dataclasses.dataclass
 class QuantResult:
+    """What quantize() returns: the quantized model, where it was written (None: in memory only) and the report,
+    with what an export script needs of them — save(), to_proto(), summary(), to_html()."""
+
     model: ir.Model
     output: Path | None
     report: QuantReport
+    # The input's own files (the model and its external data), which save() never writes over.
+    inputs: tuple[Path, ...] = dataclasses.field(default=(), repr=False)
+
+    def save(self, path: str | os.PathLike) -> list[Path]:
+        """Write the model to `path` atomically (a temporary file beside it, then renamed); a model over 2 GB with
+        its tensors in `<path>.data`. Returns the files written, and `output` (the report's too) says where. Never
+        over the input model or its data."""
+        written = save_model(self.model, path, protected=self.inputs)
+        self.output = written[0]
+        self.report = dataclasses.replace(self.report, output=str(written[0]))
+        return written
+
+    def to_proto(self) -> onnx.ModelProto:
+        """The model as one onnx.ModelProto, every tensor in it (a protobuf message holds at most 2 GB: save()
+        writes a larger model with external data)."""
+        if over_proto_limit(self.model):
+            size = model_size_bytes(self.model)
+            raise UnsupportedModelError(f"the quantized model holds {size / 1e9:.1f} GB of tensors, over protobuf's 2 "
+                                        "GB for one ModelProto: save it with result.save(path), which writes its "
+                                        "tensors to an external data file")
+        inline_external_tensors(self.model)
+        prepare_for_save(self.model)
+        return ir.serde.serialize_model(self.model)
+
+    def __repr__(self) -> str:
+        verdict = {None: "not verified", True: "within tolerance", False: "out of tolerance"}[self.report.passed]
+        return (f"QuantResult(output={str(self.output) if self.output else None!r}, {verdict}, "
+                f"{len(self.report.quantized)} node(s) quantized, {len(self.report.left_float)} left float)")
+
+    def summary(self, verbose: bool = False) -> str:
+        """The text the command line prints; verbose as with -v."""
+        return format_summary(self.report, verbose)
+
+    def to_html(self) -> str:
+        """The report as a standalone HTML page (the command line's --html)."""
+        return render_html(self.report)
+
+
+def _call(model: ModelInput, calibration: DataSource | None, output: str | os.PathLike | None) -> str:
+    """The API call that made a report, in words: paths as given, any other argument by its type."""
+    def shown(value: object) -> str:
+        return repr(str(value)) if isinstance(value, (str, os.PathLike)) else f"<{type(value).__name__}>"
+
+    given = [shown(model)] + ([] if calibration is None else [shown(calibration)])
+    given += [] if output is None else [f"output={shown(output)}"]
+    return f"onnxq.quantize({', '.join(given)}, ...)"
 
 
 def default_output_path(model_path: str | os.PathLike) -> Path:
@@ -65,7 +119,8 @@ def quantize(
         state = RunState(given, config)  # every output written together at the end, or none (run_files)
         try:
             run_steps(state)
-            report = build_report(state)
+            report = dataclasses.replace(build_report(state), command=_call(model, calibration, output))
         finally:
             state.spill.close(keep=state.work)
-    return QuantResult(model=state.work, output=state.written[0] if state.written else None, report=report)
+    return QuantResult(model=state.work, output=state.written[0] if state.written else None, report=report,
+                       inputs=tuple(state.input_files))

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import math
 from typing import Any, Protocol
 
 from onnxq.io.naming import RenamedNode
+from onnxq.verify.bars import NEAR_SHARE
 from onnxq.verify.check import Verification
 from onnxq.verify.speed import SpeedCheck
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Smoothing", "Section", "escape",
-           "bar_chart"]
+           "bar_chart", "share_level", "SHARE_COLOURS", "API_COMMAND"]
 
 
 class Section(Protocol):
     """A result that renders itself in the report (onnxq.search: Sensitivity, FallbackResult, RecipeResult, or a
     new step's): its key in the JSON report, its JSON form, its summary lines and its HTML. The report, the summary
     and the HTML page iterate sections; none imports a search module. A new section is one class and the step that
-    appends it to RunState.sections."""
+    appends it to RunState.sections. A section with a true `detail` attribute shows its summary lines only with -v
+    (the JSON and the HTML always hold it)."""
 
     key: str
 
@@ -34,28 +37,51 @@ def escape(value: object) -> str:
     return html.escape(str(value))
 
 
-def bar_chart(rows: list[tuple[str, float]], title: str) -> str:
-    """An SVG of horizontal bars, one per row, the longest the largest value (sections' html())."""
+# A share of the tolerance (verify.bars) as a colour: well within, near the bar, over it.
+SHARE_COLOURS = {"within": "#2e7d32", "near": "#ef8f00", "over": "#c62828"}
+
+
+def share_level(share: float) -> str:
+    """'within' below NEAR_SHARE of the tolerance, 'near' up to the bar, 'over' past it (NaN counts as over)."""
+    if not share <= 1.0:
+        return "over"
+    return "near" if share >= NEAR_SHARE else "within"
+
+
+def bar_chart(rows: list[tuple[str, float]], title: str, limit: float | None = None) -> str:
+    """An SVG of horizontal bars, one per row (sections' html()). With `limit` (the tolerance, in the rows' unit),
+    each bar is coloured by its share of it and a dashed line marks it; the axis reaches at least to the line."""
     if not rows:
         return ""
-    top = max(h for _, h in rows) or 1.0
-    height, label_width, bar_width = 16, 380, 320
+    finite = [h for _, h in rows if math.isfinite(h)]
+    top = max([*finite, limit or 0.0]) or 1.0
+    height, label_width, bar_width, top_margin = 16, 380, 320, 14 if limit is not None else 0
     bars = []
     for i, (name, value) in enumerate(rows):
-        y = i * height
-        width = max(1.0, bar_width * value / top)
+        y = top_margin + i * height
+        width = bar_width if not math.isfinite(value) else max(2.0, bar_width * value / top)
+        colour = SHARE_COLOURS["over" if limit is None else share_level(value / limit)]
         bars.append(f'<text x="0" y="{y + 12}">{escape(name[-58:])}</text>'
-                    f'<rect x="{label_width}" y="{y + 2}" width="{width:.1f}" height="{height - 4}" fill="#c62828">'
+                    f'<rect x="{label_width}" y="{y + 2}" width="{width:.1f}" height="{height - 4}" fill="{colour}">'
                     f"<title>{escape(name)}: {value:.5f}</title></rect>"
                     f'<text x="{label_width + width + 4:.1f}" y="{y + 12}">{value:.4f}</text>')
-    return (f"<h3>{escape(title)}</h3><svg role='img' aria-label='{escape(title)}' width='{label_width + bar_width + 80}'"
-            f" height='{len(rows) * height}'>{''.join(bars)}</svg>")
+    if limit is not None:
+        x = label_width + bar_width * limit / top
+        bottom = top_margin + len(rows) * height
+        bars.append(f'<line class="tolerance" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{bottom}" stroke="#222" '
+                    f'stroke-dasharray="4 3"/><text x="{x - 3:.1f}" y="10" text-anchor="end">tolerance ({limit:.1f})'
+                    "</text>")
+    return (f"<h3>{escape(title)}</h3><svg role='img' aria-label='{escape(title)}' "
+            f"width='{label_width + bar_width + 90}' height='{top_margin + len(rows) * height}'>{''.join(bars)}</svg>")
 
 # 3: verification.coverage (targets, CPU, saturation); passed includes it. 4: smoothing. 5: renamed_nodes,
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite. 6: a placement counts a node as on
 # an integer kernel of its provider only when it ran there (elsewhere, copies, source, mismatches); predicted
-# placements; the agreement held to a derived bound (agreement_bounds); float_drift per provider
-SCHEMA_VERSION = 7
+# placements; the agreement held to a derived bound (agreement_bounds); float_drift per provider. 8: each output
+# check's bars (the figures gated, beside their bars and the share of the tolerance used); the command
+SCHEMA_VERSION = 8
+# The command a report made through the API records (the CLI records its own command line).
+API_COMMAND = "onnxq.quantize(...)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +163,8 @@ class QuantReport:
     renamed_nodes: tuple[RenamedNode, ...] = ()
     # Reasons the run fails its gate beside the verification's own (a NaN sensitivity); each fails `passed`.
     gate_failures: tuple[str, ...] = ()
+    # What made the report: the command line (the CLI's), or the API call.
+    command: str = API_COMMAND
 
     def section(self, key: str) -> Section | None:
         return next((s for s in self.sections if s.key == key), None)
@@ -181,4 +209,5 @@ class QuantReport:
             "recipe": None,
             "renamed_nodes": [r.to_dict() for r in self.renamed_nodes],
             "gate_failures": list(self.gate_failures),
+            "command": self.command,
         } | {s.key: s.to_dict() for s in self.sections}

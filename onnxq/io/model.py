@@ -20,7 +20,7 @@ from onnxq.io.streamed_proto import write_streamed
 from onnxq.io.tensors import check_external_data, check_tensors, densify_sparse_initializers
 
 __all__ = ["load_model", "save_model", "model_size_bytes", "external_data_files", "prepare_for_save",
-           "inline_external_tensors", "MAX_IR_VERSION", "LOAD_NOTES"]
+           "inline_external_tensors", "over_proto_limit", "MAX_IR_VERSION", "LOAD_NOTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,11 @@ def model_size_bytes(model: ir.Model) -> int:
                if v.const_value is not None)
 
 
+def over_proto_limit(model: ir.Model) -> bool:
+    """Whether the model's tensors are too many bytes for one protobuf message (saved with external data)."""
+    return model_size_bytes(model) > _PROTO_LIMIT_BYTES
+
+
 def prepare_for_save(model: ir.Model) -> None:
     """An IR version ORT accepts and the opsets allow (an exporter's ir_version 2 with opset 17 is raised to 8)."""
     if model.ir_version is None or model.ir_version > MAX_IR_VERSION:
@@ -172,7 +177,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, protected: Iterable[
     given = Path(path)
     data = given.with_name(given.name + ".data")
     prepare_for_save(model)
-    needs_external = model_size_bytes(model) > _PROTO_LIMIT_BYTES
+    needs_external = over_proto_limit(model)
 
     def write(staged: Path) -> None:
         if needs_external:

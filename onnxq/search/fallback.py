@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from onnxq.handlers import Skip
 from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
+from onnxq.search.fallback_story import fallback_story
 from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
 from onnxq.search.reclaim import reclaim
 from onnxq.search.sensitivity import Sensitivity
@@ -61,6 +62,8 @@ class FallbackResult:
     kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
     reclaimed: tuple[str, ...] = ()  # in the bisection's float prefix, quantized again (search.reclaim)
     back_at_4: tuple[str, ...] = ()  # moved to 8 bits by the bisection, back at 4 bits (search.reclaim)
+    ranking: tuple[tuple[str, float], ...] = ()  # (node, harm), most harmful first: the order it tried them in
+    tiered: bool = False  # 4-bit weights: nodes went to 8 bits before float
     key = "fallback"  # report.Section
 
     @property
@@ -89,11 +92,12 @@ class FallbackResult:
     def html(self) -> str:
         kept = "".join(f"<li>{escape(name)} (harm {harm:.4f}): float</li>" for name, harm in self.kept_float)
         kept += "".join(f"<li>{escape(name)} (harm {harm:.4f}): 8 bits</li>" for name, harm in self.kept_int8)
-        status = "cannot be met"
+        status = "the tolerance cannot be met"
         if self.met:
             status = f"met by keeping {len(self.kept_float)} node(s) float" + (
                 f" and {len(self.kept_int8)} at 8 bits" if self.kept_int8 else "")
-        return f"<h2>Fallback: {status}</h2><ol>{kept}</ol>"
+        return (f"<h2>Fallback: {status}</h2>" + "".join(f"<p>{escape(p)}</p>" for p in fallback_story(self))
+                + (f"<ol>{kept}</ol>" if kept else ""))
 
     def to_dict(self) -> dict:
         def cpu(v: Verification | None):
@@ -182,7 +186,7 @@ def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification, 
         chosen, rank = fewer.chosen.attempt, attempts.rank
         return FallbackResult(True, tuple((n, rank[n][1]) for n in chosen.excluded), before, chosen.verification,
                               check.log, tuple((n, rank[n][1]) for n in chosen.eight_bit), again.nodes,
-                              fewer.nodes), chosen
+                              fewer.nodes, tuple(ranking), tiered), chosen
 
     n = len(ranking)
     tiered = builder.mode == "weight-only" and builder.config.weights.bits == 4
@@ -191,7 +195,7 @@ def fall_back(builder: Builder, sensitivity: Sensitivity, before: Verification, 
     most = n - 1
     # With tiers, the nodes not kept float go to 8 bits while the float count is searched.
     if most < 1 or not trials.passes((most, n - most if tiered else 0), whole=True):
-        return FallbackResult(False, (), before, None, check.log), None
+        return FallbackResult(False, (), before, None, check.log, ranking=tuple(ranking), tiered=tiered), None
     # 0 fails (the full model did, and with tiers so did all at 8 bits), most passes.
     floats = trials.smallest(0, most, lambda k: (k, n - k if tiered else 0))
     if not tiered:

@@ -33,7 +33,7 @@ from onnxq.verify.placement import profiled_session
 from onnxq.passes.bodies import body_as_model
 from onnxq.passes.forms import RewriteInputs
 from onnxq.passes.quantize import QuantizePass
-from onnxq.report import bar_chart, escape
+from onnxq.report import bar_chart, escape, share_level
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
 from onnxq.verify.detection_sets import aligned_pairs, sets_of
@@ -138,8 +138,7 @@ class Sensitivity:
         lines = []
         if self.nodes:
             lines.append(f"most sensitive nodes (each quantized alone, {self.samples} samples, {self._on}; harm = the "
-                         f"worst output's 1 - cosine or share of its task answer lost, per unit of its tolerance"
-                         f"{self._task_words}):")
+                         f"share of its tolerance the worst output uses, 1.0 = at the bar{self._task_words}):")
         for node in self.nodes[:_TOP_NODES]:
             shown = sorted(node.outputs.items(), key=lambda item: (not item[1].task, item[1].cosine_mean))
             cosines = " ".join(f"{k[:18]}={m.cosine_mean:.4f}" + (f" {m.task} {m.task_agreement:.4f}" if m.task else "")
@@ -153,11 +152,13 @@ class Sensitivity:
 
     def html(self) -> str:
         parts = [f"<h2>Per-layer sensitivity</h2><p>Each node quantized alone, {self.samples} samples, "
-                 f"{escape(self._on)} ({escape(self.kernels_reason)}); harm = the worst output's 1 − cosine or "
-                 f"share of its task answer lost, per unit of its tolerance{escape(self._task_words)}.</p>",
-                 bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node")]
-        rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td>{g.harm:.5f}</td></tr>"
-                       for g in self.groups)
+                 f"{escape(self._on)} ({escape(self.kernels_reason)}). Harm is the share of its tolerance the worst "
+                 "output uses with only that node quantized (its 1 − cosine, or the share of its task answer lost, "
+                 f"against what the bar allows){escape(self._task_words)}: the dashed line at 1.0 is the bar; green "
+                 "bars use under half of it, amber more, red pass it.</p>",
+                 bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node", limit=1.0)]
+        rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td class='{share_level(g.harm)}'>"
+                       f"{g.harm:.5f}</td></tr>" for g in self.groups)
         if rows:
             parts.append(f"<h3>Groups quantized together</h3><table><tr><th>group</th><th>nodes</th><th>harm</th>"
                          f"</tr>{rows}</table>")
@@ -171,7 +172,7 @@ class Sensitivity:
     @property
     def _on(self) -> str:
         return ("on this CPU's deployed kernels" if self.kernels == "deployed"
-                else "on the exact quantization (ORT_DISABLE_ALL)")
+                else "on the exact quantization")
 
     def nonfinite(self) -> list[str]:
         """Nodes (or groups) whose quantization alone makes an output NaN or inf."""

@@ -23,7 +23,7 @@ from onnxq.targets import target_providers
 from onnxq.verify import resolve_providers
 from onnxq.verify.placement import short
 from onnxq.verify.speed import check_speed as time_both
-from onnxq.verify.speed import SpeedCheck, slower_notes
+from onnxq.verify.speed import MEANINGFUL_MS, SpeedCheck, slower_notes
 from onnxq.verify.decode_speed import decode_speed as time_decoding
 from onnxq.verify.task_rules import language_model_logits
 
@@ -45,10 +45,9 @@ _TIMED_OUTPUT_BYTES = 64 << 20
 # alternation: the float and the quantized deployed sessions, each owning its weights, were the peak of SmolLM2-135M's
 # default run (653 MB of weights: 1.50 GB, 1.28 GB elsewhere) — the size from which exact sessions run in segments.
 IN_TURN_FROM_BYTES = SEGMENT_FROM_BYTES
-# verify.never_slower searches only models whose float batch takes at least this long: below it the sessions' fixed
-# costs (every QuantizeLinear's call) dominate and the timing says nothing of the kernels — a 32-128-10 MLP times
-# 0.01 ms float, 0.013 ms quantized, and would go float on noise.
-NEVER_SLOWER_MIN_MS = 1.0
+# verify.never_slower searches only models whose float batch takes at least this long (a smaller one would go float
+# on noise): the timing's own floor, below which it says nothing of the kernels.
+NEVER_SLOWER_MIN_MS = MEANINGFUL_MS
 
 
 def check_speed(state: RunState) -> bool:

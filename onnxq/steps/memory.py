@@ -49,6 +49,12 @@ class MemoryUse:
             return None
         return self.peak_after[steps[steps.index(_SPEED_STEP) - 1]]
 
+    @property
+    def detail(self) -> bool:
+        """Summary lines only with -v (report.Section): under _RATIO_FROM of weights the peak is the interpreter's
+        and ORT's own, nothing the model asks of a machine."""
+        return self.float_bytes < _RATIO_FROM
+
     def text(self) -> list[str]:
         if not self.peak_after:
             return []

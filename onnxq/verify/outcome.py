@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.errors import ConfigError, one_line
+from onnxq.verify.bars import Bar, bars_for, task_bar
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_WORDS, OutputTask
 
@@ -18,26 +19,25 @@ __all__ = ["OutputCheck", "NOT_ON_COSINE", "failures_for", "checks_of", "check_o
 REPORTED = Tolerance(min_cosine=None, task="numeric")
 
 
-def task_bar(tolerance: Tolerance, kind: str | None) -> float | None:
-    """The share of an output's task answer it must keep: the tolerance's, else its kind's default; None when the
-    output has no task metric or the tolerance keeps to the numeric bars."""
-    if kind is None or tolerance.task == "numeric":
-        return None
-    return TASK_BARS.get(kind) if tolerance.min_task_agreement is None else tolerance.min_task_agreement
-
-
 @dataclasses.dataclass(frozen=True)
 class OutputCheck:
     name: str
     metrics: OutputMetrics
     failures: tuple[str, ...]
+    tolerance: Tolerance | None = None  # what the figures were held to (None: not recorded)
 
     @property
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def bars(self) -> tuple[Bar, ...]:
+        """Each gated figure beside its bar (verify.bars); none for a comparison that is reported, not gated."""
+        return () if self.tolerance is None else bars_for(self.metrics, self.tolerance)
+
     def to_dict(self) -> dict:
-        return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures)}
+        return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures),
+                "bars": [b.to_dict() for b in self.bars]}
 
 
 def task_tolerances(config: VerifyConfig, tasks: Mapping[str, OutputTask],
@@ -147,8 +147,11 @@ _UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples",
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],
               tolerance_for: Callable[[str], Tolerance]) -> tuple[OutputCheck, ...]:
     """Each output's accumulated metrics against its tolerance."""
-    return tuple(OutputCheck(n, m, failures_for(m, tolerance_for(n)))
-                 for n, m in ((n, a.result()) for n, a in accumulators.items()))
+    checks = []
+    for name, accumulator in accumulators.items():
+        metrics, tolerance = accumulator.result(), tolerance_for(name)
+        checks.append(OutputCheck(name, metrics, failures_for(metrics, tolerance), tolerance))
+    return tuple(checks)
 
 
 def check_output_tolerances(config: VerifyConfig, outputs: list[str]) -> None:

@@ -18,10 +18,13 @@ from onnxq.calibration.specs import Batch
 from onnxq.targets import target_providers
 from onnxq.verify.sessions import ModelSource, make_session
 
-__all__ = ["SpeedCheck", "check_speed", "timed_in_turns", "slower_notes", "MIN_ROUNDS"]
+__all__ = ["SpeedCheck", "check_speed", "timed_in_turns", "slower_notes", "MIN_ROUNDS", "MEANINGFUL_MS"]
 
 # A median of fewer rounds is one noisy run.
 MIN_ROUNDS = 3
+# Below this float time a batch, the sessions' fixed costs (every QuantizeLinear's call, ORT's own overhead) dominate
+# and the timing says nothing of the kernels: a 32-128-10 MLP times 0.01 ms float, 0.013 ms quantized.
+MEANINGFUL_MS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,11 +43,20 @@ class SpeedCheck:
     def faster(self) -> bool:
         return self.speedup > 1.0
 
+    @property
+    def meaningful(self) -> bool:
+        """Whether the float model takes long enough a batch for the ratio to speak of its kernels."""
+        return self.float_ms >= MEANINGFUL_MS
+
     def text(self) -> str:
-        verdict = "faster" if self.faster else "NOT FASTER than float"
+        where = self.provider.replace("ExecutionProvider", "")
         turns = ", one model after the other" if self.in_turn else ""
-        return (f"speed on {self.provider.replace('ExecutionProvider', '')}: float {self.float_ms:.2f} ms, quantized "
-                f"{self.quantized_ms:.2f} ms ({self.speedup:.2f}x, {verdict}; median of {self.rounds}{turns})")
+        if not self.meaningful:
+            return (f"speed on {where}: {self.float_ms:.2f} ms a batch{turns} — too small to time meaningfully; "
+                    "quantized speed shows on models with bigger layers")
+        verdict = "faster" if self.faster else "NOT FASTER than float"
+        return (f"speed on {where}: float {self.float_ms:.2f} ms, quantized {self.quantized_ms:.2f} ms "
+                f"({self.speedup:.2f}x, {verdict}; median of {self.rounds}{turns})")
 
     def html(self) -> str:
         return f"<p>{html.escape(self.text())}</p>"
@@ -104,11 +116,12 @@ def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weig
     --check-speed (unless it ran: searched) where the target is deployed on that provider, the right target where
     it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies: issue 31). A
     weight-only model's blocks are for size and memory-bound decoding, which one batch's timing does not see:
-    --check-speed does not trade them, so it is not offered for them."""
+    --check-speed does not trade them, so it is not offered for them. A timing too small to mean anything
+    (SpeedCheck.meaningful) gets no note: its line says so."""
     notes = []
     deployed_on = target_providers(target)
     for check in checks:
-        if check.faster:
+        if check.faster or not check.meaningful:
             continue
         where = check.provider.replace("ExecutionProvider", "")
         if check.provider not in deployed_on:
