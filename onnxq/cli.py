@@ -16,6 +16,7 @@ from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, 
                             config_from_args, path_arg)
 from onnxq.commands import SUBCOMMANDS
 from onnxq.config.formats import FORMATS
+from onnxq.data import add_data_source_flags
 from onnxq.errors import ConfigError, OnnxqError, one_line, ort_reason
 from onnxq.html_report import render_html
 from onnxq.io import run_files, write_output
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                "quantized model); each takes --help.")
     for flags in (_file_flags, _scheme_flags, _selection_flags, _calibration_and_check_flags):
         flags(p)
+    add_data_source_flags(p)
     add_verbose_flag(p)
     p.add_argument("--version", action=_PrintVersions, nargs=0,
                    help="print onnxq's version and those of the libraries it runs on (for a bug report), then exit")
