@@ -76,7 +76,8 @@ def open_images(path: Path, model: SourceModel, config: DataConfig, what: str) -
 
     height, width = target.size
     resized = sum(s != (width, height) for s in sizes.values())
-    how = f"{resized} resized (shorter side, then centre crop)" if resized else "none resized"
+    how = f"{resized} of them scaled by the shorter side, then cropped around the centre" if resized else \
+        "none resized"
     description = (f"{what} images {path.name if path.exists() else one_line(path)} ({len(files)} files) as "
                    f"{target.describe()}, {height}x{width} ({how})")
     opened = Opened("images", len(files), batches, description, files=tuple(files),
@@ -101,7 +102,7 @@ def _own_size(target: ImageInput, sizes: dict[Path, tuple[int, int]], what: str)
         first.setdefault(size, file)
     if len(first) > 1:
         ((wa, ha), a), ((wb, hb), b) = list(first.items())[:2]
-        raise CalibrationDataError(f"{what} images differ in size ({a.name} {ha}x{wa}, {b.name} {hb}x{wb}) and the "
+        raise CalibrationDataError(f"{what} images differ in size ({a.name} {ha}x{wa}, {b.name} {hb}x{wb}: HxW) and the "
                                    f"model's input {target.name} leaves height and width open — pass --size 224 (or "
                                    "--size HxW, TOML [data] size) to resize them to one")
     width, height = next(iter(first))
