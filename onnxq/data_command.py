@@ -58,16 +58,17 @@ def data_command(argv: list[str]) -> int:
         batches = validated_batches(source, list(reads.specs), reads.batch_size, made=made)
         written: dict[str, Written] = {}
         write_output(args.output, lambda staged: written.update(write_npz(staged, batches)))
-    print("\n".join(_account(Path(args.output), resolved, reads, written, made, config)))
+    how = described(resolved) or f"calibration data {args.source}" + "".join(
+        f", {name} from {array}" for name, array in config.data.input_map.items())
+    print("\n".join(_account(Path(args.output), how, resolved, reads, written, made, config)))
     return 0
 
 
-def _account(output: Path, resolved, model: SourceModel, written: dict[str, Written], made: dict[str, str],
+def _account(output: Path, how: str, resolved, model: SourceModel, written: dict[str, Written], made: dict[str, str],
              config: QuantConfig) -> list[str]:
     """What was written: the inputs, their shapes and how each was made, and the split quantize would use."""
     samples = next((w.shape[0] for name, w in written.items() if model.spec(name).sample_axis is not None), 1)
-    how = described(resolved)
-    lines = [f"onnxq: wrote {output}: {samples} samples" + (f", from {how}" if how else "")]
+    lines = [f"onnxq: wrote {output}: {samples} samples, from {how}"]
     by_reader = resolved.opened.made if isinstance(resolved, ReadData) else {}
     width = max(map(len, list(written)[:_SHOWN]), default=0)
     for name, array in list(written.items())[:_SHOWN]:

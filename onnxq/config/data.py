@@ -63,8 +63,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.normalize not in NORMALIZATIONS:
-            raise ConfigError(f"data.normalize {self.normalize!r} is not one of {', '.join(NORMALIZATIONS)} — or give "
-                              "data.mean, data.std and data.scale")
+            raise ConfigError(f"data.normalize {self.normalize!r} is not one of {', '.join(NORMALIZATIONS)} — or "
+                              "give data.mean, data.std and data.scale")
         if self.size is not None and (len(self.size) not in (1, 2) or not all(1 <= s <= 65536 for s in self.size)):
             raise ConfigError(f"data.size {list(self.size)} (--size): give S or [H, W], each in [1, 65536]")
         for name in ("mean", "std"):

@@ -15,9 +15,9 @@ __all__ = ["add_data_source_flags", "data_config_from_args"]
 
 def add_data_source_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group(
-        "data sources", "besides .npz, the data may be text (.txt a sample a line, .jsonl, a folder of .txt) with the "
-                        "model's tokenizer.json, images (a folder, a pattern such as 'photos/*.jpg'), or one .npy for a "
-                        "one-input model; see python -m onnxq data")
+        "data sources", "besides .npz, the data may be text (.txt a sample a line, .jsonl, a folder of .txt) with "
+                        "the model's tokenizer.json, images (a folder, a pattern such as 'photos/*.jpg'), or one .npy "
+                        "for a one-input model; see python -m onnxq data")
     group.add_argument("--tokenizer", metavar="JSON",
                        help="text: the model's Hugging Face tokenizer.json (default: tokenizer.json beside the model)")
     group.add_argument("--field", metavar="NAME", help="text: the field of each .jsonl line holding it (default text)")
@@ -33,7 +33,8 @@ def add_data_source_flags(p: argparse.ArgumentParser) -> None:
     group.add_argument("--normalize", choices=list(NORMALIZATIONS),
                        help="images: pixel values (default imagenet): " + "; ".join(
                            f"{name}, {preset.description}" for name, preset in NORMALIZATIONS.items()))
-    group.add_argument("--mean", metavar="M[,M,M]", help="images: subtracted after --scale, per channel (model's order)")
+    group.add_argument("--mean", metavar="M[,M,M]",
+                       help="images: subtracted after --scale, per channel (in the model's order)")
     group.add_argument("--std", metavar="S[,S,S]", help="images: divided by after the mean, per channel")
     group.add_argument("--scale", type=float, metavar="X", help="images: each pixel (0-255) multiplied by X first")
     group.add_argument("--bgr", action="store_true", default=None, help="images: the model takes BGR (OpenCV)")

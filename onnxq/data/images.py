@@ -34,7 +34,7 @@ def _is_image(path: Path) -> bool:
 
 def claims_images(path: Path) -> bool:
     if path.is_dir():
-        return any(_is_image(p) for p in path.rglob("*")) and not any(path.glob("*.np[yz]"))
+        return not any(path.glob("*.np[yz]")) and any(_is_image(p) for p in path.rglob("*"))
     return (path.is_file() and _is_image(path)) or (not path.exists() and glob.has_magic(str(path)))
 
 
@@ -102,9 +102,9 @@ def _own_size(target: ImageInput, sizes: dict[Path, tuple[int, int]], what: str)
         first.setdefault(size, file)
     if len(first) > 1:
         ((wa, ha), a), ((wb, hb), b) = list(first.items())[:2]
-        raise CalibrationDataError(f"{what} images differ in size ({a.name} {ha}x{wa}, {b.name} {hb}x{wb}: HxW) and the "
-                                   f"model's input {target.name} leaves height and width open — pass --size 224 (or "
-                                   "--size HxW, TOML [data] size) to resize them to one")
+        raise CalibrationDataError(f"{what} images differ in size ({a.name} {ha}x{wa}, {b.name} {hb}x{wb}: HxW) and "
+                                   f"the model's input {target.name} leaves height and width open — pass --size 224 "
+                                   "(or --size HxW, TOML [data] size) to resize them to one")
     width, height = next(iter(first))
     return dataclasses.replace(target, size=(height, width))
 

@@ -28,6 +28,6 @@ def open_npy(path: Path, model: SourceModel, config: DataConfig, what: str) -> d
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, MemoryError) as e:
-        raise CalibrationDataError(f"{what} file {one_line(path)} is not a readable .npy array ({one_line(e)}) — save "
-                                   "it with numpy.save") from None
+        raise CalibrationDataError(f"{what} file {one_line(path)} is not a readable .npy array ({one_line(e)}) — "
+                                   "save it with numpy.save") from None
     return {model.specs[0].name: array}

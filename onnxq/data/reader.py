@@ -32,7 +32,8 @@ class SourceModel:
 
     def listed(self) -> str:
         """The model's inputs for an error line."""
-        return ", ".join(f"{s.name} ({s.describe()})" for s in self.specs[:6]) + (", …" if len(self.specs) > 6 else "")
+        shown = ", ".join(f"{s.name} ({s.describe()})" for s in self.specs[:6])
+        return shown + (", …" if len(self.specs) > 6 else "")
 
 
 def source_model(model: ir.Model, layout: CalibrationConfig, decoder: bool, path: str | os.PathLike | None) -> \

@@ -19,6 +19,7 @@ import numpy as np
 from onnxq.calibration.completion import completable
 from onnxq.calibration.specs import Batch, InputSpec
 from onnxq.config import DataConfig
+from onnxq.data.images import IMAGE_SUFFIXES
 from onnxq.data.reader import Opened, ReadData, SourceModel
 from onnxq.data.tokenizer import DEFAULT_MAX_LENGTH, TextTokenizer, load_tokenizer
 from onnxq.errors import CalibrationDataError, one_line
@@ -32,8 +33,11 @@ _MASK, _TYPES = "attention_mask", "token_type_ids"
 
 
 def claims_text(path: Path) -> bool:
+    """A .txt / .jsonl file, or a folder of .txt files with no arrays and no images (a README.txt beside photos is
+    no text to calibrate on)."""
     if path.is_dir():
-        return any(path.glob("*.txt")) and not any(path.glob("*.np[yz]"))
+        return not any(path.glob("*.np[yz]")) and any(path.glob("*.txt")) and not any(
+            p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir())
     return path.suffix.lower() in TEXT_SUFFIXES and path.is_file()
 
 

@@ -106,8 +106,8 @@ def photos(folder: Path, rng: np.random.Generator, sizes: list[tuple[int, int]],
     files = []
     for i, (width, height) in enumerate(sizes):
         y, x = np.mgrid[0:height, 0:width]
-        base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1), (x + y) * 127 / max(width + height - 2, 1)],
-                        axis=-1)
+        base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1),
+                         (x + y) * 127 / max(width + height - 2, 1)], axis=-1)
         pixels = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
         files.append(folder / f"photo{i:02d}{suffix}")
         Image.fromarray(pixels).save(files[-1])

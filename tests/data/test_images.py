@@ -116,6 +116,7 @@ def test_images_are_read_a_batch_at_a_time(tmp_path, rng):
 def test_a_folder_of_images_calibrates_a_cnn_as_its_npz_does(tmp_path, rng, capsys):
     model = _save(tmp_path, cnn())
     photos(tmp_path / "photos", rng, [(48, 40), (40, 48), (64, 64), (32, 32)] * 5, ".jpg")
+    (tmp_path / "photos" / "README.txt").write_text("20 photos\n")  # a folder of photos, not of text
     assert main(["data", str(model), str(tmp_path / "photos"), "-o", str(tmp_path / "photos.npz")]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == (f"onnxq: wrote {tmp_path / 'photos.npz'}: 20 samples, from calibration images photos (20 "
