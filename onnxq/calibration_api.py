@@ -62,14 +62,15 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, dat
                 files.add_input(model, "the input model")
                 for path in external_data_files(float_model):
                     files.add_input(path, "the input model's external data")
-            given = data
-            data = resolve_source(data, source_model(float_model, config.calibration, language_model_logits(
-                float_model) is not None, model if isinstance(model, (str, os.PathLike)) else None), config.data,
-                "calibration")
-            declare_source(files, given, data, "the calibration data")
+            # Text, images, one .npy, arrays named otherwise: read as quantize() reads them (onnxq.data).
+            path = model if isinstance(model, (str, os.PathLike)) else None
+            decoder = language_model_logits(float_model) is not None
+            reads = source_model(float_model, config.calibration, decoder, path)
+            source = resolve_source(data, reads, config.data, "calibration")
+            declare_source(files, data, source, "the calibration data")
         # The layout the data's shapes say, as quantize() reads it: a cache made here is the one it would make.
-        config = config.replace(calibration=read_layout(float_model, config.calibration, (data,))[0])
-        return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
+        config = config.replace(calibration=read_layout(float_model, config.calibration, (source,))[0])
+        return calibration_job(float_model, config).run([source], config.calibration.max_samples, progress)
 
 
 @dataclasses.dataclass(frozen=True)

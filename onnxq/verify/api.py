@@ -48,12 +48,13 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     with run_files() as files:  # what it reads, so that no output of the run (a report) lands on it
         float_ir = _load(files, float_model, "the float model")
         quant_ir = _load(files, quant_model, "the quantized model")
-        given = data
-        decoder = language_model_logits(float_ir) is not None
+        # Text, images, one .npy, arrays named otherwise: read as quantize() reads them (onnxq.data).
         path = float_model if isinstance(float_model, (str, os.PathLike)) else None
+        decoder = language_model_logits(float_ir) is not None
         reads = source_model(float_ir, dataclasses.replace(layout, batch_size=batch_size), decoder, path)
-        data = resolve_source(data, reads, data_config, "verification")
-        declare_source(files, given, data, "the verification data")
+        source = resolve_source(data, reads, data_config, "verification")
+        declare_source(files, data, source, "the verification data")
+        data = source
     # The data's shapes say which inputs it gives once, where an unnamed samples axis is (calibration.axes) and
     # whether the model has a batch axis (calibration.unbatched).
     layout, _ = read_layout(float_ir, layout, (data,))
