@@ -14,12 +14,13 @@ import onnx_ir as ir
 
 from onnxq.calibration.batching import SampleCounter
 from onnxq.calibration.channels import ChannelStats
-from onnxq.calibration.data import declare_data_files, validated_batches
+from onnxq.calibration.data import validated_batches
 from onnxq.calibration.runner import collect_observers
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.calibration.axes import read_layout
 from onnxq.config import QuantConfig
+from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError
 from onnxq.handlers import plan_model
 from onnxq.passes.quantize import needed_ranges
@@ -28,6 +29,7 @@ from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
 from onnxq.smoothing import smoothable_groups
+from onnxq.verify.task_rules import language_model_logits
 
 __all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations",
            "CalibrationJob", "calibration_job"]
@@ -60,10 +62,15 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, dat
                 files.add_input(model, "the input model")
                 for path in external_data_files(float_model):
                     files.add_input(path, "the input model's external data")
-            declare_data_files(files, data, "the calibration data")
+            # Text, images, one .npy, arrays named otherwise: read as quantize() reads them (onnxq.data).
+            path = model if isinstance(model, (str, os.PathLike)) else None
+            decoder = language_model_logits(float_model) is not None
+            reads = source_model(float_model, config.calibration, decoder, path)
+            source = resolve_source(data, reads, config.data, "calibration")
+            declare_source(files, data, source, "the calibration data")
         # The layout the data's shapes say, as quantize() reads it: a cache made here is the one it would make.
-        config = config.replace(calibration=read_layout(float_model, config.calibration, (data,))[0])
-        return calibration_job(float_model, config).run([data], config.calibration.max_samples, progress)
+        config = config.replace(calibration=read_layout(float_model, config.calibration, (source,))[0])
+        return calibration_job(float_model, config).run([source], config.calibration.max_samples, progress)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ from onnxq.cli_parser import Parser, path_arg
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.config.schema import TaskKind
 from onnxq.config.checks import TOPK_MAX
+from onnxq.data import data_config_from_args
 from onnxq.errors import ConfigError, closest, did_you_mean, one_line
 
 TASK_KINDS = typing.get_args(TaskKind)
@@ -182,7 +183,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
         return QuantConfig(**{**vars(config), "calibration": _changed(
             layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
             max_samples=args.calib_samples), "smooth": config.smooth if smooth is None else smooth,
-            "custom_op_libraries": custom_op_libraries_from_args(config, args)})
+            "custom_op_libraries": custom_op_libraries_from_args(config, args),
+            "data": data_config_from_args(config.data, args)})
     top = {k: v for k, v in {
         "mode": args.mode,
         "target": args.target,
@@ -219,7 +221,8 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,
                       measure_speed=False if args.no_speed else None,
                       never_slower=False if getattr(args, "allow_slower", False) else None)
-    return QuantConfig(**{**vars(config), **top, "calibration": calibration, "verify": verify})
+    return QuantConfig(**{**vars(config), **top, "calibration": calibration, "verify": verify,
+                          "data": data_config_from_args(config.data, args)})
 
 
 def _smooth_value(text: str | None) -> float | str | None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, add_providers_flag,
                             add_tolerance_flags, add_verbose_flag, path_arg)
 from onnxq.config.formats import FORMATS
+from onnxq.data import add_data_source_flags
 from onnxq.numerics import METHODS
 from onnxq.targets import target_names
 
@@ -37,12 +38,11 @@ def _input_and_output(g: Group) -> None:
 
 def _data_and_calibration(g: Group) -> None:
     g.add_argument("--calib", type=path_arg, metavar="DATA",
-                   help="calibration data: an .npz keyed by input name, or a folder of .npz / <input>.npy; "
-                        "without it activations are quantized at run time (dynamic)")
+                   help="calibration data: .npz, a folder of .npz / .npy, text, images (see data sources); without it, "
+                        "dynamic activations")
     g.add_argument("--verify-data", type=path_arg, metavar="DATA",
                    help="held-out inputs to verify on (default: every 10th calibration sample, held back)")
-    # onnxq.data's add_data_source_flags(g) (--tokenizer, --field, --max-length, --window, --size, --mean, --std,
-    # --scale, --preset, --bgr, --input-map) is called here, on this group: the flags that read the data.
+    add_data_source_flags(g)  # what the data is: text and its tokenizer, images, arrays named otherwise
     add_calibration_flags(g)
     g.add_argument("--calib-cache", type=path_arg, metavar="JSON",
                    help="calibration summary: read if it exists (no calibration pass), else written; see the "

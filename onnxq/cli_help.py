@@ -35,7 +35,7 @@ COMMAND_SUMMARIES = {
 # The flags most runs need: (how it is written, what it does). Each is defined in a group of cli_flags.
 COMMON_FLAGS = (
     ("MODEL", "the float .onnx model"),
-    ("--calib DATA", "calibration data (.npz, a folder); without it, dynamic activations"),
+    ("--calib DATA", "calibration data: .npz, text, images; without it, dynamic activations"),
     ("-o, --output PATH", "the quantized model (default: MODEL.int8.onnx beside MODEL)"),
     ("--verify-data DATA", "held-out inputs (default: every 10th calibration sample)"),
     ("--min-cosine X", "tolerance: mean cosine per output (default 0.98); any other: --tolerance"),
@@ -52,7 +52,7 @@ EXAMPLES = f"""examples:
   # an encoder, calibrated on sentences through its tokenizer
   {PROG} minilm.onnx --calib sentences.jsonl --tokenizer tokenizer.json
   # a CNN from a folder of images, with a report page
-  {PROG} resnet50.onnx --calib images/ --preset imagenet --html report.html
+  {PROG} resnet50.onnx --calib images/ --normalize imagenet --html report.html
   # a decoder with a KV cache, 4-bit weights
   {PROG} decoder.onnx --calib corpus.txt --tokenizer tokenizer.json --weights int4
   # for a GPU

@@ -14,6 +14,8 @@ from onnxq.cli_args import (Parser, add_calibration_flags, add_custom_ops_flag, 
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import run_files, write_output
 from onnxq.config import QuantConfig
+from onnxq.data import add_data_source_flags, data_config_from_args
+from onnxq.data_command import data_command
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.report import SCHEMA_VERSION
 from onnxq.summary import format_verification
@@ -34,7 +36,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
     p.add_argument("float_model", type=path_arg, metavar="FLOAT_MODEL", help="the float .onnx model")
     p.add_argument("quant_model", type=path_arg, metavar="QUANT_MODEL", help="its quantized .onnx model")
     p.add_argument("--data", type=path_arg, metavar="DATA", required=True,
-                   help="inputs: .npz, or a folder of .npz / <input>.npy")
+                   help="inputs: .npz, or a folder of .npz / <input>.npy; or text, images, one .npy (data sources)")
     p.add_argument("--config", type=path_arg, metavar="TOML",
                    help="QuantConfig as TOML (its [verify] table applies)")
     p.add_argument("--report", type=path_arg, metavar="JSON", help="write the verification as JSON")
@@ -43,6 +45,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
     add_tolerance_flags(p)
     add_providers_flag(p)
     add_layout_flags(p)
+    add_data_source_flags(p)
     add_custom_ops_flag(p)
     add_verbose_flag(p)
     return p
@@ -55,7 +58,7 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
                     "with --calib-cache under any method or setting, or run it on shards of the data and merge.")
     p.add_argument("model", type=path_arg, metavar="MODEL", help="the float .onnx model")
     p.add_argument("--calib", type=path_arg, metavar="DATA", required=True,
-                   help=".npz, or a folder of .npz / <input>.npy")
+                   help=".npz, or a folder of .npz / <input>.npy; or text, images, one .npy (data sources)")
     p.add_argument("-o", "--output", type=path_arg, metavar="JSON", required=True, help="summary file to write")
     p.add_argument("--config", type=path_arg, metavar="TOML",
                    help="QuantConfig as TOML (its [calibration] table applies)")
@@ -68,6 +71,7 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="--ray: a running cluster (auto, or ray://host:port); default: a local one for this run")
     add_calibration_flags(p)
+    add_data_source_flags(p)
     add_custom_ops_flag(p)
     add_verbose_flag(p)
     return p
@@ -143,6 +147,7 @@ def _verify_command(argv: list[str]) -> int:
         base = QuantConfig.from_toml(args.config) if args.config else QuantConfig()
         config = base.replace(verify=verify_config_from_args(base.verify, args),
                               calibration=layout_from_args(base.calibration, args),
+                              data=data_config_from_args(base.data, args),
                               custom_op_libraries=custom_op_libraries_from_args(base, args))
         verification = verify(args.float_model, args.quant_model, args.data, config=config,
                               target=args.target or base.target)
@@ -154,4 +159,5 @@ def _verify_command(argv: list[str]) -> int:
     return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
 
 
-SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command, "verify": _verify_command}
+SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command, "verify": _verify_command,
+               "data": data_command}

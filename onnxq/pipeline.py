@@ -104,7 +104,9 @@ def quantize(
     model: a path, an onnx.ModelProto, an onnx_ir.Model or its serialized bytes (the caller's object is never
         modified).
     calibration: .npz path, folder of .npz, dict of arrays (first axis = samples), iterable of such dicts, a
-        reader whose get_next() returns them (ORT's CalibrationDataReader), or one array for a one-input model.
+        reader whose get_next() returns them (ORT's CalibrationDataReader), or one array for a one-input model; or
+        what the user has, as config.data says how to read it (onnxq.data): text (.txt, .jsonl, a folder of .txt),
+        images (a folder, a glob pattern), one .npy, an .npz named otherwise (data.input_map).
         Given: static quantization. Absent: dynamic activation quantization (see QuantConfig.mode).
     output: where to write the model (atomically); None keeps it in memory only.
     config: a QuantConfig, or a dict of the config file's keys (checked alike); None, the defaults.

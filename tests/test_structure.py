@@ -8,9 +8,10 @@ from conftest import REPO
 
 PACKAGE = REPO / "onnxq"
 # Lowest first: a module may import its own layer and those before it. README's Layout lists the same order.
-LAYERS = ("errors", "numerics", "targets", "irquery", "io", "config", "calibration", "handlers", "passes",
+LAYERS = ("errors", "numerics", "targets", "irquery", "io", "config", "calibration", "data", "handlers", "passes",
           "smoothing", "awq", "verify", "report", "search", "calibration_api", "distributed", "ranges", "smoothing_steps", "steps",
-          "summary", "html_report", "progress", "pipeline", "cli_parser", "cli_args", "cli_flags", "commands", "cli_help", "cli", "__init__", "__main__")
+          "summary", "html_report", "progress", "pipeline", "cli_parser", "cli_args", "data_command", "cli_flags",
+          "commands", "cli_help", "cli", "__init__", "__main__")
 
 
 def _modules():

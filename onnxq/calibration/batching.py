@@ -188,6 +188,13 @@ class Holdout:
     def split(self, batches: Iterable[Batch]) -> Iterator[Batch]:
         return self._split(batches) if self.fixed is None else self._split_whole(exact_batches(batches, self.fixed))
 
+    def held_of(self, samples: int) -> int:
+        """How many of a stream of `samples` samples the split holds back: its arithmetic, without the data."""
+        if self.fixed is None:
+            return min(samples // self.every, self.max_samples)
+        eligible = samples // self.fixed // self.every
+        return self.fixed * min(eligible, max(1, self.max_samples // self.fixed))
+
     def verification_batches(self) -> list[Batch]:
         """The held samples in batches the model takes."""
         return self.held

@@ -55,8 +55,9 @@ def _raw_batches(source: DataSource, batch_size: int, what: str, axes: Mapping[s
                 "pass the folder, or save them together with numpy.savez")
         else:
             yield from _slices(_load_npz(path, what), batch_size, what, axes)
-    elif isinstance(source, Mapping):
-        yield from _slices({k: np.asarray(v) for k, v in source.items()}, batch_size, what, axes)
+    elif isinstance(source, Mapping):  # .npz members (data.input_map renames them) read rows on demand
+        yield from _slices({k: v if isinstance(v, NpzMember) else np.asarray(v) for k, v in source.items()},
+                           batch_size, what, axes)
     elif isinstance(source, Iterable):
         for i, item in enumerate(source):
             if not isinstance(item, Mapping):

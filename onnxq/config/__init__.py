@@ -2,8 +2,9 @@
 rules every value is checked against."""
 
 from onnxq.config.checks import RANGES, Range
+from onnxq.config.data import NORMALIZATIONS, DataConfig, Normalization
 from onnxq.config.schema import (PROVIDER_ALIASES, BlockConfig, CalibrationConfig, QScheme, QuantConfig, Tolerance,
                                  VerifyConfig)
 
-__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
+__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "DataConfig", "NORMALIZATIONS", "Normalization", "Tolerance", "VerifyConfig", "QuantConfig",
            "PROVIDER_ALIASES", "RANGES", "Range"]

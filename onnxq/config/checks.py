@@ -76,6 +76,9 @@ RANGES: dict[tuple[str, str], Range] = {
     ("BlockConfig", "size"): Range(16, 4096, integer=True, power_of_two=True, flag="--block"),
     ("BlockConfig", "accuracy_level"): Range(0, 4, integer=True),
     ("BlockConfig", "vocabulary_bits"): Range(4, 8, integer=True, power_of_two=True, flag="--vocabulary-bits"),
+    ("DataConfig", "max_length"): Range(1, 1_000_000, integer=True, flag="--max-length"),
+    ("DataConfig", "window"): Range(2, 1_000_000, integer=True, flag="--window"),
+    ("DataConfig", "scale"): Range(0, None, low_open=True, flag="--scale"),
 }
 
 
@@ -100,7 +103,7 @@ def setting_name(kind: str, field: str) -> str:
 
 def _section(kind: str) -> str:
     return {"CalibrationConfig": "calibration.", "VerifyConfig": "verify.", "BlockConfig": "blocks.",
-            "Tolerance": "tolerance "}.get(kind, "")
+            "DataConfig": "data.", "Tolerance": "tolerance "}.get(kind, "")
 
 
 def check_providers(providers: tuple[str, ...]) -> None:

@@ -98,9 +98,12 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         value_type = typing.get_args(hint)[1]
         return {str(k): _convert(value_type, v, f"{key}.{k}") for k, v in value.items()}
     if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        item = typing.get_args(hint)[0]
+        if item is str and (not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value)):
             raise ConfigError(f"config {key} must be a list of strings")
-        return tuple(value)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config {key} must be a list of {'integers' if item is int else 'numbers'}")
+        return tuple(_convert(item, v, key) for v in value)
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(f"config {key} must be true or false, got {value!r}")
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, check_providers, check_ranges
+from onnxq.config.data import DataConfig
 from onnxq.config.formats import FORMATS
 from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml, typed_fields
@@ -19,7 +20,7 @@ from onnxq.errors import ConfigError, did_you_mean
 from onnxq.numerics.methods import RANGE_METHODS
 from onnxq.targets import int8_activations_refusal, target_compute, target_names
 
-__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "Tolerance", "VerifyConfig", "QuantConfig",
+__all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "DataConfig", "Tolerance", "VerifyConfig", "QuantConfig",
            "PROVIDER_ALIASES"]
 
 PROVIDER_ALIASES = KNOWN_PROVIDER_ALIASES
@@ -305,6 +306,8 @@ class QuantConfig:
     exclude_regex: str | None = None
     calibration: CalibrationConfig = CalibrationConfig()
     verify: VerifyConfig = VerifyConfig()
+    # What the data is when it is text or images, and which array feeds which input (config.data, onnxq.data).
+    data: DataConfig = DataConfig()
     # The float arithmetic of what stays float: float16 halves CUDA's memory traffic and runs its products on
     # tensor cores (passes.float16: float32 kept where float16 cannot hold the values); auto: the target's
     # (float16 for cuda, float32 for CPUs). float16 pairs with weight-only blocks.

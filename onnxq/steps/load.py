@@ -9,10 +9,11 @@ from pathlib import Path
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
 from onnxq.calibration.axes import InferredLayout, read_layout
-from onnxq.calibration.data import declare_data_files, reread_batches
+from onnxq.calibration.data import reread_batches
 from onnxq.calibration.stream import DataStream
 from onnxq.calibration.specs import sample_axis
 from onnxq.config import CalibrationConfig, QuantConfig
+from onnxq.data import declare_source, described, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
@@ -26,6 +27,7 @@ from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
+from onnxq.verify.task_rules import language_model_logits
 
 __all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
 
@@ -51,7 +53,9 @@ def load_and_plan(state: RunState) -> bool:
         # loaded: a prepared clone may hold its weights in memory (a float16 model's, made float32).
         data = [p for p in external_data_files(loaded) if p.resolve() != state.input_path.resolve()]
         state.input_files = [state.input_path, *data]
-    _declare_files(state)  # unusable output paths stop the run now, not after calibrating
+    given_data = _read_data(state)
+    given = state.given  # the data as the pipeline reads it (text, images opened by onnxq.data)
+    _declare_files(state, given_data)  # unusable output paths stop the run now, not after calibrating
     # What preparing computed in memory (a float16 model's weights made float32, a folded Transpose of a tied
     # table) goes to the run's spill file now, memory-mapped like the input's own weights (io.spill: only a model
     # holding 64 MB of them or more), so that calibration's sessions read it in place instead of copying it.
@@ -121,13 +125,26 @@ def _layout_notes(inferred: InferredLayout) -> list[str]:
     return notes
 
 
-def _declare_files(state: RunState) -> None:
+def _read_data(state: RunState) -> tuple[DataSource | None, DataSource | None]:
+    """The data as the pipeline reads it (onnxq.data: text, images, one .npy, arrays renamed by data.input_map) in
+    state.given, each reader's account of what it made in the notes; returns the data as given."""
+    given, config = state.given, state.config
+    decoder = language_model_logits(state.reference) is not None
+    model = source_model(state.reference, config.calibration, decoder, state.input_path)
+    calibration = resolve_source(given.calibration, model, config.data, "calibration")
+    verify_data = resolve_source(given.verify_data, model, config.data, "verification")
+    state.notes.extend(line for line in map(described, (calibration, verify_data)) if line is not None)
+    state.given = dataclasses.replace(given, calibration=calibration, verify_data=verify_data)
+    return given.calibration, given.verify_data
+
+
+def _declare_files(state: RunState, given_data: tuple[DataSource | None, DataSource | None]) -> None:
     """What the run reads and writes, each output checked against every input and every other output (io.outputs)."""
     files, given = active_run(), state.given
     for i, path in enumerate(state.input_files):
         files.add_input(path, "the input model" if i == 0 else "the input model's external data")
-    declare_data_files(files, given.calibration, "the calibration data")
-    declare_data_files(files, given.verify_data, "the verification data")
+    declare_source(files, given_data[0], given.calibration, "the calibration data")
+    declare_source(files, given_data[1], given.verify_data, "the verification data")
     if given.cache is not None and not isinstance(given.cache, CalibrationSummary):
         if os.path.lexists(given.cache):  # read, never rewritten
             files.read(given.cache, "the calibration cache", CalibrationDataError)

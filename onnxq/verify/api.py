@@ -11,15 +11,17 @@ import onnx
 import onnx_ir as ir
 
 from onnxq.calibration.axes import read_layout
-from onnxq.calibration.data import declare_data_files, reread_batches
+from onnxq.calibration.data import reread_batches
 from onnxq.calibration.specs import DataSource, input_specs
-from onnxq.config import CalibrationConfig, QuantConfig, VerifyConfig
+from onnxq.config import CalibrationConfig, DataConfig, QuantConfig, VerifyConfig
+from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
 from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.verify.check import Reference, Verification, verify_models
 from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.placement import quantized_nodes
+from onnxq.verify.task_rules import language_model_logits
 
 __all__ = ["verify"]
 
@@ -38,6 +40,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     if config is not None and not isinstance(config, VerifyConfig):
         config = QuantConfig.of(config)  # a dict of the config file's keys; any other kind refused
     layout = config.calibration if isinstance(config, QuantConfig) else CalibrationConfig()
+    data_config = config.data if isinstance(config, QuantConfig) else DataConfig()
     libraries = config.custom_op_libraries if isinstance(config, QuantConfig) else ()
     config = config.verify if isinstance(config, QuantConfig) else config or VerifyConfig()
     if providers is not None:
@@ -45,7 +48,13 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
     with run_files() as files:  # what it reads, so that no output of the run (a report) lands on it
         float_ir = _load(files, float_model, "the float model")
         quant_ir = _load(files, quant_model, "the quantized model")
-        declare_data_files(files, data, "the verification data")
+        # Text, images, one .npy, arrays named otherwise: read as quantize() reads them (onnxq.data).
+        path = float_model if isinstance(float_model, (str, os.PathLike)) else None
+        decoder = language_model_logits(float_ir) is not None
+        reads = source_model(float_ir, dataclasses.replace(layout, batch_size=batch_size), decoder, path)
+        source = resolve_source(data, reads, data_config, "verification")
+        declare_source(files, data, source, "the verification data")
+        data = source
     # The data's shapes say which inputs it gives once, where an unnamed samples axis is (calibration.axes) and
     # whether the model has a batch axis (calibration.unbatched).
     layout, _ = read_layout(float_ir, layout, (data,))

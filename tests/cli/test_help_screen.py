@@ -22,7 +22,7 @@ GROUP_TITLES = ["input and output", "data and calibration", "quantization", "lan
 # Flags another part of onnxq adds to the data group (onnxq.data's add_data_source_flags); an example that uses one
 # is checked where they are defined.
 DATA_SOURCE_FLAGS = {"--tokenizer", "--field", "--max-length", "--window", "--size", "--mean", "--std", "--scale",
-                     "--preset", "--bgr", "--input-map"}
+                     "--normalize", "--bgr", "--input-map"}
 
 
 def _help_text(capsys, argv) -> str:

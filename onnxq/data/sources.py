@@ -1,0 +1,48 @@
+"""From what the user gives (a path of any kind the readers know, arrays under other names) to a source the
+pipeline reads: quantize(), calibrate(), verify() and `python -m onnxq data` resolve their data here, alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from onnxq.calibration.data import declare_data_files
+from onnxq.calibration.specs import DataSource
+from onnxq.config import DataConfig
+from onnxq.data.names import mapped_source
+from onnxq.data.reader import ReadData, SourceModel
+from onnxq.data.registry import reader_for
+from onnxq.io import RunFiles
+
+__all__ = ["resolve_source", "declare_source", "described"]
+
+
+def resolve_source(source: DataSource | None, model: SourceModel, config: DataConfig, what: str) -> \
+        DataSource | None:
+    """The source as the pipeline reads it: text, images or one .npy opened by their reader (registry), arrays
+    renamed by data.input_map; an .npz whose arrays all name inputs, a folder of them and any other source as given.
+    what: "calibration" or "verification" (the data's name in the lines that refuse it)."""
+    if source is None:
+        return None
+    if isinstance(source, (str, os.PathLike)):
+        reader = reader_for(Path(source), what)
+        if reader is not None:
+            return reader.open(Path(source), model, config, what)
+    return mapped_source(source, list(model.specs), config.input_map, what)
+
+
+def declare_source(files: RunFiles, given: DataSource | None, resolved: DataSource | None, what: str) -> None:
+    """Record what the data reads as inputs of the run (no output may overwrite them): a reader's files and folders,
+    else the path as calibration.data reads it. what: "the calibration data" / "the verification data"."""
+    if not isinstance(resolved, ReadData):
+        declare_data_files(files, given, what)
+        return
+    for folder in resolved.opened.folders:
+        files.add_data_folder(folder, what)
+    for file in resolved.opened.files:
+        files.add_input(file, f"{what} file")
+
+
+def described(resolved: DataSource | None) -> str | None:
+    """One line saying how a reader made the inputs (for the run's notes); None for arrays read as they are."""
+    return resolved.opened.description if isinstance(resolved, ReadData) else None
