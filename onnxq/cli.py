@@ -1,4 +1,5 @@
-"""python -m onnxq: thin argument parsing over onnxq.quantize(); exit 0 ok, 1 out of tolerance, 2 bad input."""
+"""python -m onnxq: thin argument parsing over onnxq.quantize(); exit 0 within tolerance, 1 out of tolerance, 2 bad
+input, 3 internal error, 4 nothing shown (verify.result.EXIT_CODES), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from onnxq.pipeline import default_output_path, quantize
 from onnxq.progress import ProgressBar, count_samples
 from onnxq.summary import format_summary
 from onnxq.targets import TARGETS, target_names
+from onnxq.verify.result import EXIT_CODES
+from onnxq.verify.verdict import NOT_SHOWN
 
 try:
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, NotImplemented
@@ -35,6 +38,7 @@ except ImportError:  # a future onnxruntime may move them
 __all__ = ["main", "build_parser"]
 
 EXIT_OK, EXIT_OUT_OF_TOLERANCE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_NOT_SHOWN = EXIT_CODES[NOT_SHOWN]  # nothing shown: not shown, or nothing quantized
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
@@ -42,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="python -m onnxq",
         description="Quantize a float ONNX model to int8 (MatMul/Gemm/Conv/Gather) and verify it on ONNX Runtime.",
-        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 130 "
-               "interrupted. Other commands: "
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 4 nothing "
+               "shown (nothing quantized, or the data cannot show a bar), 130 interrupted. Other commands: "
                "python -m onnxq calibrate (calibration on its own), merge (shard summaries), verify (check any "
                "quantized model); each takes --help.")
     for flags in (_file_flags, _scheme_flags, _selection_flags, _calibration_and_check_flags):
@@ -251,9 +255,8 @@ def _run(argv: list[str], verbose: bool) -> int:
         if args.html:
             page = render_html(report)
             write_output(args.html, lambda staged: staged.write_text(page))
-    if args.quiet:
-        print(f"onnxq: wrote {result.output}; " + {None: "not verified", True: "within tolerance",
-                                                   False: "OUT OF TOLERANCE"}[report.passed])
+    if args.quiet:  # the result line keeps its caveat (made-up inputs, not shown, nothing quantized)
+        print(f"onnxq: wrote {result.output}; {report.result}")
     else:
         print(format_summary(report))
-    return EXIT_OUT_OF_TOLERANCE if report.passed is False else EXIT_OK
+    return EXIT_CODES[report.verdict]
