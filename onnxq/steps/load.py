@@ -46,6 +46,7 @@ def load_and_plan(state: RunState) -> bool:
         state.notes.extend(notes)
         # Below the opsets onnxruntime runs, the model as given has no session: the prepared one is the reference.
         state.unconverted = loaded if (onnx_opset(loaded) or ORT_MIN_OPSET) >= ORT_MIN_OPSET else None
+        state.given_runs = state.unconverted is not None
     state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 
-from onnxq.io import LOAD_NOTES, save_model, write_output
+from onnxq.io import save_model, write_output
 from onnxq.passes.float16_storage import stored_as_float16
 from onnxq.steps.state import RunState
 
@@ -33,8 +33,9 @@ def save(state: RunState) -> bool:
 
 
 def _float_model_written(state: RunState):
-    """The float model as given: a copy of its file where it is one file whose nodes all had names, else saved."""
+    """The float model as given: a copy of its file where it is one file onnxruntime runs, else saved (given in
+    memory, with external data, or converted from an opset onnxruntime does not run)."""
     source = state.input_path
-    if source is not None and state.input_files == [source] and not state.as_given.meta[LOAD_NOTES]["renamed_nodes"]:
+    if source is not None and state.input_files == [source] and state.given_runs:
         return [write_output(state.given.output, lambda staged: shutil.copyfile(source, staged))]
     return save_model(state.as_given, state.given.output)

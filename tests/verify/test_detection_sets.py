@@ -154,17 +154,19 @@ def test_no_detections_on_one_side_or_both(ref_rows, got_rows):
 
 def test_rows_the_data_chooses_outside_a_set_are_padded_not_refused():
     """A NonZero's indices, one fewer in the quantized model: the missing row counts as a row of zeros; so does a
-    step one model ran past the other on another axis (a decoder Loop's: verify.metrics pads every such axis; the
-    declared shapes of two different models are refused by verify, test_loop_decoder); a different rank is still
-    two different models."""
+    step one model ran past the other on another axis where the graph leaves that length to the data (a decoder
+    Loop's: open_lengths, test_loop_decoder); elsewhere a shape that differs past the first axis is still two
+    different models."""
     from onnxq.errors import UnsupportedModelError
     from onnxq.verify.metrics import MetricsAccumulator
     accumulator = MetricsAccumulator()
     accumulator.add(np.array([[0, 1], [2, 3], [4, 5]], np.int64), np.array([[0, 1], [2, 3]], np.int64))
     result = accumulator.result()
     assert result.samples == 3 and result.max_abs_error == 5.0
-    steps = MetricsAccumulator()
+    steps = MetricsAccumulator(open_lengths=True)
     steps.add(np.ones((3, 2)), np.ones((3, 3)))  # the quantized model's extra step counts against it
     assert steps.result().samples == 3 and steps.result().max_abs_error == 1.0
+    with pytest.raises(UnsupportedModelError, match=r"shape \(3, 2\) in the float model but \(3, 3\)"):
+        MetricsAccumulator().add(np.zeros((3, 2)), np.zeros((3, 3)))
     with pytest.raises(UnsupportedModelError, match=r"shape \(3, 2\) in the float model but \(3, 2, 1\)"):
-        MetricsAccumulator().add(np.zeros((3, 2)), np.zeros((3, 2, 1)))
+        MetricsAccumulator(open_lengths=True).add(np.zeros((3, 2)), np.zeros((3, 2, 1)))
