@@ -20,8 +20,8 @@ def recipe(state: RunState) -> bool:
     if state.label == SYNTHETIC:  # made-up inputs never change the written model
         state.notes.append("recipe auto: not searched on made-up inputs (pass --verify-data): all static")
         return False
-    if not state.verification.failed:
-        state.notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
+    if not state.verification.failed:  # within tolerance, or not shown: no bar measured below
+        state.notes.append("recipe auto: no bar is measured below the all-static model's; nothing per token")
         return False
     groups = recipe_groups(state.reference, config, state.mode, state.ranges, state.stream)
     result, chosen = choose_recipe(state.builder, groups, state.candidate_check())

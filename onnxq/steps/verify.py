@@ -8,7 +8,7 @@ from onnxq.calibration.holdout import ordinal
 from onnxq.steps.load import synthetic_inputs
 from onnxq.steps.state import RunState
 from onnxq.verify import Reference, verify_models, with_placement
-from onnxq.verify.check import absent_providers
+from onnxq.verify.providers import absent_providers
 from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
 __all__ = ["verify", "placed"]

@@ -16,14 +16,14 @@ import onnxruntime as ort
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
-from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
+from onnxq.config import Tolerance, VerifyConfig
 from onnxq.io import load_model, trim_heap
-from onnxq.targets import target_providers
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import OutputCheck, failures_for, task_tolerances
 from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.providers import absent_providers, resolve_providers
 from onnxq.verify.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import OutputStore, Reference
 from onnxq.verify.sessions import ModelSource, make_session
@@ -141,24 +141,6 @@ class Verification:
                 "coverage": None if self.coverage is None else self.coverage.to_dict()}
 
 
-def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(providers to run, messages for requested ones this onnxruntime lacks). CPU always runs."""
-    available = ort.get_available_providers()
-    wanted = ["CPUExecutionProvider"]
-    missing = []
-    for name in requested:
-        if name == "auto":
-            wanted += [p for p in ("CUDAExecutionProvider",) if p in available]
-            continue
-        full = PROVIDER_ALIASES.get(name.lower(), name)
-        if full in available:
-            wanted.append(full)
-        else:
-            hint = " (install onnxruntime-gpu and a CUDA runtime)" if full == "CUDAExecutionProvider" else ""
-            missing.append(f"{full} is not available in this onnxruntime{hint}; skipped")
-    return list(dict.fromkeys(wanted)), missing
-
-
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
                   quantized_nodes: Mapping[str, str] | None = None, target: str | None = "portable") -> Verification:
     """With quantized_nodes (name → op type), also profile one batch per provider to report placement, and
@@ -274,14 +256,6 @@ def _with_tokens(operands: Sequence[Operand], names: Sequence[str], tasks: Mappi
             mask = batch.get("attention_mask")
             operand.tokens = (np.asarray(batch[task.labels]), None if mask is None or np.ndim(mask) != 2 else
                               np.asarray(mask))
-
-
-def absent_providers(requested: Sequence[str], target: str) -> tuple[str, ...]:
-    """The providers a config names or the target is deployed on that this onnxruntime lacks and the kernel
-    tables know: their placement is predicted."""
-    named = [PROVIDER_ALIASES.get(n.lower(), n) for n in requested if n != "auto"]
-    here = resolve_providers(requested)[0]
-    return tuple(dict.fromkeys(p for p in (*named, *target_providers(target)) if p not in here and predictable(p)))
 
 
 def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,
