@@ -150,7 +150,9 @@ def _verify_command(argv: list[str]) -> int:
         verification = verify(args.float_model, args.quant_model, args.data, config=config,
                               target=args.target or base.target)
         if args.report:
-            text = json.dumps({"schema_version": SCHEMA_VERSION, "verification": verification.to_dict()}, indent=2)
+            text = json.dumps({"schema_version": SCHEMA_VERSION, "verdict": verification.verdict,
+                               "result": verification_result(verification), "verification": verification.to_dict()},
+                              indent=2)
             write_output(args.report, lambda staged: staged.write_text(text + "\n"))
     print("\n".join(format_verification(verification)))
     print(f"result: {verification_result(verification)}")

@@ -46,7 +46,10 @@ def test_verify_refuses_a_float_pair_and_names_a_swap(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("onnxq: error: ") and says in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no report written
-    assert main(["verify", m, q, "--data", d]) == 0 and "result: within tolerance" in capsys.readouterr().out
+    assert main(["verify", m, q, "--data", d, "--report", str(tmp_path / "v.json")]) == 0
+    assert "result: within tolerance" in capsys.readouterr().out
+    written = json.loads((tmp_path / "v.json").read_text())
+    assert written["verdict"] == written["verification"]["verdict"] == "within tolerance"
 
 
 def test_quiet_keeps_the_made_up_inputs_caveat(tmp_path, capsys):
