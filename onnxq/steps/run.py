@@ -105,7 +105,7 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             peak = peak_rss_bytes()
             if peak is not None:
                 peaks[step.name] = peak
-        active_run().check_inputs_unchanged(f"after step {step.name}")  # a changed input stops the run now
+        active_run().check_inputs_unchanged(f"after step {step.name}")  # a changed input stops the run at once
     if peaks and state.reference is not None:
         state.sections.append(MemoryUse(peaks, float_model_bytes(state)))
     return state

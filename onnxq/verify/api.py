@@ -119,7 +119,7 @@ def _check_pair(float_ir: ir.Model, quantized: Mapping[str, str], given: tuple[M
 
 
 def _check_shapes(float_ir: ir.Model, quant_ir: ir.Model) -> None:
-    """Outputs whose declared ranks or fixed sizes differ are two different models' (refused now). A size either
+    """Outputs whose declared ranks or fixed sizes differ are two different models' (refused before anything runs). A size either
     graph leaves open is the data's to decide (a decoder Loop's steps, an NMS's detections): the verification
     compares such outputs however long each model makes them (verify.metrics pads the shorter)."""
     quantized = {o.name: o for o in quant_ir.graph.outputs}

@@ -71,8 +71,8 @@ class TaskTolerances:
     model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
     a decision the float model does not keep itself. But a bar never falls below TASK_FLOOR: where the float model
     keeps less of its own answer than that, the kind's default bar stays and an agreement short of it is not shown
-    (`unstable`), never passed on a bar no user would accept (a detector whose float model kept 0.76 of its
-    detections under noise had passed a file that lost a quarter of them). A language model's logits are held to
+    (`unstable`), never passed on a bar no user would accept (a detector whose float model keeps 0.76 of its
+    detections under noise would pass a file that loses a quarter of them). A language model's logits are held to
     the perplexity ratio in place of the numeric bars, and its cache outputs (state) are reported, judged through
     the logits; a detection set is held to its detections kept — unless the output has a tolerance of its own."""
 

@@ -33,8 +33,8 @@ TASK_BARS = {"top1": 0.99, "sequence": 0.97, "frames": 0.99, "iou": 0.99, "label
              "head-detections": 0.90, "packed-detections": 0.90, "decoded": 0.97}
 # The lowest a bar may fall to where the float model keeps less of its own answer under input noise
 # (verify.stability): the lowest default bar (a raw head's). Below it a bar stops meaning "keeps the answers" — a
-# detector's float model keeping 0.76 of its detections under noise had made 0.76 the bar, passing a file that lost
-# a quarter of them; there the data cannot judge, and the verdict says so (not shown).
+# detector's float model keeping 0.76 of its detections under noise would make 0.76 the bar, passing a file that
+# loses a quarter of them; there the data cannot judge, and the verdict says so (not shown).
 TASK_FLOOR = 0.90
 
 TASK_WORDS = {"top1": "top-1 agreement", "sequence": "decoded-sequence agreement", "frames": "frames kept",

@@ -100,8 +100,8 @@ def test_the_model_file_replaced_mid_run_is_caught(tmp_path, monkeypatch, capsys
 
 
 def test_a_model_changed_while_it_loads_stops_the_run_right_after_loading(tmp_path, monkeypatch, capsys):
-    """Another program writes the model while onnxq reads it: the run stops before calibrating (an hour-long run
-    used to learn it at its last step), one line, nothing written."""
+    """Another program writes the model while onnxq reads it: the run stops before calibrating (not at the end of
+    an hour-long run), one line, nothing written."""
     model = _external_model(tmp_path)
     original = onnxq.steps.load.load_model
 

@@ -81,8 +81,8 @@ def _blind_feature(rng: np.random.Generator) -> tuple[ir.Model, dict]:
 
 def test_made_up_inputs_never_change_the_written_model(tmp_path):
     """A calibration cache and no data to verify on: the check runs on made-up inputs, out of tolerance there
-    (cosine 0.96: they saturate fc1's calibrated range), and the fallback does not act on them — it had kept fc1
-    float, a larger file for a verdict on inputs no user has. The model written is the one the cache's ranges make,
+    (cosine 0.96: they saturate fc1's calibrated range), and the fallback does not act on them (it would keep fc1
+    float: a larger file for a verdict on inputs no user has). The model written is the one the cache's ranges make,
     every node int8, the same as with verification off."""
     model, data = _blind_feature(np.random.default_rng(0))
     cache = tmp_path / "cache.json"
@@ -147,8 +147,8 @@ def _on_a_threshold(step: float = 0.0) -> ir.Model:
 
 
 def test_an_unstable_float_model_never_lowers_the_bar_below_the_floor():
-    """The float model keeps 0.80 of its own on/off decisions under one step of its 8-bit input's noise; its bar had
-    fallen to 0.80, passing a copy that changed a tenth of them. The bar stays 0.99 (the floor is 0.90): such a copy
+    """The float model keeps 0.80 of its own on/off decisions under one step of its 8-bit input's noise; held to
+    0.80, a copy that changes a tenth of them would pass. The bar stays 0.99 (the floor is 0.90): such a copy
     is not shown, the data cannot judge it; a copy that changes nothing is still shown within tolerance."""
     rng = np.random.default_rng(0)
     levels = rng.choice([0, 127, 128, 255], p=[0.1, 0.7, 0.1, 0.1], size=(50, 40))

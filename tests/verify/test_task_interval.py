@@ -1,7 +1,7 @@
 """A task verdict states what its sample count can show (numerics.interval, verify.outcome): the agreement with its
 95 % Wilson interval; where the interval straddles the bar the verdict is "not shown" (exit 4), with the count that
-would show it. A file-type classifier verified on 64 held-out samples had read "top1 1.0000 ok — within tolerance",
-where none of 64 changed shows only 0.943; on 576 samples it kept 0.972 of float's answers, under the 0.99 bar."""
+would show it. None of 64 answers changed shows only 0.943, not "top1 1.0000 ok — within tolerance": a file-type classifier so
+verified keeps 0.972 of float's answers on 576 samples, under the 0.99 bar."""
 
 import json
 
