@@ -60,7 +60,8 @@ EXAMPLES = f"""examples:
   # check a quantized model against its float model
   {PROG} verify model.onnx model.int8.onnx --data heldout.npz
 
-exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 130 interrupted
+exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 4 nothing shown
+(nothing quantized, or the data cannot show a bar), 130 interrupted
 every command and flag: docs/cli.md"""
 
 

@@ -21,10 +21,11 @@ from onnxq.report import SCHEMA_VERSION
 from onnxq.summary import format_verification
 from onnxq.targets import target_names
 from onnxq.verify.api import verify
+from onnxq.verify.result import EXIT_CODES, verification_result
 
 __all__ = ["SUBCOMMANDS", "build_calibrate_parser", "build_merge_parser", "build_verify_parser"]
 
-EXIT_OK, EXIT_OUT_OF_TOLERANCE = 0, 1
+EXIT_OK = 0
 
 
 def build_verify_parser() -> argparse.ArgumentParser:
@@ -32,7 +33,8 @@ def build_verify_parser() -> argparse.ArgumentParser:
         prog="python -m onnxq verify", usage="%(prog)s FLOAT_MODEL QUANT_MODEL --data DATA [options]",
         description="Check a quantized model against its float model on every provider present: every output "
                     "against its tolerance, the providers against each other, and where each node ran.",
-        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input.")
+        epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input (a second model that quantizes "
+               "nothing, the two swapped), 4 not shown (the data cannot show a task bar).")
     p.add_argument("float_model", type=path_arg, metavar="FLOAT_MODEL", help="the float .onnx model")
     p.add_argument("quant_model", type=path_arg, metavar="QUANT_MODEL", help="its quantized .onnx model")
     p.add_argument("--data", type=path_arg, metavar="DATA", required=True,
@@ -152,11 +154,13 @@ def _verify_command(argv: list[str]) -> int:
         verification = verify(args.float_model, args.quant_model, args.data, config=config,
                               target=args.target or base.target)
         if args.report:
-            text = json.dumps({"schema_version": SCHEMA_VERSION, "verification": verification.to_dict()}, indent=2)
+            text = json.dumps({"schema_version": SCHEMA_VERSION, "verdict": verification.verdict,
+                               "result": verification_result(verification), "verification": verification.to_dict()},
+                              indent=2)
             write_output(args.report, lambda staged: staged.write_text(text + "\n"))
     print("\n".join(format_verification(verification, verbose=args.verbose)))
-    print("result: within tolerance" if verification.passed else "result: OUT OF TOLERANCE")
-    return EXIT_OK if verification.passed else EXIT_OUT_OF_TOLERANCE
+    print(f"result: {verification_result(verification)}")
+    return EXIT_CODES[verification.verdict]
 
 
 SUBCOMMANDS = {"calibrate": _calibrate_command, "merge": _merge_command, "verify": _verify_command,

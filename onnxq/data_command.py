@@ -9,6 +9,7 @@ from pathlib import Path
 
 from onnxq.calibration.batching import Holdout, fixed_batch_size
 from onnxq.calibration.completion import describe_made
+from onnxq.calibration.holdout import plan_holdout
 from onnxq.calibration.data import validated_batches
 from onnxq.cli_args import Parser, add_verbose_flag, path_arg
 from onnxq.config import QuantConfig
@@ -16,7 +17,7 @@ from onnxq.data import (ReadData, SourceModel, Written, add_data_source_flags, d
                         described, resolve_source, source_model, write_npz)
 from onnxq.errors import ConfigError
 from onnxq.io import load_model, run_files, write_output
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.verify.task_rules import language_model_logits, may_hold_to_a_share
 
 __all__ = ["build_data_parser", "data_command"]
 
@@ -60,12 +61,13 @@ def data_command(argv: list[str]) -> int:
         write_output(args.output, lambda staged: written.update(write_npz(staged, batches)))
     how = described(resolved) or f"calibration data {args.source}" + "".join(
         f", {name} from {array}" for name, array in config.data.input_map.items())
-    print("\n".join(_account(Path(args.output), how, resolved, reads, written, made, config)))
+    shares = may_hold_to_a_share(model, config.verify)
+    print("\n".join(_account(Path(args.output), how, resolved, reads, written, made, config, shares)))
     return 0
 
 
 def _account(output: Path, how: str, resolved, model: SourceModel, written: dict[str, Written], made: dict[str, str],
-             config: QuantConfig) -> list[str]:
+             config: QuantConfig, shares: bool) -> list[str]:
     """What was written: the inputs, their shapes and how each was made, and the split quantize would use."""
     samples = next((w.shape[0] for name, w in written.items() if model.spec(name).sample_axis is not None), 1)
     lines = [f"onnxq: wrote {output}: {samples} samples, from {how}"]
@@ -77,15 +79,17 @@ def _account(output: Path, how: str, resolved, model: SourceModel, written: dict
     rest = {name: made[name] for name in list(written)[_SHOWN:] if name in made}
     if len(written) > _SHOWN:
         lines.append(f"  … {len(written) - _SHOWN} more inputs" + (f"; {describe_made(rest)}" if rest else ""))
-    return [*lines, _split(samples, model, config)]
+    return [*lines, _split(samples, model, config, shares)]
 
 
-def _split(samples: int, model: SourceModel, config: QuantConfig) -> str:
-    """The held-out split of python -m onnxq MODEL --calib data.npz (no --verify-data)."""
+def _split(samples: int, model: SourceModel, config: QuantConfig, shares: bool) -> str:
+    """The held-out split of python -m onnxq MODEL --calib data.npz (no --verify-data): calibration.holdout's plan
+    (shares: an output of the model may be judged by a task share, whose bar needs more samples)."""
     verify = config.verify
-    held = Holdout(verify.holdout_every, verify.max_samples, fixed_batch_size(list(model.specs))).held_of(samples)
+    plan = plan_holdout(samples, verify.holdout_every, verify.max_samples, shares)
+    held = Holdout(plan.every, plan.most, fixed_batch_size(list(model.specs))).held_of(samples)
     if held == 0:
         return (f"quantize --calib would hold back no sample for verification (fewer than {verify.holdout_every}) "
                 "and verify on calibration data, which flatters the result — pass --verify-data too")
-    return (f"quantize --calib would calibrate on {samples - held} and verify on {held} held back (every "
-            f"{verify.holdout_every}th, at most {verify.max_samples}); with --verify-data it calibrates on all")
+    return (f"quantize --calib would calibrate on {samples - held} and verify on {held} held back "
+            f"({plan.words(held)}); with --verify-data it calibrates on all")

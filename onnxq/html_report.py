@@ -11,6 +11,8 @@ from onnxq.config import QuantConfig
 from onnxq.report import SHARE_COLOURS, QuantReport, escape, share_level
 from onnxq.summary import left_float_groups, scheme_words
 from onnxq.verify.check import OutputCheck, Verification
+from onnxq.verify.result import SYNTHETIC
+from onnxq.verify.verdict import NOT_SHOWN, OUT, WITHIN
 
 __all__ = ["render_html", "caveats", "headline"]
 
@@ -30,7 +32,7 @@ border-left:2px dashed #222}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;
 svg text{font-size:11px;font-family:monospace}"""
 
 # The verification inputs' label when onnxq made them up for want of data (steps.load.SYNTHETIC).
-_MADE_UP = "synthetic inputs"
+_MADE_UP = SYNTHETIC
 # A meter's scale: the tolerance line sits at 1 of this.
 _METER_SPAN = 1.5
 
@@ -38,8 +40,8 @@ _e = escape
 
 
 def caveats(report: QuantReport) -> list[str]:
-    """What the verdict does not say by itself: it was reached on made-up inputs, nothing was quantized, nothing was
-    shown (the report's verdict, where it has one), nothing was verified."""
+    """What the verdict does not say by itself: it was reached on made-up inputs, nothing was quantized, the data
+    cannot show a bar, nothing was verified."""
     found = []
     v = report.verification
     if v is None:
@@ -49,28 +51,17 @@ def caveats(report: QuantReport) -> list[str]:
                      "— pass --verify-data (or --calib) with real inputs for figures that mean something.")
     if not report.quantized:
         found.append("Nothing is quantized: every node stayed float, so the output is the float model.")
-    words = _verdict_words(report)
-    if words is not None and "not shown" in words:
-        found.append(f"Verdict: {words}.")
+    if report.verdict == NOT_SHOWN:
+        found.append(f"Not shown: {report.result.removeprefix('NOT SHOWN — ')}")
     return found
-
-
-def _verdict_words(report: QuantReport) -> str | None:
-    """The report's own verdict in words, where it carries one (an enum's value or a string)."""
-    verdict = getattr(report, "verdict", None)
-    verdict = getattr(verdict, "value", verdict)
-    return verdict if isinstance(verdict, str) and verdict else None
 
 
 def headline(report: QuantReport) -> str:
     """The verdict, what became of the model, its caveats and any failure of the gate, in one box."""
     said = caveats(report)
-    words = {None: "not verified", True: "within tolerance", False: "OUT OF TOLERANCE"}[report.passed]
-    level = "fail" if report.passed is False else "warn" if said or report.passed is None else "ok"
+    level = "fail" if report.verdict == OUT else "ok" if report.verdict == WITHIN and not said else "warn"
     ratio = report.quant_bytes / max(report.float_bytes, 1)
-    if report.verification is not None and report.verification.data == _MADE_UP:
-        words += " — on made-up inputs"
-    parts = [f"<div class='headline verdict-{level}'><p class='verdict'>{_e(_verdict_words(report) or words)}</p>",
+    parts = [f"<div class='headline verdict-{level}'><p class='verdict'>{_e(report.result)}</p>",
              f"<p><b>{_e(report.input)}</b> → <b>{_e(report.output or '(in memory)')}</b>: {_e(scheme_words(report))}"
              f", target {_e(report.config.get('target'))}; {len(report.quantized)} node(s) quantized, "
              f"{len(report.left_float)} left float; {report.float_bytes / 1e6:.1f} MB → "
@@ -157,14 +148,19 @@ def _task_cell(o: OutputCheck) -> str:
             f"<span class='bar'>({_e(bar.op)} {bar.limit:g})</span></td>")
 
 
+_RESULT_WORDS = {WITHIN: "ok", OUT: "FAIL", NOT_SHOWN: "NOT SHOWN"}
+_RESULT_CLASS = {WITHIN: "ok", OUT: "fail", NOT_SHOWN: "warn"}
+
+
 def _checks_table(checks: tuple[OutputCheck, ...]) -> str:
     rows = "".join(
         f"<tr><td>{_e(o.name)}</td>{_figure(o, 'cosine', o.metrics.cosine_mean, '.5f')}"
         f"{_figure(o, None, o.metrics.cosine_min, '.5f')}{_figure(o, 'SQNR dB', o.metrics.sqnr_db, '.1f')}"
         f"{_figure(o, 'max abs', o.metrics.max_abs_error, '.4g')}{_figure(o, None, o.metrics.mean_abs_error, '.4g')}"
-        f"{_task_cell(o)}{_meter(o)}<td class='{'ok' if o.passed else 'fail'}'>{'ok' if o.passed else 'FAIL'}</td>"
+        f"{_task_cell(o)}{_meter(o)}<td class='{_RESULT_CLASS[o.verdict]}'>{_RESULT_WORDS[o.verdict]}</td>"
         "</tr>" for o in checks)
-    failures = "".join(f"<p class='fail'>{_e(o.name)}: {_e('; '.join(o.failures))}</p>" for o in checks if o.failures)
+    failures = "".join(f"<p class='{_RESULT_CLASS[o.verdict]}'>{_e(o.name)}: {_e('; '.join(o.failures or o.unshown))}</p>"
+                       for o in checks if o.failures or o.unshown)
     heads = "".join(f"<th class='num'>{h}</th>" for h in ("cosine", "min cosine", "SQNR dB", "max abs", "mean abs",
                                                            "task", "tolerance used"))
     return f"<table><tr><th>output</th>{heads}<th>result</th></tr>{rows}</table>{failures}"

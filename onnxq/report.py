@@ -10,7 +10,9 @@ from typing import Any, Protocol
 from onnxq.io.naming import RenamedNode
 from onnxq.verify.bars import NEAR_SHARE
 from onnxq.verify.check import Verification
+from onnxq.verify.result import most_common, result_words
 from onnxq.verify.speed import SpeedCheck
+from onnxq.verify.verdict import NOT_VERIFIED, NOTHING_QUANTIZED, OUT, WITHIN
 
 __all__ = ["SCHEMA_VERSION", "NodeEntry", "QuantReport", "SmoothedActivation", "Smoothing", "Section", "escape",
            "bar_chart", "share_level", "SHARE_COLOURS", "API_COMMAND"]
@@ -78,7 +80,9 @@ def bar_chart(rows: list[tuple[str, float]], title: str, limit: float | None = N
 # gate_failures, metrics' nonfinite counts, null for a figure that is not finite. 6: a placement counts a node as on
 # an integer kernel of its provider only when it ran there (elsewhere, copies, source, mismatches); predicted
 # placements; the agreement held to a derived bound (agreement_bounds); float_drift per provider. 8: each output
-# check's bars (the figures gated, beside their bars and the share of the tolerance used); the command
+# check's bars (the figures gated, beside their bars and the share of the tolerance used); the command; verdict and
+# result (top level, verification, providers, targets, outputs, task), unshown, task_bar and task_interval; passed
+# true only for a quantized model shown within tolerance
 SCHEMA_VERSION = 8
 # The command a report made through the API records (the CLI records its own command line).
 API_COMMAND = "onnxq.quantize(...)"
@@ -182,8 +186,27 @@ class QuantReport:
         return self.section("recipe")
 
     @property
+    def verdict(self) -> str:
+        """not verified; nothing quantized (every node kept float: the check compared float with float); out of
+        tolerance (a bar measured below, or a gate failure of the run's); not shown; within tolerance."""
+        if self.verification is None:
+            return NOT_VERIFIED
+        if not self.quantized:
+            return NOTHING_QUANTIZED
+        return OUT if self.gate_failures else self.verification.verdict
+
+    @property
     def passed(self) -> bool | None:
-        return None if self.verification is None else self.verification.passed and not self.gate_failures
+        """True only when the quantized model is shown within tolerance (the command line's exit 0); None when it
+        was not verified. Not shown and nothing quantized are not passes: a pipeline gating on `passed` does not
+        ship a model that nothing vouches for."""
+        return None if self.verification is None else self.verdict == WITHIN
+
+    @property
+    def result(self) -> str:
+        """The result line's words, with their caveat (verify.result)."""
+        why = most_common([e.detail for e in self.left_float]) if self.verdict == NOTHING_QUANTIZED else ""
+        return result_words(self.verdict, self.verification, why, wrote=self.output is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -203,6 +226,8 @@ class QuantReport:
             "sensitivity": None,  # null when the search did not run (the schema requires the key)
             "fallback": None,
             "passed": self.passed,
+            "verdict": self.verdict,
+            "result": self.result,
             "notes": list(self.notes),
             "speed": [c.to_dict() for c in self.speed],
             "smoothing": self.smoothing.to_list(),

@@ -7,7 +7,7 @@ import re
 
 from onnxq.report import NodeEntry, QuantReport
 from onnxq.verify.check import OutputCheck, Verification
-from onnxq.verify.outcome import coarse_task
+from onnxq.verify.outcome import UNITS, task_interval
 from onnxq.verify.placement import Placement
 from onnxq.verify.task_measures import TASK_WORDS
 
@@ -67,7 +67,7 @@ def _table(checks: tuple[OutputCheck, ...], verbose: bool = False) -> list[str]:
 
 
 def _verdict(o: OutputCheck) -> str:
-    return "ok" if o.passed else "FAIL: " + "; ".join(o.failures)
+    return "ok" if o.passed else "FAIL: " + "; ".join(o.failures) if o.failed else "NOT SHOWN"
 
 
 def _tasks(v: Verification) -> list[str]:
@@ -83,7 +83,7 @@ def _tasks(v: Verification) -> list[str]:
             continue
         stable = v.stability.get(name)
         own = "" if stable is None else f"; float keeps {stable:.4f} of its own under one step of input noise"
-        lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}{_coarse(v, name)}")
+        lines.append(f"  {name[:28]}: {task.words} — {task.rule}{own}{_shown(v, name)}")
     for alike in grouped.values():
         if len(alike) > 2:
             name, task = alike[0]
@@ -91,14 +91,16 @@ def _tasks(v: Verification) -> list[str]:
     return lines
 
 
-def _coarse(v: Verification, name: str) -> str:
-    """A warning where the verification data is too small for the output's task bar (verify.outcome.coarse_task)."""
+def _shown(v: Verification, name: str) -> str:
+    """What the CPU's agreement shows against the output's bar: its 95 % interval, or why it shows nothing."""
     check = next((o for o in v.outputs if o.name == name), None)
-    bar = v.task_bars.get(name)
-    if check is None or bar is None or check.metrics.task is None:
+    interval = None if check is None or check.bar is None else task_interval(check.metrics)
+    if interval is None:
         return ""
-    words = coarse_task(check.metrics.task_units, bar, check.metrics.task)
-    return "" if words is None else f"; COARSE: {words}"
+    if check.unshown:
+        return f"; NOT SHOWN: {check.unshown[0]}"
+    return (f"; {interval.share:.4f} on {interval.units} {UNITS[check.metrics.task]} (95% interval "
+            f"{interval.low:.3f}–{interval.high:.3f}) against the bar {check.bar:g}")
 
 
 def format_verification(v: Verification, verbose: bool = False) -> list[str]:
@@ -288,8 +290,7 @@ def _sections(report: QuantReport, verbose: bool = False) -> list[str]:
 
 
 def _result(report: QuantReport) -> list[str]:
-    return ([f"  ! {failure}" for failure in report.gate_failures]
-            + ["result: within tolerance" if report.passed else "result: OUT OF TOLERANCE"])
+    return [f"  ! {failure}" for failure in report.gate_failures] + [f"result: {report.result}"]
 
 
 _BEFORE_VERIFICATION = (_header, _nodes, _calibration, _size, _smoothing, _names_and_notes)

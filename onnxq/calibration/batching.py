@@ -175,12 +175,16 @@ class Holdout:
     `max_samples`) — holding back single samples would cut both parts into remainders the model cannot take (20
     samples of a batch-20 model left none to calibrate on)."""
 
-    def __init__(self, every: int, max_samples: int, fixed: int | None = None) -> None:
+    def __init__(self, every: int, max_samples: int, fixed: int | None = None, max_bytes: int | None = None,
+                 min_held: int = 0) -> None:
+        """max_bytes: past min_held samples, no more once the held inputs reach this many bytes."""
         self.every = every
         self.max_samples = max_samples
         self.fixed = fixed
+        self.max_bytes, self.min_held = max_bytes, min_held
         self.held: list[Batch] = []
         self.held_count = 0
+        self.held_bytes = 0
         self.seen = 0
         # Too few samples to hold any back: verification falls back to the first calibration batch.
         self.first: Batch | None = None
@@ -203,14 +207,29 @@ class Holdout:
         """The first calibration batch, as batches the model takes."""
         return [] if self.first is None else [self.first]
 
+    def renewed(self) -> Holdout:
+        """The same split for a later pass over the data (which skips the samples this one held)."""
+        return Holdout(self.every, self.max_samples, self.fixed, self.max_bytes, self.min_held)
+
+    def _room(self) -> int:
+        """Samples that may still be held: up to max_samples, and past min_held within max_bytes."""
+        room = self.max_samples - self.held_count
+        if self.max_bytes is not None and self.held_count >= self.min_held and self.held_bytes >= self.max_bytes:
+            return 0
+        return room
+
+    def _hold(self, batch: Batch) -> None:
+        self.held.append(batch)
+        self.held_count += samples_in(batch)
+        self.held_bytes += sum(np.asarray(v).nbytes for v in batch.values())
+
     def _split_whole(self, batches: Iterable[Batch]) -> Iterator[Batch]:
         for index, batch in enumerate(batches):
             n = samples_in(batch)
             self.seen += n
-            room = self.max_samples - self.held_count
+            room = self._room()
             if index % self.every == self.every - 1 and (room >= n or not self.held):
-                self.held.append(batch)
-                self.held_count += n
+                self._hold(batch)
                 continue
             if self.first is None:
                 self.first = batch
@@ -222,14 +241,13 @@ class Holdout:
             index = np.arange(self.seen, self.seen + n)
             self.seen += n
             hold = (index % self.every == self.every - 1)
-            room = self.max_samples - self.held_count
+            room = self._room()
             if room <= 0:
                 hold[:] = False
             elif hold.sum() > room:
                 hold[np.flatnonzero(hold)[room:]] = False
             if hold.any():
-                self.held.append(take(batch, hold))
-                self.held_count += int(hold.sum())
+                self._hold(take(batch, hold))
             if (~hold).any():
                 kept = take(batch, ~hold) if hold.any() else batch
                 if self.first is None:

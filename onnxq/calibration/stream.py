@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 
 from onnxq.calibration.batching import Holdout, fixed_batch_size
 from onnxq.calibration.data import validated_batches
+from onnxq.calibration.holdout import HOLD_MAX_BYTES, MIN_HELD, HoldoutPlan, known_samples, plan_holdout
 from onnxq.calibration.specs import Batch, DataSource, InputSpec, readable
 from onnxq.errors import ConfigError
 
@@ -26,20 +27,28 @@ class DataStream:
         self.holdout = holdout
         self._passes = 0
         self.made: dict[str, str] = {}  # inputs the data leaves out, made (calibration.completion): name → how
+        self.plan: HoldoutPlan | None = None  # how many samples are held back, and why (a run's stream)
 
     @classmethod
-    def for_run(cls, source: DataSource | None, specs: list[InputSpec], config, holds_back: bool) -> DataStream:
-        """The stream of a quantize() run (config: a QuantConfig): samples held back when holds_back."""
-        verify = config.verify
-        holdout = Holdout(verify.holdout_every, verify.max_samples, fixed_batch_size(specs)) if holds_back else None
-        return cls(source, specs, config.calibration.batch_size, config.calibration.max_samples, holdout)
+    def for_run(cls, source: DataSource | None, specs: list[InputSpec], config, holds_back: bool,
+                for_shares: bool = True) -> DataStream:
+        """The stream of a quantize() run (config: a QuantConfig): samples held back when holds_back, as many as
+        calibration.holdout plans for the data's size (for_shares: an output may be judged by a task share)."""
+        verify, limit = config.verify, config.calibration.max_samples
+        total = known_samples(source, specs) if holds_back and for_shares else None
+        plan = plan_holdout(total if limit is None or total is None else min(total, limit), verify.holdout_every,
+                            verify.max_samples, for_shares)
+        holdout = Holdout(plan.every, plan.most, fixed_batch_size(specs), HOLD_MAX_BYTES if plan.chosen else None,
+                          MIN_HELD) if holds_back else None
+        stream = cls(source, specs, config.calibration.batch_size, limit, holdout)
+        stream.plan = plan if holds_back else None
+        return stream
 
     def batches(self) -> Iterator[Batch]:
         """One pass over the data, less the held-back samples."""
         stream = validated_batches(self.source, self.specs, self.batch_size, self.max_samples, made=self.made)
         if self.holdout is not None:
-            split = self.holdout if self._passes == 0 else Holdout(self.holdout.every, self.holdout.max_samples,
-                                                                    self.holdout.fixed)
+            split = self.holdout if self._passes == 0 else self.holdout.renewed()
             stream = split.split(stream)
         self._passes += 1
         return stream

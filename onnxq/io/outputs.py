@@ -201,11 +201,18 @@ class RunFiles:
             _remove(staged.folder)
         self._staged.clear()
 
-    def _check_inputs_unchanged(self) -> None:
+    def check_inputs_unchanged(self, when: str = "") -> None:
+        """Every input as it was when declared; a run calls it right after loading and between its steps, so that a
+        change stops it then, not at its end. when: where the run is, in words ("after calibrate")."""
         for path, (what, before) in self._inputs.items():
             if before is not None and Snapshot.of(path) != before:
+                seen = f", seen {when}" if when else ""
                 raise InputChangedError(f"{what} {one_line(path)} changed while onnxq ran (another program wrote, "
-                                        "truncated or replaced it) — nothing was written; rerun when it is stable")
+                                        f"truncated or replaced it{seen}) — nothing was written; rerun when it is "
+                                        "stable")
+
+    def _check_inputs_unchanged(self) -> None:
+        self.check_inputs_unchanged()
 
 
 def _resolved(path: str | os.PathLike) -> Path:

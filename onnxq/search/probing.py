@@ -113,10 +113,12 @@ class Trials:
         self._kept: dict[Hashable, Any] = {}
 
     def passes(self, key: Hashable, whole: bool = False) -> bool:
+        """Whether the candidate meets the tolerance: no bar measured below it (a bar its inputs cannot show is
+        met — a probe's quarter of them shows few)."""
         if self.check.full(whole):
-            return self.confirmed(key).verification.passed
+            return not self.confirmed(key).verification.failed
         if key not in self._outcomes:
-            self._outcomes[key] = self._make(key, False).verification.passed
+            self._outcomes[key] = not self._make(key, False).verification.failed
         return self._outcomes[key]
 
     def confirmed(self, key: Hashable) -> Any:

@@ -82,7 +82,7 @@ def choose_recipe(builder: Builder, groups: Sequence[RecipeGroup],
 
     def make(k: int, whole: bool) -> RecipeAttempt:
         made = _quantize_with(builder, ranked[:k], lambda model: check(model, whole))
-        logger.info("recipe: %d group(s) per token -> %s (%s)", k, "pass" if made.verification.passed else "fail",
+        logger.info("recipe: %d group(s) per token -> %s (%s)", k, "fail" if made.verification.failed else "pass",
                     "all inputs" if whole else "probe")
         return made
 

@@ -37,12 +37,12 @@ from onnxq.report import bar_chart, escape, share_level
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
 from onnxq.verify.detection_sets import aligned_pairs, sets_of
-from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics, SampleAxes, finite_or_none
+from onnxq.verify.metrics import Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.outcome import NOT_ON_COSINE, task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import choose_tasks, measured, measured_kind, output_facts
+from onnxq.verify.task_rules import accumulator, choose_tasks, measured, measured_kind, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern", "ranked"]
 
@@ -292,7 +292,7 @@ class _SwitchRuns:
 
     def errors(self, on: set[int]) -> tuple[dict[str, OutputMetrics], TaskMetrics | None]:
         """Every model output's error with the switches `on` quantized, and the task metric's (None without one)."""
-        accumulators = {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
+        accumulators = {n: accumulator(self.tasks.get(n)) for n in self.names}
         task = None if self.metric is None else TaskAccumulator(self.metric)
         for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
             values = self.session.run(self.names, self._feed(batch, on))

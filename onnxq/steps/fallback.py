@@ -11,12 +11,14 @@ from onnxq.search.fallback import fall_back as search
 from onnxq.steps.sensitivity import wants_fallback
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
+from onnxq.verify.result import SYNTHETIC
 
 __all__ = ["fall_back"]
 
 
 def fall_back(state: RunState) -> bool:
     if not wants_fallback(state):
+        _note_not_run(state)
         return False
     check = state.candidate_check()
     state.fallback, chosen = search(state.builder, state.sensitivity, state.verification, check,
@@ -34,6 +36,19 @@ def fall_back(state: RunState) -> bool:
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
     state.eight_bit |= set(chosen.eight_bit)
     return True
+
+
+def _note_not_run(state: RunState) -> None:
+    """Why the fallback left a model that is not shown within tolerance as it is."""
+    verification = state.verification
+    if not state.config.verify.fallback or verification is None or verification.passed:
+        return
+    if verification.failed and state.label == SYNTHETIC:
+        state.notes.append("fallback: not run — out of tolerance on made-up inputs, which say nothing of yours (the "
+                           "written model does not depend on them): pass --verify-data")
+    elif not verification.failed:
+        state.notes.append("fallback: not run — no bar is measured below; the data cannot show one (not shown), "
+                           "and more data, not float nodes, would")
 
 
 def _costs(state: RunState, batches) -> dict[str, float] | None:

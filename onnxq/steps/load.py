@@ -10,6 +10,7 @@ from pathlib import Path
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
 from onnxq.calibration.axes import InferredLayout, read_layout
 from onnxq.calibration.data import reread_batches
+from onnxq.calibration.holdout import SHOWS_DEFAULT_BAR
 from onnxq.calibration.stream import DataStream
 from onnxq.calibration.specs import sample_axis
 from onnxq.config import CalibrationConfig, QuantConfig
@@ -27,15 +28,17 @@ from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.verify.task_rules import language_model_logits, may_hold_to_a_share
+from onnxq.verify.result import SYNTHETIC
 
 __all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
 
-SYNTHETIC = "synthetic inputs"  # the label of verification inputs made up for want of data
 
 
 def load_and_plan(state: RunState) -> bool:
     given, config = state.given, state.config
+    if isinstance(given.model, (str, os.PathLike)):  # its state taken before it is read: a change while it loads
+        active_run().add_input(given.model, "the input model")  # is seen right after (_declare_files)
     loaded = load_model(given.model)
     # Prepared (passes.preparation: an old opset converted, weight casts and BatchNormalization folded): the model
     # as given stays the verification's reference (state.unconverted), the prepared one is what is quantized.
@@ -45,6 +48,7 @@ def load_and_plan(state: RunState) -> bool:
         state.notes.extend(notes)
         # Below the opsets onnxruntime runs, the model as given has no session: the prepared one is the reference.
         state.unconverted = loaded if (onnx_opset(loaded) or ORT_MIN_OPSET) >= ORT_MIN_OPSET else None
+        state.given_runs = state.unconverted is not None
     state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
@@ -56,6 +60,7 @@ def load_and_plan(state: RunState) -> bool:
     given_data = _read_data(state)
     given = state.given  # the data as the pipeline reads it (text, images opened by onnxq.data)
     _declare_files(state, given_data)  # unusable output paths stop the run now, not after calibrating
+    active_run().check_inputs_unchanged("right after loading")
     # What preparing computed in memory (a float16 model's weights made float32, a folded Transpose of a tied
     # table) goes to the run's spill file now, memory-mapped like the input's own weights (io.spill: only a model
     # holding 64 MB of them or more), so that calibration's sessions read it in place instead of copying it.
@@ -74,7 +79,8 @@ def load_and_plan(state: RunState) -> bool:
     state.config = config = _with_inferred_layout(state)
     state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
     holds_back = given.verify_data is None and config.verify.enabled
-    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back)
+    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back,
+                                      may_hold_to_a_share(reference, config.verify))
     densified = reference.meta[LOAD_NOTES]["densified"]
     if densified:
         state.notes.append(f"{len(densified)} sparse initializer(s) made dense to be quantized "
@@ -204,7 +210,7 @@ def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
             config.blocks.method == "gptq" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams
     if given.calibration is not None:  # dynamic mode with data: verify on (the start of) it
-        return (reread_batches(given.calibration, state.specs, size, config.verify.max_samples,
+        return (reread_batches(given.calibration, state.specs, size, config.verify.max_samples or SHOWS_DEFAULT_BAR,
                                made=state.made_inputs), "the given data")
     return synthetic_inputs(state)
 

@@ -8,6 +8,7 @@ from onnxq.search.recipe import choose_recipe
 from onnxq.smoothing_steps import recipe_groups
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
+from onnxq.verify.result import SYNTHETIC
 
 __all__ = ["recipe"]
 
@@ -16,8 +17,11 @@ def recipe(state: RunState) -> bool:
     config = state.config
     if config.recipe != "auto" or state.verification is None:
         return False
-    if state.verification.passed:
-        state.notes.append("recipe auto: the all-static model meets the tolerance; nothing per token")
+    if state.label == SYNTHETIC:  # made-up inputs never change the written model
+        state.notes.append("recipe auto: not searched on made-up inputs (pass --verify-data): all static")
+        return False
+    if not state.verification.failed:  # within tolerance, or not shown: no bar measured below
+        state.notes.append("recipe auto: no bar is measured below the all-static model's; nothing per token")
         return False
     groups = recipe_groups(state.reference, config, state.mode, state.ranges, state.stream)
     result, chosen = choose_recipe(state.builder, groups, state.candidate_check())

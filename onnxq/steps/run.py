@@ -10,13 +10,14 @@ from collections.abc import Callable
 
 from onnxq.errors import CalibrationDataError, ort_reason
 from onnxq.io import page_out, trim_heap
+from onnxq.io.outputs import active_run
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.io.spill import SPILL_MIN_BYTES
 from onnxq.passes.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
-from onnxq.steps.load import SYNTHETIC, load_and_plan
+from onnxq.steps.load import load_and_plan
 from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
@@ -27,6 +28,7 @@ from onnxq.steps.sensitivity import sensitivity
 from onnxq.steps.smooth import smooth
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import verify
+from onnxq.verify.result import SYNTHETIC
 
 __all__ = ["Step", "STEPS", "run_steps"]
 
@@ -103,6 +105,7 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             peak = peak_rss_bytes()
             if peak is not None:
                 peaks[step.name] = peak
+        active_run().check_inputs_unchanged(f"after step {step.name}")  # a changed input stops the run at once
     if peaks and state.reference is not None:
         state.sections.append(MemoryUse(peaks, float_model_bytes(state)))
     return state

@@ -4,10 +4,12 @@ of the run), then the quantized model against them on every provider, with place
 from __future__ import annotations
 
 from onnxq.calibration import Batches
-from onnxq.steps.load import SYNTHETIC, synthetic_inputs
+from onnxq.calibration.holdout import ordinal
+from onnxq.steps.load import synthetic_inputs
 from onnxq.steps.state import RunState
 from onnxq.verify import Reference, verify_models, with_placement
-from onnxq.verify.check import absent_providers
+from onnxq.verify.providers import absent_providers
+from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
 __all__ = ["verify", "placed"]
 
@@ -36,12 +38,15 @@ def placed(state: RunState) -> None:
 
 
 def _held_out_inputs(state: RunState) -> tuple[Batches, str]:
-    holdout, config = state.stream.holdout, state.config
+    holdout, plan = state.stream.holdout, state.stream.plan
     held, first = (holdout.verification_batches(), holdout.first_batches()) if holdout else ([], [])
     if held:
-        return Batches.held(held), f"held-out calibration samples (every {config.verify.holdout_every}th)"
+        if plan is not None and plan.for_shares:  # numeric bars only: the calibration line says how many
+            state.notes.append(f"verification: {holdout.held_count} calibration samples held back ("
+                               f"{plan.words(holdout.held_count)})")
+        return Batches.held(held), f"held-out calibration samples (every {ordinal(holdout.every)})"
     if first:
         state.notes.append("too few samples to hold any back: verified on calibration data, which flatters the "
                            "result")
-        return Batches.held(first), "calibration samples"
+        return Batches.held(first), CALIBRATION_SAMPLES
     return synthetic_inputs(state)

@@ -16,19 +16,20 @@ import onnxruntime as ort
 
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
-from onnxq.config import PROVIDER_ALIASES, Tolerance, VerifyConfig
+from onnxq.config import Tolerance, VerifyConfig
 from onnxq.io import load_model, trim_heap
-from onnxq.targets import target_providers
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import OutputCheck, failures_for, task_tolerances
 from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.providers import absent_providers, resolve_providers
 from onnxq.verify.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import OutputStore, Reference
 from onnxq.verify.sessions import ModelSource, make_session
 from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
+from onnxq.verify.verdict import verdict_of
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
            "resolve_providers", "absent_providers", "failures_for"]
@@ -50,8 +51,16 @@ class ProviderCheck:
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
 
+    @property
+    def failed(self) -> bool:
+        return any(o.failed for o in self.outputs) or (self.task is not None and self.task.failed)
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
+
     def to_dict(self) -> dict:
-        return {"provider": self.provider, "passed": self.passed,
+        return {"provider": self.provider, "passed": self.passed, "verdict": self.verdict,
                 "outputs": {o.name: o.to_dict() for o in self.outputs},
                 "placement": None if self.placement is None else self.placement.to_dict(),
                 "task": None if self.task is None else self.task.to_dict(),
@@ -83,8 +92,29 @@ class Verification:
 
     @property
     def passed(self) -> bool:
+        """Shown within tolerance: every check met, none left unshown by the data."""
         return (all(p.passed for p in self.providers) and all(o.passed for c in self.agreement.values() for o in c)
                 and (self.coverage is None or self.coverage.passed))
+
+    @property
+    def failed(self) -> bool:
+        """Out of tolerance: some bar measured below (the one case a search acts on)."""
+        return (any(p.failed for p in self.providers) or any(o.failed for c in self.agreement.values() for o in c)
+                or (self.coverage is not None and self.coverage.failed))
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
+
+    def unshown(self) -> list[str]:
+        """Why the data shows no verdict, once per reason, where no bar is measured below: the task intervals that
+        straddle their bars, the float model's instability."""
+        found = [u for p in self.providers for o in p.outputs for u in o.unshown]
+        found += [u for p in self.providers if p.task is not None for u in p.task.unshown]
+        found += [u for c in self.agreement.values() for o in c for u in o.unshown]
+        if self.coverage is not None:  # a target's own reason only where the deployed check did not give it
+            found += [f"on {target}: {reason}" for target, reason in self.coverage.unshown() if reason not in found]
+        return list(dict.fromkeys(found))
 
     @property
     def cpu(self) -> ProviderCheck:
@@ -99,7 +129,8 @@ class Verification:
         return None if self.cpu.placement is None else self.cpu.placement.kernels
 
     def to_dict(self) -> dict:
-        return {"data": self.data, "samples": self.samples, "passed": self.passed,
+        return {"data": self.data, "samples": self.samples, "passed": self.passed, "verdict": self.verdict,
+                "unshown": self.unshown(),
                 "providers": {p.provider: p.to_dict() for p in self.providers},
                 "agreement": {k: {o.name: o.to_dict() for o in v} for k, v in self.agreement.items()},
                 "agreement_bounds": {n: dataclasses.asdict(t) for n, t in self.agreement_bounds.items()},
@@ -108,24 +139,6 @@ class Verification:
                 "tasks": {n: {**t.to_dict(), "float_stability": self.stability.get(n), "bar": self.task_bars.get(n)}
                           for n, t in self.tasks.items()},
                 "coverage": None if self.coverage is None else self.coverage.to_dict()}
-
-
-def resolve_providers(requested: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(providers to run, messages for requested ones this onnxruntime lacks). CPU always runs."""
-    available = ort.get_available_providers()
-    wanted = ["CPUExecutionProvider"]
-    missing = []
-    for name in requested:
-        if name == "auto":
-            wanted += [p for p in ("CUDAExecutionProvider",) if p in available]
-            continue
-        full = PROVIDER_ALIASES.get(name.lower(), name)
-        if full in available:
-            wanted.append(full)
-        else:
-            hint = " (install onnxruntime-gpu and a CUDA runtime)" if full == "CUDAExecutionProvider" else ""
-            missing.append(f"{full} is not available in this onnxruntime{hint}; skipped")
-    return list(dict.fromkeys(wanted)), missing
 
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
@@ -243,14 +256,6 @@ def _with_tokens(operands: Sequence[Operand], names: Sequence[str], tasks: Mappi
             mask = batch.get("attention_mask")
             operand.tokens = (np.asarray(batch[task.labels]), None if mask is None or np.ndim(mask) != 2 else
                               np.asarray(mask))
-
-
-def absent_providers(requested: Sequence[str], target: str) -> tuple[str, ...]:
-    """The providers a config names or the target is deployed on that this onnxruntime lacks and the kernel
-    tables know: their placement is predicted."""
-    named = [PROVIDER_ALIASES.get(n.lower(), n) for n in requested if n != "auto"]
-    here = resolve_providers(requested)[0]
-    return tuple(dict.fromkeys(p for p in (*named, *target_providers(target)) if p not in here and predictable(p)))
 
 
 def with_placement(verification: Verification, quant_model: ModelSource, batch: Batch,

@@ -16,7 +16,7 @@ from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import measured, measured_kind
+from onnxq.verify.task_rules import accumulator, measured_kind
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 
@@ -60,7 +60,7 @@ class Comparisons:
         self._agreement = {p: self._accumulators() for p in others}
 
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
-        return {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
+        return {n: accumulator(self.tasks.get(n)) for n in self.names}
 
     def add(self, expected: Sequence[Operand], quantized: Mapping[str, Sequence[Operand]],
             floats: Mapping[str, Sequence[Operand]]) -> None:

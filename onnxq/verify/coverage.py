@@ -27,7 +27,8 @@ from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import measured
+from onnxq.verify.task_rules import accumulator
+from onnxq.verify.verdict import NOT_SHOWN, OUT, WITHIN, verdict_of
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
@@ -63,8 +64,16 @@ class TargetCheck:
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
 
+    @property
+    def failed(self) -> bool:
+        return any(o.failed for o in self.outputs) or (self.task is not None and self.task.failed)
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
+
     def to_dict(self) -> dict:
-        return {"target": self.target, "how": self.how, "passed": self.passed,
+        return {"target": self.target, "how": self.how, "passed": self.passed, "verdict": self.verdict,
                 "outputs": {o.name: o.to_dict() for o in self.outputs},
                 "saturating_nodes": [n.to_dict() for n in self.saturating_nodes],
                 "task": None if self.task is None else self.task.to_dict()}
@@ -90,6 +99,15 @@ class Coverage:
     def passed(self) -> bool:
         return all(t.passed for t in self.targets)
 
+    @property
+    def failed(self) -> bool:
+        return any(t.failed for t in self.targets)
+
+    def unshown(self) -> list[tuple[str, str]]:
+        """(target, reason) for each reason a target's check shows no verdict."""
+        return [(t.target, reason) for t in self.targets
+                for reason in [u for o in t.outputs for u in o.unshown] + list(t.task.unshown if t.task else ())]
+
     def failures(self) -> list[str]:
         lines = []
         for t in self.targets:
@@ -106,7 +124,7 @@ class Coverage:
         lines = [f"checked on:  {info['cpu']} ({', '.join(info['isa_flags']) or 'no int8 ISA flags'}; "
                  f"kernels of {info['cpu_target']}), onnxruntime {info['onnxruntime']}; target {self.target}:"]
         for t in self.targets:
-            verdict = "ok" if t.passed else "OUT OF TOLERANCE"
+            verdict = {WITHIN: "ok", OUT: "OUT OF TOLERANCE", NOT_SHOWN: "NOT SHOWN"}[t.verdict]
             lines.append(f"  {t.target:<9} {verdict:<16} {t.how.split(':')[0]}")
         worst = max(self.kernel_loss.items(), key=lambda kv: kv[1], default=None)
         if worst is not None:
@@ -130,7 +148,7 @@ class Coverage:
 
     def html(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(t.target)}</td><td class='{'ok' if t.passed else 'fail'}'>"
-                       f"{'ok' if t.passed else 'out of tolerance'}</td><td>{html.escape(t.how)}</td></tr>"
+                       f"{'ok' if t.passed else t.verdict}</td><td>{html.escape(t.how)}</td></tr>"
                        for t in self.targets)
         info = self.platform
         return (f"<h3>Where it holds: target {html.escape(self.target)}</h3><p>Checked on {html.escape(info['cpu'])} "
@@ -176,7 +194,7 @@ class CoverageRun:
         self._task = {kind: None if task is None else TaskAccumulator(task) for kind in ("exact", "emulated")}
 
     def _accumulators(self) -> dict[str, MetricsAccumulator]:
-        return {n: MetricsAccumulator(measured(self.tasks.get(n))) for n in self.names}
+        return {n: accumulator(self.tasks.get(n)) for n in self.names}
 
     def add(self, batch, expected: Sequence[np.ndarray | Operand], deployed: Sequence[np.ndarray | Operand],
             expected_task: float | list | None = None) -> None:

@@ -142,17 +142,21 @@ class Operand:
         return self._energy
 
 
-def _rows_padded(ref: Operand, got: Operand) -> tuple[Operand, Operand]:
-    """Two outputs whose first axis has a length the data chooses (a NonZero's, a TopK's of a computed k, an NMS's
-    outside a detection set: verify.detection_sets) and differs: the shorter padded with rows of zeros, so the rows
-    one model lacks count as missing. Any other difference of shape is two different models."""
+def _rows_padded(ref: Operand, got: Operand, open_lengths: bool = False) -> tuple[Operand, Operand]:
+    """Two outputs whose lengths the data chooses and that differ — rows on the first axis (a NonZero's, a TopK's of
+    a computed k, an NMS's outside a detection set: verify.detection_sets), and with open_lengths steps on another
+    (a decoder Loop's iterations): the shorter padded with zeros along each such axis, so what one model lacks
+    counts as missing. Any other difference of shape is two different models."""
     a, b = ref.values, got.values
-    if a.ndim == 0 or a.ndim != b.ndim or a.shape[1:] != b.shape[1:] or ref.sample_axis != 0:
+    axis = ref.sample_axis
+    others_differ = a.ndim == b.ndim and a.shape[1:] != b.shape[1:]
+    if a.ndim == 0 or a.ndim != b.ndim or (axis or others_differ) and not open_lengths \
+            or axis and a.shape[axis] != b.shape[axis]:
         raise UnsupportedModelError(f"an output has shape {a.shape} in the float model but {b.shape} in the "
                                     "quantized one — pass the float model and its own quantized form")
-    rows = max(len(a), len(b))
-    padded = [np.concatenate([x, np.zeros((rows - len(x), *x.shape[1:]), x.dtype)]) for x in (a, b)]
-    return Operand(padded[0], 0), Operand(padded[1], 0)
+    shape = tuple(max(m, n) for m, n in zip(a.shape, b.shape))
+    padded = [np.pad(x, [(0, n - m) for m, n in zip(x.shape, shape)]) for x in (a, b)]
+    return Operand(padded[0], axis), Operand(padded[1], axis)
 
 
 def operand(array: np.ndarray | Operand, sample_axis: int = 0) -> Operand:
@@ -183,8 +187,11 @@ class SampleAxes:
 class MetricsAccumulator:
     """One output's figures over the batches; with a task (verify.task_rules), its task agreement too."""
 
-    def __init__(self, task: OutputTask | None = None) -> None:
+    def __init__(self, task: OutputTask | None = None, open_lengths: bool = False) -> None:
+        """open_lengths: the output has axes past the first whose length the data decides (a decoder Loop's steps):
+        lengths that differ there are padded, not refused."""
         self.task = task
+        self.open_lengths = open_lengths
         self.task_kept = 0
         self.task_total = 0
         self.samples = 0
@@ -211,7 +218,7 @@ class MetricsAccumulator:
 
     def _add(self, ref: Operand, got: Operand) -> None:
         if ref.values.shape != got.values.shape:
-            ref, got = _rows_padded(ref, got)
+            ref, got = _rows_padded(ref, got, self.open_lengths)
         self.nonfinite += got.nonfinite
         self.reference_nonfinite += ref.nonfinite
         largest, absolute, squares = _difference_sums(ref.values, got.values)

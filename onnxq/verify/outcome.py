@@ -1,34 +1,57 @@
-"""One output's verdict: its metrics against a tolerance."""
+"""One output's verdict: its metrics against a tolerance — failed where a bar is measured below, not shown where
+a task bar's interval straddles it (numerics.interval) or the float model is too unstable to judge."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.errors import ConfigError, one_line
 from onnxq.verify.bars import Bar, bars_for, task_bar
+from onnxq.numerics.interval import ShareInterval, units_to_show, wilson
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
-from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_WORDS, OutputTask
+from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_FLOOR, TASK_WORDS, OutputTask
+from onnxq.verify.verdict import verdict_of
 
-__all__ = ["OutputCheck", "NOT_ON_COSINE", "failures_for", "checks_of", "check_output_tolerances", "task_bar",
-           "REPORTED", "task_tolerances", "coarse_task"]
+__all__ = ["OutputCheck", "NOT_ON_COSINE", "failures_for", "unshown_for", "checks_of", "check_output_tolerances",
+           "task_bar", "task_interval", "REPORTED", "task_tolerances", "TaskTolerances", "UNITS", "not_shown_words"]
 
 # The tolerance of a comparison that is reported, not gated (the float model on another provider, the kernels' gap).
 REPORTED = Tolerance(min_cosine=None, task="numeric")
+
+
+def task_interval(metrics: OutputMetrics) -> ShareInterval | None:
+    """The 95 % interval of the output's task agreement (None: no task measure, or one a share does not judge:
+    a language model's next-token agreement, which the perplexity ratio gates)."""
+    if metrics.task is None or metrics.task == "next-token":
+        return None
+    return wilson(round(metrics.task_agreement * metrics.task_units), metrics.task_units)
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputCheck:
     name: str
     metrics: OutputMetrics
-    failures: tuple[str, ...]
+    failures: tuple[str, ...]  # the bars measured below: out of tolerance
+    # Why the data cannot show a bar that is not measured below (numerics.interval: the sample count; the float
+    # model's own instability): not shown.
+    unshown: tuple[str, ...] = ()
+    bar: float | None = None  # the task agreement's bar, where one gates
     tolerance: Tolerance | None = None  # what the figures were held to (None: not recorded)
 
     @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    @property
     def passed(self) -> bool:
-        return not self.failures
+        """Shown within every bar."""
+        return not self.failures and not self.unshown
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
 
     @property
     def bars(self) -> tuple[Bar, ...]:
@@ -36,28 +59,55 @@ class OutputCheck:
         return () if self.tolerance is None else bars_for(self.metrics, self.tolerance)
 
     def to_dict(self) -> dict:
+        interval = task_interval(self.metrics) if self.bar is not None else None
         return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures),
-                "bars": [b.to_dict() for b in self.bars]}
+                "bars": [b.to_dict() for b in self.bars], "verdict": self.verdict, "unshown": list(self.unshown),
+                "task_bar": self.bar, "task_interval": None if interval is None else interval.to_dict()}
+
+
+class TaskTolerances:
+    """Each output's tolerance with its task bar resolved: the user's, else the kind's default — or the float
+    model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
+    a decision the float model does not keep itself. But a bar never falls below TASK_FLOOR: where the float model
+    keeps less of its own answer than that, the kind's default bar stays and an agreement short of it is not shown
+    (`unstable`), never passed on a bar no user would accept (a detector whose float model keeps 0.76 of its
+    detections under noise would pass a file that loses a quarter of them). A language model's logits are held to
+    the perplexity ratio in place of the numeric bars, and its cache outputs (state) are reported, judged through
+    the logits; a detection set is held to its detections kept — unless the output has a tolerance of its own."""
+
+    def __init__(self, config: VerifyConfig, tasks: Mapping[str, OutputTask], stability: Mapping[str, float]) -> None:
+        self.config, self.tasks, self.stability = config, tasks, stability
+
+    def __call__(self, name: str) -> Tolerance:
+        tolerance, task = self.config.tolerance_for(name), self.tasks.get(name)
+        if task is not None and task.kind in _JUDGED_AS_A_WHOLE and tolerance.task != "numeric" \
+                and name not in self.config.output_tolerances:
+            tolerance = _JUDGED_AS_A_WHOLE[task.kind](tolerance)
+        if not self._lowered_by_stability(name, tolerance):
+            return tolerance
+        own = self.stability.get(name, 1.0)
+        bar = TASK_BARS[task.kind] if own < TASK_FLOOR else min(TASK_BARS[task.kind], own)
+        return dataclasses.replace(tolerance, min_task_agreement=bar)
+
+    def unstable(self, name: str) -> float | None:
+        """The float model's own agreement where it is below TASK_FLOOR and would have set the bar: the data cannot
+        judge the output's task below the kind's default bar. None otherwise."""
+        own = self.stability.get(name)
+        if own is None or own >= TASK_FLOOR:
+            return None
+        return own if self._lowered_by_stability(name, self.config.tolerance_for(name)) else None
+
+    def _lowered_by_stability(self, name: str, tolerance: Tolerance) -> bool:
+        """Whether the kind's default bar applies (no bar of the user's, a task measured), which the float model's
+        stability may lower."""
+        task = self.tasks.get(name)
+        return not (task is None or task.kind not in TASK_BARS or tolerance.task == "numeric"
+                    or tolerance.min_task_agreement is not None)
 
 
 def task_tolerances(config: VerifyConfig, tasks: Mapping[str, OutputTask],
-                    stability: Mapping[str, float]) -> Callable[[str], Tolerance]:
-    """Each output's tolerance with its task bar resolved: the user's, else the kind's default — or the float
-    model's own agreement under input rounding (verify.stability) where that is lower: no quantized model is held to
-    a decision the float model does not keep itself. A language model's logits are held to the perplexity ratio in
-    place of the numeric bars, and its cache outputs (state) are reported, judged through the logits; a detection
-    set is held to its detections kept — unless the output has a tolerance of its own."""
-    def tolerance_for(name: str) -> Tolerance:
-        tolerance, task = config.tolerance_for(name), tasks.get(name)
-        if task is not None and task.kind in _JUDGED_AS_A_WHOLE and tolerance.task != "numeric" \
-                and name not in config.output_tolerances:
-            tolerance = _JUDGED_AS_A_WHOLE[task.kind](tolerance)
-        if task is None or task.kind not in TASK_BARS or tolerance.task == "numeric" \
-                or tolerance.min_task_agreement is not None:
-            return tolerance
-        return dataclasses.replace(tolerance, min_task_agreement=min(TASK_BARS[task.kind],
-                                                                     stability.get(name, 1.0)))
-    return tolerance_for
+                    stability: Mapping[str, float]) -> TaskTolerances:
+    return TaskTolerances(config, tasks, stability)
 
 
 _LANGUAGE_MODEL = {
@@ -85,9 +135,10 @@ _JUDGED_AS_A_WHOLE = {
 NOT_ON_COSINE = frozenset(kind for kind in _JUDGED_AS_A_WHOLE if kind != "next-token")
 
 
-def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...]:
+def failures_for(metrics: OutputMetrics, tolerance: Tolerance, task: bool = True) -> tuple[str, ...]:
     """What fails the tolerance; a NaN or inf anywhere fails whatever the tolerance, since no figure means
-    anything then."""
+    anything then. task: whether the task agreement's point estimate below its bar fails (not where the float model
+    is too unstable for the data to judge it: unshown_for says so instead)."""
     found = []
     if metrics.reference_nonfinite:
         found.append(f"the float model itself gives {metrics.reference_nonfinite} NaN/inf value(s) on these inputs — "
@@ -118,39 +169,60 @@ def failures_for(metrics: OutputMetrics, tolerance: Tolerance) -> tuple[str, ...
         found.append(f"perplexity {ratio:.3f}x float's > {tolerance.max_perplexity_ratio}x ({metrics.perplexity:.4g} vs "
                      f"{metrics.perplexity_reference:.4g} over {metrics.scored_tokens} next tokens)")
     bar = task_bar(tolerance, metrics.task)
-    if bar is not None and not metrics.task_agreement >= bar:
+    if task and bar is not None and not metrics.task_agreement >= bar:
         found.append(f"{TASK_WORDS[metrics.task]} {metrics.task_agreement:.4f} < {bar} (over {metrics.task_units} "
-                     f"{_UNITS[metrics.task]})")
+                     f"{UNITS[metrics.task]})")
     return tuple(found)
 
 
-def coarse_task(units: int, bar: float, kind: str) -> str | None:
-    """Words for a task agreement the verification data cannot resolve at its bar: one changed decision among
-    `units` costs more than 1 - bar allows, so the gate (and the fallback) asks for no change at all; None when the
-    data resolves the bar. A detector's class scores over 8 pages held 8 positives at 0.5 on its coarsest
-    level: the fallback kept 73 of its 102 Convs float to change none of them."""
-    if units and units * (1 - bar) >= 1:
-        return None
-    if not units:
-        return f"no {_UNITS[kind]} in the verification data: its {TASK_WORDS[kind]} says nothing"
-    need = math.ceil(1 / max(1 - bar, 1e-9))
-    return (f"over {units} {_UNITS[kind]} one change is {1 / units:.4f} of it, where the bar {bar:.4g} allows "
-            f"{1 - bar:.4f}: the gate allows no change (verification data with {need}+ {_UNITS[kind]} would "
-            "allow some)")
+def unshown_for(metrics: OutputMetrics, tolerance: Tolerance, unstable: float | None = None) -> tuple[str, ...]:
+    """Why the data cannot show the output's task bar, where the agreement is not measured below it: its 95 %
+    interval reaches below the bar (with the count of units that would show it), or there is nothing to count, or
+    (unstable: the float model's own agreement under input noise, below TASK_FLOOR) the float model does not keep
+    its own answer well enough for any agreement short of the default bar to mean anything."""
+    bar = task_bar(tolerance, metrics.task)
+    interval = task_interval(metrics)
+    if bar is None or interval is None or interval.low >= bar and interval.units:
+        return ()
+    words, units = TASK_WORDS[metrics.task], UNITS[metrics.task]
+    if unstable is not None:
+        return (f"the float model itself keeps only {unstable:.2f} of its own answer ({words}) under one step of "
+                f"input noise, below the {TASK_FLOOR:g} floor a bar may fall to — the data cannot judge "
+                f"{metrics.task_agreement:.4f} against the {bar:g} bar (set the output's own task bar to judge it)",)
+    if not metrics.task_agreement >= bar:
+        return ()  # measured below: a failure (failures_for)
+    if not interval.units:
+        return (f"no {units} in the verification data: its {words} shows nothing — pass data that holds some",)
+    return (not_shown_words(words, interval, bar, units),)
 
 
-_UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames", "iou": "pixels of the union",
-          "labels": "labels", "detections": "confident detections of either model",
-          "head-detections": "detections of either model", "packed-detections": "detections of either model"}
+def not_shown_words(words: str, interval: ShareInterval, bar: float, units: str) -> str:
+    """A share whose interval straddles its bar, and the count of units that would show it."""
+    clean = units_to_show(1.0, bar)
+    need = units_to_show(interval.share, bar)
+    way = (f"about {clean} {units} with no change would" if interval.kept == interval.units or need is None
+           else f"about {need} {units} at this agreement ({clean} with no change) would")
+    return (f"{words} {interval.share:.4f} on {interval.units} {units} (95% interval {interval.low:.3f}–"
+            f"{interval.high:.3f}) cannot show the {bar:g} bar: {way}")
+
+
+UNITS = {"top1": "decisions", "next-token": "positions", "sequence": "samples", "frames": "frames",
+         "iou": "pixels of the union", "labels": "labels", "detections": "confident detections of either model",
+         "head-detections": "detections of either model", "packed-detections": "detections of either model",
+         "decoded": "samples"}
 
 
 def checks_of(accumulators: Mapping[str, MetricsAccumulator],
               tolerance_for: Callable[[str], Tolerance]) -> tuple[OutputCheck, ...]:
-    """Each output's accumulated metrics against its tolerance."""
+    """Each output's accumulated metrics against its tolerance (a TaskTolerances also says where the float model is
+    too unstable to judge its task)."""
     checks = []
     for name, accumulator in accumulators.items():
         metrics, tolerance = accumulator.result(), tolerance_for(name)
-        checks.append(OutputCheck(name, metrics, failures_for(metrics, tolerance), tolerance))
+        unstable = tolerance_for.unstable(name) if isinstance(tolerance_for, TaskTolerances) else None
+        checks.append(OutputCheck(name, metrics, failures_for(metrics, tolerance, task=unstable is None),
+                                  unshown_for(metrics, tolerance, unstable), task_bar(tolerance, metrics.task),
+                                  tolerance))
     return tuple(checks)
 
 

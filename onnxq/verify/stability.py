@@ -22,8 +22,9 @@ import numpy as np
 from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch, LaidOutBatch
 from onnxq.verify.detection_sets import aligned_pairs, sets_of
-from onnxq.verify.metrics import MetricsAccumulator, Operand, SampleAxes
+from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.task_measures import TASK_BARS, OutputTask
+from onnxq.verify.task_rules import accumulator
 
 __all__ = ["input_steps", "noisy_batch", "float_stability"]
 
@@ -78,7 +79,7 @@ def float_stability(reference, tasks: Mapping[str, OutputTask]) -> dict[str, flo
         return {}  # no input with a rounding step: nothing to move, the bars stay
     rng = np.random.default_rng(_SEED)
     names = reference.names
-    accumulators = {n: MetricsAccumulator(measured[n]) for n in measured}
+    accumulators = {n: accumulator(measured[n]) for n in measured}
     axes = SampleAxes()
     for batch, outputs in reference:
         noisy = reference.session.run(names, noisy_batch(batch, steps, rng))

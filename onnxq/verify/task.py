@@ -19,7 +19,10 @@ import numpy as np
 from onnxq.config import VerifyConfig
 from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.errors import ConfigError, one_line, whole_message
+from onnxq.numerics.interval import wilson
 from onnxq.verify.metrics import finite_or_none
+from onnxq.verify.outcome import not_shown_words
+from onnxq.verify.verdict import verdict_of
 
 __all__ = ["TaskMetrics", "TaskMetric", "TaskAccumulator", "task_metric"]
 
@@ -51,12 +54,33 @@ class TaskMetrics:
                 f"{self.drop:.4f} > {self.max_drop}",)
 
     @property
+    def unshown(self) -> tuple[str, ...]:
+        """Decisions kept whose 95 % interval reaches below 1 - max_drop although the share does not (a score has
+        no such interval: it is the user's own figure)."""
+        if self.kind != AGREEMENT or self.failures:
+            return ()
+        interval = wilson(round(self.quantized * self.samples), self.samples)
+        bar = 1.0 - self.max_drop
+        if interval.low >= bar - 1e-12 and interval.units:
+            return ()
+        return (f"task metric {self.metric}: " + not_shown_words("decisions kept", interval, round(bar, 9),
+                                                                 "samples"),)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.unshown
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
 
     def text(self) -> str:
         what = "share of per-sample decisions kept" if self.kind == AGREEMENT else "score"
-        verdict = "ok" if self.passed else "FAIL"
+        verdict = "ok" if self.passed else "FAIL" if self.failed else "NOT SHOWN: " + "; ".join(self.unshown)
         return (f"  task metric {self.metric} ({what}, {self.samples} samples): float {self.reference:.4f}, "
                 f"quantized {self.quantized:.4f}, drop {self.drop:.4f} (at most {self.max_drop})  {verdict}")
 
@@ -64,7 +88,7 @@ class TaskMetrics:
         return {"metric": self.metric, "kind": self.kind, "samples": self.samples,
                 "reference": finite_or_none(self.reference), "quantized": finite_or_none(self.quantized),
                 "drop": finite_or_none(self.drop), "max_drop": self.max_drop, "passed": self.passed,
-                "failures": list(self.failures)}
+                "failures": list(self.failures), "verdict": self.verdict, "unshown": list(self.unshown)}
 
 
 class TaskMetric:

@@ -14,8 +14,8 @@ import numpy as np
 
 from onnxq.verify.detection_heads import kept_head_detections, kept_packed_detections
 
-__all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", "measure_task", "PERPLEXITY_BAR",
-           "next_token_nll"]
+__all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_FLOOR", "TASK_WORDS", "measure_task",
+           "PERPLEXITY_BAR", "next_token_nll"]
 
 # The share each kind must keep by default. A string of ~10 characters read off ~30 decision-carrying frames
 # changes when any one of them moves: at the 99 % per-decision bar of the other kinds, about 3 % of such strings
@@ -27,8 +27,15 @@ __all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_WORDS", 
 # A raw head decoded (verify.detection_heads) at ultralytics' 0.25: 0.90, as its marginal anchors (many near the
 # threshold, where NMS picks among near-equal neighbours) cross with any change — also unmeasured on a trained YOLO.
 # Packed detections (YOLOv10's end-to-end rows) likewise, at the same threshold.
+# An autoregressive decoder's token sequence (a Loop's per-step class scores, read to its end token) is a string
+# like CTC's: 0.97.
 TASK_BARS = {"top1": 0.99, "sequence": 0.97, "frames": 0.99, "iou": 0.99, "labels": 0.99, "detections": 0.95,
-             "head-detections": 0.90, "packed-detections": 0.90}
+             "head-detections": 0.90, "packed-detections": 0.90, "decoded": 0.97}
+# The lowest a bar may fall to where the float model keeps less of its own answer under input noise
+# (verify.stability): the lowest default bar (a raw head's). Below it a bar stops meaning "keeps the answers" — a
+# detector's float model keeping 0.76 of its detections under noise would make 0.76 the bar, passing a file that
+# loses a quarter of them; there the data cannot judge, and the verdict says so (not shown).
+TASK_FLOOR = 0.90
 
 TASK_WORDS = {"top1": "top-1 agreement", "sequence": "decoded-sequence agreement", "frames": "frames kept",
               "iou": "mask IoU", "labels": "labels kept", "numeric": "numeric bars only",
@@ -36,7 +43,7 @@ TASK_WORDS = {"top1": "top-1 agreement", "sequence": "decoded-sequence agreement
               "state": "state, judged through the outputs it makes",
               "detections": "detections kept", "detection-part": "a detection set's rows, judged by its detections",
               "head-detections": "detections kept (the head decoded)",
-              "packed-detections": "detections kept"}
+              "packed-detections": "detections kept", "decoded": "decoded-sequence agreement (to the end token)"}
 # A language model's next-token logits are gated on the perplexity ratio (quantized / float, on the verification
 # data's own next tokens), not on their top-1 agreement: among near-equal candidates a changed next token is no
 # wrong answer (SmolLM2-135M: a W8A8 model at 1.02x perplexity changes many). 1.15 passes what issue 33 calls good
@@ -69,6 +76,9 @@ class OutputTask:
     # next-token: the model input holding the tokens (input_ids) whose next one each position predicts.
     labels: str | None = None
     detections: DetectionSet | None = None  # detections: the set whose rows are matched before any comparison
+    # An axis past the first whose length the data decides (a Loop's steps, a size the graph leaves open under a
+    # name no input has): where the two models' lengths differ, the shorter is padded, not refused (verify.metrics).
+    open_lengths: bool = False
 
     @property
     def words(self) -> str:
@@ -109,6 +119,27 @@ def _kept_sequences(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple
     return int(kept), samples
 
 
+def _kept_decoded(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
+    """An autoregressive decoder's per-step class scores [samples, steps, classes] (a Loop's scan output): each
+    sample's tokens (argmax per step) up to its first end token, kept where both models read the same. The end token
+    is the class every sample holds at the float model's last step (the loop stops once every sample has ended);
+    without one, the whole sequences are compared. Steps one model ran past the other's are zeros
+    (verify.metrics pads them), never read past the end."""
+    samples = ref.shape[0] if ref.ndim else 1
+    a = np.argmax(ref, axis=-1).reshape(samples, -1)
+    b = np.argmax(got, axis=-1).reshape(samples, -1)
+    ran = np.flatnonzero(ref.reshape(samples, a.shape[1], -1).any(axis=(0, 2)))
+    last = a[:, ran[-1]] if ran.size else a[:, -1]
+    end = int(last[0]) if last.size and np.all(last == last[0]) else None
+    kept = sum(_to_end(x, end) == _to_end(y, end) for x, y in zip(a, b))
+    return int(kept), samples
+
+
+def _to_end(tokens: np.ndarray, end: int | None) -> tuple[int, ...]:
+    found = np.flatnonzero(tokens == end) if end is not None else np.zeros(0, np.int64)
+    return tuple(tokens[:found[0] + 1].tolist() if found.size else tokens.tolist())
+
+
 def _mask_overlap(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
     """(intersection, union) of the two masks at the threshold, over the batch: IoU over the data set, so a sample
     whose mask is nearly empty weighs by its area, not as much as a full one."""
@@ -138,6 +169,7 @@ def _kept_detections(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tupl
 MEASURES: dict[str, Callable[[np.ndarray, np.ndarray, OutputTask], tuple[int, int]]] = {
     "top1": _kept_decisions,
     "sequence": _kept_sequences,
+    "decoded": _kept_decoded,
     "frames": _kept_decisions,
     "iou": _mask_overlap,
     "labels": _kept_labels,

@@ -13,13 +13,17 @@ matches decides, and the report names it:
   state, judged through the logits they make;
 - a detector's raw head (YOLO without NMS: boxes beside class probabilities, one Concat) is decoded, and its packed
   detections (YOLOv10's end-to-end rows of box, score, class) read, as their users do (verify.detection_heads);
+- per-step class scores a Loop stacks (an autoregressive decoder, its step count the data's) are its tokens read to
+  the end token, compared as a sequence;
+- an output named as coordinates is numeric; a Sigmoid's output is a map or on/off decisions whatever its name;
 - an output named as a representation (embedding, hidden state, features, pooled, a recurrent state, attention
-  weights) is numeric;
+  weights) is numeric — an exporter's generic names (tf2onnx's StatefulPartitionedCall:N) say nothing and are not
+  read;
 - probabilities of a softmax (its producer, or rows that sum to 1): top-1 for [samples, classes] (and for an old
   classifier's [samples, classes, 1, 1]), the class of every token for a model that reads token ids (a tagger), the
   decoded sequence for per-step scores [samples, steps, classes] (CTC), per-position classes otherwise;
-- a sigmoid's probabilities (or values in [0, 1] named as a mask or map): mask IoU for a map with two spatial axes,
-  frames (on/off decisions) otherwise (voice activity, multi-label);
+- values in [0, 1] named as a mask or map, as a Sigmoid's: mask IoU for a map with two spatial axes, frames (on/off
+  decisions) otherwise (voice activity, multi-label);
 - scores named as classes (logits, class, label): top-1 / sequence;
 - per-step scores of any name whose decisions are mostly one class (CTC's blank) and several others, from a model
   that reads no token ids: sequence;
@@ -46,11 +50,11 @@ from onnxq.config import VerifyConfig
 from onnxq.errors import ConfigError, one_line
 from onnxq.verify.detection_heads import HEAD_THRESHOLD, head_task_kind, packed_task_kind
 from onnxq.verify.detection_sets import with_detection_sets
-from onnxq.verify.metrics import sample_axis
+from onnxq.verify.metrics import MetricsAccumulator, sample_axis
 from onnxq.verify.task_measures import MEASURES, OutputTask
 
 __all__ = ["OutputFacts", "RULES", "choose_tasks", "output_facts", "measured", "measured_kind", "FACT_SAMPLES",
-           "language_model_logits"]
+           "language_model_logits", "accumulator", "may_hold_to_a_share"]
 
 # Ops that move or retype values without changing which value is which, and reductions that keep probabilities
 # probabilities (a voice-activity detector's mean over its frames' Sigmoid): the producer is looked for through them.
@@ -63,6 +67,9 @@ _CLASS_NAMES = re.compile(r"logit|class|cls|label", re.I)
 _CACHE_NAMES = re.compile(r"present|past|cache", re.I)
 _MAP_NAMES = re.compile(r"mask|prob|heat|seg|map|sigmoid", re.I)
 _COORDINATE_NAMES = re.compile(r"box|coord|landmark|keypoint|offset|regress", re.I)
+# Names an exporter gives every output whatever it computes: tf2onnx's StatefulPartitionedCall:N (its "State" is no
+# recurrent state). They say nothing, so the rules read the output's producer and values alone.
+_GENERIC_NAMES = re.compile(r"^(Stateful)?PartitionedCall(_\d+)?(:\d+)?$")
 _BLANK_SHARE = 0.5  # a class the float model picks on at least half the frames is CTC's blank
 # Raw scores of fewer steps are not read as CTC's: a frame per input step makes tens (OCR 25-80, speech more), and
 # 4 steps of 5 classes from a regression head picked one class on half its frames by chance (ONNX's Div test
@@ -91,6 +98,14 @@ class OutputFacts:
     # the batch), and the first batch's count of them (values holds at most FACT_SAMPLES).
     open_rows: bool = False
     rows: int = 0
+    # An axis past the first whose length the data decides: a Loop's or Scan's stacked steps, or a size the graph
+    # leaves open under a name no input has (verify.metrics pads such lengths where the two models differ).
+    open_lengths: bool = False
+
+    @property
+    def said(self) -> str:
+        """The name, where it says something of the output (not an exporter's generic name): "" otherwise."""
+        return "" if _GENERIC_NAMES.match(self.name) else self.name
 
     @property
     def rank(self) -> int:
@@ -143,7 +158,7 @@ def _language_model(f: OutputFacts) -> OutputTask | None:
 
 
 def _representation(f: OutputFacts) -> OutputTask | None:
-    if found := _REPRESENTATION.search(f.name):
+    if found := _REPRESENTATION.search(f.said):
         return OutputTask("numeric", f"named as a representation ({found.group(0)}), not an answer")
     return None
 
@@ -184,7 +199,7 @@ def _packed_detections(f: OutputFacts) -> OutputTask | None:
 def _coordinates(f: OutputFacts) -> OutputTask | None:
     """A detector's boxes (DETR's and YOLOS's pred_boxes: a Sigmoid's [queries, 4] centres and sizes in [0, 1]) are
     coordinates, not a map to threshold: read as a mask at 0.5, a random DETR's boxes all near 0.5 scored IoU 0."""
-    if found := _COORDINATE_NAMES.search(f.name):
+    if found := _COORDINATE_NAMES.search(f.said):
         return OutputTask("numeric", f"named as coordinates ({found.group(0)}), not decisions")
     return None
 
@@ -199,9 +214,16 @@ def _softmax(f: OutputFacts) -> OutputTask | None:
 
 
 def _sigmoid(f: OutputFacts) -> OutputTask | None:
-    named = f.unit_range and _MAP_NAMES.search(f.name)
-    if f.producer not in ("Sigmoid", "HardSigmoid") and not named:
-        return None
+    """A Sigmoid's output, whatever its name (a tf2onnx audio model's posteriorgrams are StatefulPartitionedCall:N):
+    what the output computes says what it is. Tried before the names of representations."""
+    return _probabilities(f) if f.producer in ("Sigmoid", "HardSigmoid") else None
+
+
+def _named_map(f: OutputFacts) -> OutputTask | None:
+    return _probabilities(f) if f.unit_range and _MAP_NAMES.search(f.said) else None
+
+
+def _probabilities(f: OutputFacts) -> OutputTask | None:
     why = f"{f.producer} output" if f.producer in ("Sigmoid", "HardSigmoid") else f"values in [0, 1] named {f.name!r}"
     if f.spatial:
         # Rank 3 is a mask [N, H, W] or a detector's scores [N, anchors, classes]: the same measure fits both.
@@ -210,10 +232,22 @@ def _sigmoid(f: OutputFacts) -> OutputTask | None:
     return OutputTask("frames", f"{why}: on/off decisions at 0.5", None)
 
 
+def _decoder_loop(f: OutputFacts) -> OutputTask | None:
+    """Per-step class scores [samples, steps, classes] that a Loop stacks: an autoregressive decoder (a table
+    recognizer's structure tokens) whose step count the data decides — its tokens read to the end token, no CTC
+    collapse (a decoder's repeated tokens are tokens)."""
+    if f.producer != "Loop" or f.rank != 3 or f.values.shape[-1] < 2 or not (
+            f.sums_to_one or f.values.dtype.kind == "f" and _CLASS_NAMES.search(f.said)):
+        return None
+    return OutputTask("decoded", f"per-step scores a Loop stacks ({f.values.shape[1]} steps of {f.values.shape[-1]} "
+                      "classes; the data decides the steps): an autoregressive decoder's tokens, read to its end "
+                      "token and compared as a sequence")
+
+
 def _named_classes(f: OutputFacts) -> OutputTask | None:
     """Raw scores named as classes. A dense layer's output alone is not taken for class scores: an embedding or a
     regression head looks the same, and a gate that misjudges an output would keep nodes float for nothing."""
-    if f.values.dtype.kind == "f" and _CLASS_NAMES.search(f.name):
+    if f.values.dtype.kind == "f" and _CLASS_NAMES.search(f.said):
         # [samples, classes, height, width …]: a segmentation map's classes lie on axis 1 (ONNX's NCHW), as
         # SegFormer's and DeepLab's logits do; read off the last axis, SegFormer's were taken for CTC steps.
         return _classes(f, f"scores named {f.name!r}", 1 if f.rank >= 4 else -1)
@@ -246,10 +280,12 @@ RULES: list[tuple[str, Rule]] = [
     ("language-model", _language_model),
     ("detection-head", _detection_head),
     ("packed-detections", _packed_detections),
-    ("representation", _representation),
+    ("decoder-loop", _decoder_loop),
     ("coordinates", _coordinates),
-    ("softmax", _softmax),
     ("sigmoid", _sigmoid),
+    ("representation", _representation),
+    ("softmax", _softmax),
+    ("map-names", _named_map),
     ("class-scores", _named_classes),
     ("ctc-scores", _ctc_scores),
 ]
@@ -306,6 +342,9 @@ def choose_tasks(config: VerifyConfig, facts: Sequence[OutputFacts], synthetic: 
     free = {f.name for f in facts if config.tolerance_for(f.name).task == "auto"}
     chosen = with_detection_sets(chosen, facts, free, gated=config.task_metric is None and not synthetic)
     chosen = {name: _at_threshold(task, config.tolerance_for(name).task_threshold) for name, task in chosen.items()}
+    opened = {f.name for f in facts if f.open_lengths}
+    chosen = {name: dataclasses.replace(task, open_lengths=True) if name in opened else task
+              for name, task in chosen.items()}
     return _with_state(chosen)
 
 
@@ -350,14 +389,23 @@ def output_facts(model: ir.Model | None, names: Sequence[str], outputs: Sequence
         # An unnamed batch axis is no count of the data's: rows as many as the samples are the samples.
         open_rows = model is not None and axis == 0 and _rows_chosen_by_data(values.get(name), input_dims) \
             and (samples == 1 or moved.ndim == 0 or len(moved) != samples)
+        open_lengths = producer in ("Loop", "Scan") or _later_dims_open(values.get(name), input_dims)
         facts.append(OutputFacts(name, producer, softmax_axis, moved[:FACT_SAMPLES] if moved.ndim > 1 else moved,
-                                 rows, tokens, widths, name in fed, open_rows, len(moved) if moved.ndim else 0))
+                                 rows, tokens, widths, name in fed, open_rows, len(moved) if moved.ndim else 0,
+                                 open_lengths))
     return facts
 
 
 def _input_dims(model: ir.Model) -> frozenset[str]:
     return frozenset(str(d) for v in model.graph.inputs if v.shape is not None for d in v.shape
                      if not isinstance(d, int))
+
+
+def _later_dims_open(value: ir.Value | None, input_dims: frozenset[str]) -> bool:
+    """An axis past the first is open under a name no input has (a decoder's steps), not a fixed size."""
+    if value is None or value.shape is None:
+        return False
+    return any(not isinstance(d, int) and (d.value is None or str(d) not in input_dims) for d in list(value.shape)[1:])
 
 
 def _rows_chosen_by_data(value: ir.Value | None, input_dims: frozenset[str]) -> bool:
@@ -477,6 +525,11 @@ def measured(task: OutputTask | None) -> OutputTask | None:
     return task if task is not None and task.kind in MEASURES else None
 
 
+def accumulator(task: OutputTask | None) -> MetricsAccumulator:
+    """The metrics accumulator of an output with this task: its measure, and whether its lengths are the data's."""
+    return MetricsAccumulator(measured(task), open_lengths=task is not None and task.open_lengths)
+
+
 def measured_kind(task: OutputTask | None) -> str | None:
     """The kind of a measured task; None for a numeric output or none."""
     return None if measured(task) is None else task.kind
@@ -497,3 +550,26 @@ def language_model_logits(model: ir.Model) -> tuple[str, int, str] | None:
         if len(inputs) == 1:
             return output.name, int(shape[-1]), inputs[0]
     return None
+
+
+def may_hold_to_a_share(model: ir.Model, config: VerifyConfig) -> bool:
+    """Whether an output may be held to a task share (top-1, frames, a mask, detections), a bar that only enough
+    samples show (numerics.interval), read off the graph before any run: the default hold-back of verification
+    samples (calibration.holdout) is sized before calibrating. False where every output is numeric by its tolerance,
+    a float output named as a representation that no earlier rule reads otherwise (hidden states, embeddings), or a
+    language model's logits and cache (the perplexity ratio judges them): those keep their calibration samples."""
+    if config.task_metric is not None:
+        return True  # your function may return decisions, judged as a share
+    if language_model_logits(model) is not None:
+        return False
+    opset = model.opset_imports.get("", 13)
+    for value in model.graph.outputs:
+        kind = config.tolerance_for(value.name).task
+        said = "" if _GENERIC_NAMES.match(value.name) else value.name
+        producer, _ = _producer(value, tuple(value.shape or ()), opset)
+        numeric_by_name = (kind == "auto" and (value.dtype is None or value.dtype.is_floating_point())
+                           and _REPRESENTATION.search(said) and not _COORDINATE_NAMES.search(said)
+                           and producer not in ("Sigmoid", "HardSigmoid", "Loop", "Scan"))
+        if kind != "numeric" and not numeric_by_name:
+            return True
+    return False

@@ -61,7 +61,7 @@ def test_the_gate_fails_when_cosine_holds_but_answers_change(rng, tmp_path, caps
     # judges the logits' top-1 (issue 32) and fails it; one node: the fallback cannot keep "all but one" float.
     assert logits.metrics.cosine_mean > 0.9999 and not report.passed
     assert logits.metrics.task == "top1" and any("top-1 agreement" in f for f in logits.failures)
-    assert logits.metrics.decisions == 40 and logits.metrics.argmax_agreement <= 0.75
+    assert logits.metrics.decisions == 200 and logits.metrics.argmax_agreement <= 0.75  # half of 400 held out
     path = tmp_path / "classifier.onnx"
     save_model(model, path)
     np.savez(tmp_path / "data.npz", **data)

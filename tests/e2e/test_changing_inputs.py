@@ -1,6 +1,7 @@
 """Inputs that another program changes while onnxq runs: nothing is written, one line says why. Truncated external
 data faults the memory map (SIGBUS), which the command line turns into that line (exit 2) instead of a crash; any
-other change (size, modification time, a replaced file) is caught before the outputs are moved into place."""
+other change (size, modification time, a replaced file) is caught right after loading, after each step, and before
+the outputs are moved into place."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
+import pytest
 from conftest import REPO, to_model
 
+import onnxq
+import onnxq.steps.load
 import onnxq.steps.rewrite
 from onnxq.cli import main
+from onnxq.errors import InputChangedError
 from onnxq.io.faults import SIGBUS_MESSAGE
 
 WIDTH = 512  # 1 MiB of weights: pages the calibration session still has to read after the cut
@@ -91,4 +96,41 @@ def test_the_model_file_replaced_mid_run_is_caught(tmp_path, monkeypatch, capsys
     code = main([str(model), "-o", str(tmp_path / "q.onnx")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "the input model" in err[0] and "changed" in err[0]
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_a_model_changed_while_it_loads_stops_the_run_right_after_loading(tmp_path, monkeypatch, capsys):
+    """Another program writes the model while onnxq reads it: the run stops before calibrating (not at the end of
+    an hour-long run), one line, nothing written."""
+    model = _external_model(tmp_path)
+    original = onnxq.steps.load.load_model
+
+    def rewriting(*args, **kwargs):  # another program writes the file as onnxq finishes reading it
+        loaded = original(*args, **kwargs)
+        os.utime(model, ns=(model.stat().st_atime_ns, model.stat().st_mtime_ns + 10**9))
+        return loaded
+
+    monkeypatch.setattr(onnxq.steps.load, "load_model", rewriting)
+    batches = []
+    with pytest.raises(InputChangedError, match="seen right after loading"):
+        onnxq.quantize(model, tmp_path / "calib.npz", output=tmp_path / "q.onnx", progress=batches.append)
+    assert batches == []  # not one calibration batch ran
+    code = main([str(model), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "the input model" in err[0] and "seen right after loading" in err[0]
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_data_changed_during_calibration_stops_the_run_after_that_step(tmp_path):
+    model = _external_model(tmp_path)
+    calib = tmp_path / "calib.npz"
+    touched = []
+
+    def touching(samples):  # after the first calibration batch, another program writes the calibration data
+        if not touched:
+            os.utime(calib, ns=(calib.stat().st_atime_ns, calib.stat().st_mtime_ns + 10**9))
+            touched.append(samples)
+
+    with pytest.raises(InputChangedError, match="the calibration data .* seen after step calibrate"):
+        onnxq.quantize(model, calib, output=tmp_path / "q.onnx", progress=touching)
     assert not (tmp_path / "q.onnx").exists()

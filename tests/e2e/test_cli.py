@@ -1,4 +1,8 @@
-"""The command line: exit codes 0 / 1 / 2, one-line errors, nothing written on bad input."""
+"""The command line: exit codes 0 / 1 / 2 / 4, one-line errors, nothing written on bad input.
+
+The sample MLP's default run ends "not shown" (exit 4): its 256 samples hold back 128, whose top-1 agreement (one
+near tie flipped: 0.992) cannot show the 0.99 bar (its interval reaches 0.957) — tests of other mechanics expect
+that code (NOT_SHOWN); tests/verify/test_task_interval.py shows exit 0 on data large enough."""
 
 import json
 import shutil
@@ -18,6 +22,8 @@ from onnxq.progress import count_samples as _count_samples
 from onnxq.verify import resolve_providers
 from onnxq.verify.speed import MEANINGFUL_MS
 
+NOT_SHOWN = 4
+
 
 @pytest.fixture
 def work(samples_dir, tmp_path):
@@ -30,20 +36,22 @@ def _files(path):
     return sorted(p.name for p in path.iterdir())
 
 
-def test_quantize_writes_beside_the_model_and_exits_0(work, capsys):
+def test_quantize_writes_beside_the_model_and_says_what_the_data_shows(work, capsys):
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--report", str(work / "r.json")])
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == NOT_SHOWN
     assert (work / "mlp.int8.onnx").is_file()
-    assert "result: within tolerance" in out
+    assert "result: NOT SHOWN — top-1 agreement" in out and "cannot show the 0.99 bar" in out
     report = json.loads((work / "r.json").read_text())
-    assert report["schema_version"] == 8 and report["passed"] is True
+    assert report["schema_version"] == 8 and report["passed"] is False and report["verdict"] == "not shown"
+    assert report["result"].startswith("NOT SHOWN — top-1 agreement")
     cpu = report["verification"]["providers"]["CPUExecutionProvider"]
     assert cpu["outputs"]["logits"]["cosine_mean"] >= 0.999
-    # The sample MLP's random weights leave a held-out near tie that int8 flips (top-1 0.96 < 0.99, measured on
-    # AVX-512 VNNI and exact): the default gate judges the logits' top-1 and the fallback keeps the fewest Gemms float.
+    # The sample MLP's random weights leave held-out near ties that int8 may flip: the default gate judges the
+    # logits' top-1, which no bar measures below (the fallback acts only then), and 128 answers cannot show 0.99.
     assert report["verification"]["tasks"]["logits"]["kind"] == "top1"
     assert cpu["outputs"]["logits"]["task_agreement"] >= 0.99 and cpu["outputs"]["logits"]["task"] == "top1"
+    assert cpu["outputs"]["logits"]["task_interval"]["low"] < 0.99 and report["verification"]["samples"] == 128
     assert report["fallback"] is None or report["fallback"]["met"]
 
 
@@ -57,7 +65,7 @@ def test_config_file_and_flags(work, capsys):
     (work / "q.toml").write_text('gemm_bias = "float"\n[verify.tolerance]\nmin_cosine = 0.9\n')
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--config", str(work / "q.toml"),
                  "-o", str(work / "out.onnx"), "--report", str(work / "r.json")])
-    assert code == 0
+    assert code == NOT_SHOWN
     report = json.loads((work / "r.json").read_text())
     assert report["config"]["gemm_bias"] == "float" and report["config"]["verify"]["tolerance"]["min_cosine"] == 0.9
     assert all("bias float" in e["detail"] for e in report["quantized"])
@@ -174,8 +182,10 @@ def test_bad_input_one_line_exit_2_nothing_written(work, capsys, case):
 def test_python_dash_m_entry_point(work):
     run = subprocess.run([sys.executable, "-m", "onnxq", str(work / "mlp.onnx"), "--calib",
                           str(work / "mlp_calib.npz"), "-q"], capture_output=True, text=True, cwd=REPO)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == f"onnxq: wrote {work / 'mlp.int8.onnx'}; within tolerance"
+    assert run.returncode == NOT_SHOWN, run.stderr
+    # -q keeps the verdict's reason: the one line is never surer than the run.
+    assert run.stdout.strip().startswith(f"onnxq: wrote {work / 'mlp.int8.onnx'}; NOT SHOWN — top-1 agreement")
+    assert "cannot show the 0.99 bar" in run.stdout
 
 
 def test_progress_bar_counts_samples_against_the_npz_total(samples_dir, capsys):
@@ -193,8 +203,8 @@ def test_check_speed_times_both_models_and_warns_only_when_slower(work, capsys):
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--check-speed",
                  "--no-sensitivity", "--report", str(work / "r.json")])
     out = capsys.readouterr().out
-    assert code == 0
     report = json.loads((work / "r.json").read_text())
+    assert code == {"not shown": NOT_SHOWN, "nothing quantized": NOT_SHOWN, "within tolerance": 0}[report["verdict"]]
     # One timing per provider verified: the CPU, and CUDA too on a machine that has it.
     assert [s["provider"] for s in report["speed"]] == resolve_providers(("auto",))[0]
     for speed in report["speed"]:
@@ -213,7 +223,7 @@ def test_default_run_times_the_cpu_and_no_speed_turns_it_off(work, capsys):
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
                  "--report", str(work / "r.json"), "-o", str(work / "timed.onnx")])
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == NOT_SHOWN
     report = json.loads((work / "r.json").read_text())
     speed = report["speed"][0]  # the CPU first; CUDA next on a machine that has it
     assert [s["provider"] for s in report["speed"]] == resolve_providers(("auto",))[0]
@@ -226,7 +236,7 @@ def test_default_run_times_the_cpu_and_no_speed_turns_it_off(work, capsys):
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity", "--no-speed",
                  "--report", str(work / "r2.json"), "-o", str(work / "untimed.onnx")])
     report = json.loads((work / "r2.json").read_text())
-    assert code == 0 and report["speed"] == [] and not any("speed" in n.lower() for n in report["notes"])
+    assert code == NOT_SHOWN and report["speed"] == [] and not any("speed" in n.lower() for n in report["notes"])
     assert "speed on CPU:" not in capsys.readouterr().out
     assert (work / "timed.onnx").read_bytes() == (work / "untimed.onnx").read_bytes()
 
@@ -239,7 +249,7 @@ def test_default_timing_stops_at_its_budget_after_three_rounds(work, monkeypatch
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
                  "--report", str(work / "r.json")])
     speeds = json.loads((work / "r.json").read_text())["speed"]  # one per provider: CUDA too where present
-    assert code == 0 and speeds and all(speed["rounds"] == 3 for speed in speeds)
+    assert code == NOT_SHOWN and speeds and all(speed["rounds"] == 3 for speed in speeds)
 
 
 def test_default_timing_skips_models_over_the_memory_bound(work, monkeypatch):
@@ -250,7 +260,7 @@ def test_default_timing_skips_models_over_the_memory_bound(work, monkeypatch):
     code = main([str(work / "mlp.onnx"), "--calib", str(work / "mlp_calib.npz"), "--no-sensitivity",
                  "--report", str(work / "r.json")])
     report = json.loads((work / "r.json").read_text())
-    assert code == 0 and report["speed"] == []
+    assert code == NOT_SHOWN and report["speed"] == []
     assert any(n.startswith("speed: not timed by default") and "--check-speed" in n for n in report["notes"])
 
 
@@ -268,7 +278,8 @@ def test_every_command_takes_v_and_v_never_changes_the_exit_code(work, capsys, m
     model, data = str(work / "mlp.onnx"), str(work / "mlp_calib.npz")
     assert main(["calibrate", model, "--calib", data, "-o", str(work / "s.json"), "-v"]) == 0
     assert main(["merge", str(work / "s.json"), "-o", str(work / "m.json"), "-v"]) == 0
-    assert main([model, "--calib", data, "-o", str(work / "q.onnx"), "-v"]) == 0
+    assert main([model, "--calib", data, "-o", str(work / "q.onnx")]) == NOT_SHOWN
+    assert main([model, "--calib", data, "-o", str(work / "q.onnx"), "-v"]) == NOT_SHOWN
     # Numeric bars: on all 256 samples, int8 changes a few of the random sample MLP's near-tied answers.
     assert main(["verify", model, str(work / "q.onnx"), "--data", data, "--task-metric", "numeric", "--verbose"]) == 0
     capsys.readouterr()

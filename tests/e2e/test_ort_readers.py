@@ -32,7 +32,7 @@ def test_readers_quantize_as_the_same_batches_from_a_generator(samples_dir):
     generator = onnxq.quantize(model, (batch for batch in list(_Reader(data)._batches)))
     for reader in (_Reader(data), _SubclassReader(data)):
         result = onnxq.quantize(model, reader)
-        assert result.report.passed
+        assert not result.report.verification.failed  # no bar measured below (128 held samples show no 0.99)
         assert initializer_bytes(result.model) == initializer_bytes(generator.model)
         assert any("one-shot iterator" in note for note in result.report.notes)  # read once, said so
     # A callable making a fresh reader is read again where a step needs it: as the arrays themselves.

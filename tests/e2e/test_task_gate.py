@@ -50,13 +50,15 @@ def test_cosine_holds_the_default_gate_fails_and_the_fallback_restores_the_answe
     assert report.verification.tasks["logits"].kind == "top1"
     assert "scores named 'logits'" in report.verification.tasks["logits"].rule
     before = report.fallback.before.outputs[0]
-    # Measured (seeded; AVX-512 VNNI deployed, exact and emulated AVX2 alike): cosine 0.9985 ≥ 0.98, yet 9 of the 40
-    # held-out answers change (0.775); bounded loosely, as other CPUs round a few margins the other way.
+    # Measured (seeded; AVX-512 VNNI deployed, exact and emulated AVX2 alike): cosine 0.9985 ≥ 0.98, yet 41 of the 200
+    # held-out answers change (0.795); bounded loosely, as other CPUs round a few margins the other way.
     assert before.metrics.cosine_mean >= 0.995 and before.metrics.task_agreement <= 0.9
     assert any("top-1 agreement" in f for f in before.failures) and not any("cosine" in f for f in before.failures)
     # Continuous inputs: the float model keeps every answer under its data's own rounding; the bar stays 0.99.
     assert report.verification.stability["logits"] == 1.0
-    assert report.fallback.met and report.passed
+    # The fallback stops at the fewest float nodes no bar is measured below (0.99 of the 200 held-out answers); 200
+    # answers cannot show 0.99 (its interval reaches 0.964): the verdict says so, exit 4.
+    assert report.fallback.met and not report.verification.failed and report.verdict == "not shown"
     kept = [name for name, _ in report.fallback.kept_float]
     assert report.verification.outputs[0].metrics.task_agreement >= 0.99
     # The fewest: no smaller set of float nodes restores the answers (every one tried, fallback off).
@@ -64,7 +66,7 @@ def test_cosine_holds_the_default_gate_fails_and_the_fallback_restores_the_answe
     for smaller in itertools.combinations(names, len(kept) - 1):
         config = onnxq.QuantConfig(exclude_nodes=smaller, verify=onnxq.VerifyConfig(
             fallback=False, sensitivity_samples=0, measure_speed=False))
-        assert not onnxq.quantize(model, data, config=config).report.passed, smaller
+        assert onnxq.quantize(model, data, config=config).report.verification.failed, smaller
     # The ranking saw the answers: the nodes kept float lead it.
     assert [n.name for n in report.sensitivity.nodes[:len(kept)]] == kept
 
@@ -75,10 +77,10 @@ def test_the_command_line_fails_without_the_fallback_and_cosine_alone_misses_it(
     save_model(model, path)
     np.savez(tmp_path / "data.npz", **data)
     common = [str(path), "--calib", str(tmp_path / "data.npz"), "--no-speed"]
-    assert main([*common, "-o", str(tmp_path / "q.onnx")]) == 0
+    assert main([*common, "-o", str(tmp_path / "q.onnx")]) == 4  # restored to 0.99, which 200 answers cannot show
     out = capsys.readouterr().out
     assert "logits: top-1 agreement — scores named 'logits' over 10 classes" in out
-    assert "fallback: kept 2 node(s) float" in out and "result: within tolerance" in out
+    assert "fallback: kept 2 node(s) float" in out and "result: NOT SHOWN — top-1 agreement 0.9900 on 200" in out
     assert main([*common, "--no-fallback", "-o", str(tmp_path / "q1.onnx")]) == 1
     out = capsys.readouterr().out
     assert "FAIL: top-1 agreement" in out and "OUT OF TOLERANCE" in out

@@ -42,8 +42,10 @@ def _session(path, level: ort.GraphOptimizationLevel, saved=None) -> ort.Inferen
 def test_a_float_conv_after_a_requantized_output_runs_float_on_ort(between, rng, tmp_path):
     proto = _chain(rng, between)
     x = rng.normal(0, 1, (48, 3, 12, 12)).astype(np.float32)
+    # Every 10th sample held back (verify.max_samples set: the fixed rule, not the default's what-a-bar-needs):
+    # the 44 calibration samples whose ranges put no requantized value on a rounding edge between the two runs.
     result = onnxq.quantize(proto, {"x": x}, output=tmp_path / "q.onnx",
-                            config={"exclude_nodes": ["conv2"], "verify": {"fallback": False}})
+                            config={"exclude_nodes": ["conv2"], "verify": {"fallback": False, "max_samples": 64}})
     assert sorted(e.name for e in result.report.quantized) == ["conv1", "conv3"]
     _session(tmp_path / "q.onnx", ort.GraphOptimizationLevel.ORT_ENABLE_ALL, tmp_path / "deployed.onnx")
     ops = [n.op_type for n in onnx.load(tmp_path / "deployed.onnx").graph.node]

@@ -15,6 +15,7 @@ from head_model import end_to_end, head, images
 
 import onnxq
 from onnxq.config import VerifyConfig
+from onnxq.verify.api import compare_models
 from onnxq.verify.boxes import nms
 from onnxq.verify.detection_heads import decoded
 from onnxq.verify.task_measures import MEASURES
@@ -48,7 +49,7 @@ def test_a_head_s_boxes_and_probabilities_are_decoded_as_its_users_do():
 @pytest.mark.parametrize("shift, passes", [(0.0, True), (0.1, True), (-1.0, False)])
 def test_the_gate_sees_class_probabilities_the_cosine_does_not(shift, passes):
     data = {"image": images(np.random.default_rng(0), 64)[48:]}
-    verification = onnxq.verify(head(), head(class_shift=shift), data)
+    verification = compare_models(head(), head(class_shift=shift), data)
     output = verification.providers[0].outputs[0].metrics
     assert output.task == "head-detections" and output.cosine_mean > 0.9999  # the boxes' cosine, whatever the shift
     assert verification.passed == passes
@@ -84,7 +85,7 @@ def test_packed_detections_are_matched_whatever_their_order():
 @pytest.mark.parametrize("shift, passes", [(0.0, True), (0.1, True), (-2.0, False)])
 def test_the_gate_sees_packed_detections_the_cosine_does_not(shift, passes):
     data = {"image": images(np.random.default_rng(0), 64)[48:]}
-    verification = onnxq.verify(end_to_end(), end_to_end(class_shift=shift), data)
+    verification = compare_models(end_to_end(), end_to_end(class_shift=shift), data)
     output = verification.providers[0].outputs[0].metrics
     assert output.task == "packed-detections" and output.cosine_mean > 0.999
     assert verification.passed == passes
