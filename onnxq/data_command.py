@@ -62,15 +62,15 @@ def data_command(argv: list[str]) -> int:
     how = described(resolved) or f"calibration data {args.source}" + "".join(
         f", {name} from {array}" for name, array in config.data.input_map.items())
     shares = may_hold_to_a_share(model, config.verify)
-    print("\n".join(_account(Path(args.output), how, resolved, reads, written, made, config, shares)))
+    split = _split(_samples(written, reads), reads, config, shares)
+    print("\n".join([*_account(Path(args.output), how, resolved, reads, written, made), split]))
     return 0
 
 
-def _account(output: Path, how: str, resolved, model: SourceModel, written: dict[str, Written], made: dict[str, str],
-             config: QuantConfig, shares: bool) -> list[str]:
-    """What was written: the inputs, their shapes and how each was made, and the split quantize would use."""
-    samples = next((w.shape[0] for name, w in written.items() if model.spec(name).sample_axis is not None), 1)
-    lines = [f"onnxq: wrote {output}: {samples} samples, from {how}"]
+def _account(output: Path, how: str, resolved, model: SourceModel, written: dict[str, Written],
+             made: dict[str, str]) -> list[str]:
+    """What was written: the inputs, their shapes and how each was made."""
+    lines = [f"onnxq: wrote {output}: {_samples(written, model)} samples, from {how}"]
     by_reader = resolved.opened.made if isinstance(resolved, ReadData) else {}
     width = max(map(len, list(written)[:_SHOWN]), default=0)
     for name, array in list(written.items())[:_SHOWN]:
@@ -79,7 +79,11 @@ def _account(output: Path, how: str, resolved, model: SourceModel, written: dict
     rest = {name: made[name] for name in list(written)[_SHOWN:] if name in made}
     if len(written) > _SHOWN:
         lines.append(f"  … {len(written) - _SHOWN} more inputs" + (f"; {describe_made(rest)}" if rest else ""))
-    return [*lines, _split(samples, model, config, shares)]
+    return lines
+
+
+def _samples(written: dict[str, Written], model: SourceModel) -> int:
+    return next((w.shape[0] for name, w in written.items() if model.spec(name).sample_axis is not None), 1)
 
 
 def _split(samples: int, model: SourceModel, config: QuantConfig, shares: bool) -> str:

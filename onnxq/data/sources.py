@@ -12,7 +12,8 @@ from onnxq.config import DataConfig
 from onnxq.data.names import mapped_source
 from onnxq.data.reader import ReadData, SourceModel
 from onnxq.data.registry import reader_for
-from onnxq.io import RunFiles
+from onnxq.errors import CalibrationDataError
+from onnxq.io import RunFiles, regular_file
 
 __all__ = ["resolve_source", "declare_source", "described"]
 
@@ -25,9 +26,12 @@ def resolve_source(source: DataSource | None, model: SourceModel, config: DataCo
     if source is None:
         return None
     if isinstance(source, (str, os.PathLike)):
-        reader = reader_for(Path(source), what)
+        path = Path(source)
+        if path.exists() and not path.is_dir():  # a FIFO is refused before any reader opens it (it would block)
+            regular_file(path, f"{what} data", CalibrationDataError)
+        reader = reader_for(path, what)
         if reader is not None:
-            return reader.open(Path(source), model, config, what)
+            return reader.open(path, model, config, what)
     return mapped_source(source, list(model.specs), config.input_map, what)
 
 

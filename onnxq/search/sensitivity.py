@@ -42,7 +42,7 @@ from onnxq.verify.outcome import NOT_ON_COSINE, task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
 from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import accumulator, choose_tasks, measured, measured_kind, output_facts
+from onnxq.verify.task_rules import accumulator, choose_tasks, measured_kind, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern", "ranked"]
 

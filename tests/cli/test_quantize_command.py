@@ -18,8 +18,9 @@ def test_quantize_word_gives_the_same_model_and_report(samples_dir, tmp_path, ca
         out, report = tmp_path / f"{name}.onnx", tmp_path / f"{name}.json"
         # --no-speed: the default timing may keep slower node kinds float, which differs from run to run.
         code = main([*prefix, model, "--calib", data, "-o", str(out), "--report", str(report), "--no-speed", "-q"])
-        assert code == 0, capsys.readouterr().err
-        assert capsys.readouterr().out == f"onnxq: wrote {out}; within tolerance\n"
+        # 128 held-back answers of the sample's classifier cannot show its 0.99 top-1 bar: exit 4, either way.
+        assert code == 4, capsys.readouterr().err
+        assert capsys.readouterr().out.startswith(f"onnxq: wrote {out}; NOT SHOWN — top-1 agreement")
         runs[name] = (out.read_bytes(), json.loads(report.read_text()))
     assert runs["plain"][0] == runs["quantize"][0]
     plain, worded = runs["plain"][1], runs["quantize"][1]

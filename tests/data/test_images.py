@@ -127,4 +127,4 @@ def test_a_folder_of_images_calibrates_a_cnn_as_its_npz_does(tmp_path, rng, caps
     assert direct.samples == via_npz.samples == 20
     assert {n: o.range() for n, o in direct.observers.items()} == {n: o.range() for n, o in via_npz.observers.items()}
     code = main([str(model), "--calib", str(tmp_path / "photos"), "-o", str(tmp_path / "q.onnx"), "--no-speed", "-q"])
-    assert code == 0 and "within tolerance" in capsys.readouterr().out
+    assert code == 4 and "NOT SHOWN — top-1 agreement" in capsys.readouterr().out  # too few to show 0.99
