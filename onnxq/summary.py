@@ -70,10 +70,15 @@ def _verdict(o: OutputCheck) -> str:
     return "ok" if o.passed else "FAIL: " + "; ".join(o.failures) if o.failed else "NOT SHOWN"
 
 
-def _tasks(v: Verification) -> list[str]:
-    """Which task metric each output got, by which rule, against which bar, and how to change it."""
+def _tasks(v: Verification, verbose: bool = False) -> list[str]:
+    """Which task metric each output got, by which rule, against which bar, and how to change it; outputs held to
+    the numeric bars alone take one line (each its own with verbose)."""
     if not v.tasks:
         return []
+    if not verbose and all(t.kind in ("numeric", "state") for t in v.tasks.values()):
+        names = ", ".join(list(v.tasks)[:3]) + (", …" if len(v.tasks) > 3 else "")
+        return [f"task:        none — numeric bars only ({names}: no answer to judge; --tolerance OUTPUT:task=KIND "
+                "sets one)"]
     lines = ["task metrics (chosen per output by what it is; --task-metric KIND|numeric|MODULE:FUNCTION or "
              "--tolerance OUTPUT:task=KIND to override):"]
     # Many outputs alike (a language model's 60 cache outputs) take one line for them all.
@@ -111,7 +116,7 @@ def format_verification(v: Verification, verbose: bool = False) -> list[str]:
         lines.append(f"warning:     {message}")
     for placement in v.predicted:
         lines += _placement(placement, verbose)
-    lines += _tasks(v)
+    lines += _tasks(v, verbose)
     for check in v.providers:
         if check.placement is not None:
             lines += _placement(check.placement, verbose)

@@ -42,7 +42,7 @@ def plan_matmul(node: ir.Node, ctx: PlanContext) -> NodePlan | Skip:
     if ctx.mode in ("dynamic", "weight-only"):
         return Skip(node, f"both inputs are activations; {ctx.mode} mode quantizes only constant-weight products")
     if not ctx.quantize_activation_matmul:
-        return Skip(node, "both inputs are activations (quantize_activation_matmul is off)")
+        return Skip(node, "both inputs are activations (--quantize-attention quantizes them)")
     if not (_is_float(a) and _is_float(b)):
         return Skip(node, "inputs are not float32")
     return NodePlan(node, activations=(0, 1), output=_requantized_output(node, ctx))

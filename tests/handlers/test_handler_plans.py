@@ -50,7 +50,7 @@ def _attention_model():
 def test_activation_matmul_switch():
     node = node_named(_attention_model(), "scores")
     skip = _plan(node)
-    assert isinstance(skip, Skip) and skip.reason == "both inputs are activations (quantize_activation_matmul is off)"
+    assert isinstance(skip, Skip) and skip.reason == "both inputs are activations (--quantize-attention quantizes them)"
     on = PlanContext(per_channel=True, mode="static", quantize_activation_matmul=True, gemm_bias="int32")
     plan = _plan(node, on)
     assert plan.activations == (0, 1) and plan.weights == ()
