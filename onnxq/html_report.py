@@ -51,9 +51,7 @@ def caveats(report: QuantReport) -> list[str]:
                      "— pass --verify-data (or --calib) with real inputs for figures that mean something.")
     if not report.quantized:
         found.append("Nothing is quantized: every node stayed float, so the output is the float model.")
-    if report.verdict == NOT_SHOWN:
-        found.append(f"Not shown: {report.result.removeprefix('NOT SHOWN — ')}")
-    return found
+    return found  # not shown and out of tolerance are the headline's own words
 
 
 def headline(report: QuantReport) -> str:
@@ -64,8 +62,8 @@ def headline(report: QuantReport) -> str:
     parts = [f"<div class='headline verdict-{level}'><p class='verdict'>{_e(report.result)}</p>",
              f"<p><b>{_e(report.input)}</b> → <b>{_e(report.output or '(in memory)')}</b>: {_e(scheme_words(report))}"
              f", target {_e(report.config.get('target'))}; {len(report.quantized)} node(s) quantized, "
-             f"{len(report.left_float)} left float; {report.float_bytes / 1e6:.1f} MB → "
-             f"{report.quant_bytes / 1e6:.1f} MB ({ratio:.2f}x).</p>"]
+             f"{len(report.left_float)} left float; {_bytes(report.float_bytes)} → "
+             f"{_bytes(report.quant_bytes)} ({ratio:.2f}x).</p>"]
     if said:
         parts.append("<ul class='caveats'>" + "".join(f"<li>{_e(c)}</li>" for c in said) + "</ul>")
     parts += [f"<p class='fail'>{_e(failure)}</p>" for failure in (*_failing(report), *report.gate_failures)]
@@ -77,6 +75,10 @@ def headline(report: QuantReport) -> str:
     elif fallback is not None:
         parts.append("<p>The fallback could not meet the tolerance by keeping nodes float (section Fallback).</p>")
     return "".join(parts) + "</div>"
+
+
+def _bytes(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 1e6 else f"{count / 1e3:.0f} kB"
 
 
 def _failing(report: QuantReport) -> list[str]:
@@ -120,7 +122,7 @@ def _figure(o: OutputCheck, metric: str | None, value: float, spec: str) -> str:
     if bar is None:
         return f"<td class='num'>{figure}</td>"
     return (f"<td class='num {share_level(bar.share)}' title='{bar.share:.0%} of the tolerance'>{figure} "
-            f"<span class='bar'>({_e(bar.op)} {bar.limit:g})</span></td>")
+            f"<br><span class='bar'>({_e(bar.op)} {bar.limit:g})</span></td>")
 
 
 def _meter(o: OutputCheck) -> str:
@@ -133,7 +135,7 @@ def _meter(o: OutputCheck) -> str:
     colour = SHARE_COLOURS[share_level(share)]
     return (f"<td class='num'><span class='meter' title='{_e(worst.metric)}: {share:.0%} of its tolerance'><span "
             f"style='width:{width:.0f}%;background:{colour}'></span><i style='left:{100 / _METER_SPAN:.0f}%'></i>"
-            f"</span> {share:.0%} <span class='bar'>({_e(worst.metric)})</span></td>")
+            f"</span> {share:.0%}<br><span class='bar'>({_e(worst.metric)})</span></td>")
 
 
 def _task_cell(o: OutputCheck) -> str:
@@ -145,7 +147,7 @@ def _task_cell(o: OutputCheck) -> str:
     if bar is None:
         return f"<td class='num'>{_e(m.task)} {m.task_agreement:.4f}</td>"
     return (f"<td class='num {share_level(bar.share)}'>{_e(m.task)} {m.task_agreement:.4f} "
-            f"<span class='bar'>({_e(bar.op)} {bar.limit:g})</span></td>")
+            f"<br><span class='bar'>({_e(bar.op)} {bar.limit:g})</span></td>")
 
 
 _RESULT_WORDS = {WITHIN: "ok", OUT: "FAIL", NOT_SHOWN: "NOT SHOWN"}

@@ -147,7 +147,7 @@ class Coverage:
         return lines
 
     def html(self) -> str:
-        rows = "".join(f"<tr><td>{html.escape(t.target)}</td><td class='{'ok' if t.passed else 'fail'}'>"
+        rows = "".join(f"<tr><td>{html.escape(t.target)}</td><td class='{_CLASS[t.verdict]}'>"
                        f"{'ok' if t.passed else t.verdict}</td><td>{html.escape(t.how)}</td></tr>"
                        for t in self.targets)
         info = self.platform
@@ -163,6 +163,10 @@ class Coverage:
                 "kernel_loss": self.kernel_loss,
                 "targets": [t.to_dict() for t in self.targets],
                 "saturation": [n.to_dict() for n in self.saturation]}
+
+
+# A target's result as the HTML colours it: amber where the data cannot show a bar (not a failure).
+_CLASS = {WITHIN: "ok", OUT: "fail", NOT_SHOWN: "warn"}
 
 
 class CoverageRun:
