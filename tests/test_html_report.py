@@ -92,7 +92,7 @@ def test_figures_are_coloured_by_their_share(failing_page):
     cosine, sqnr = f"{logits['cosine_mean']:.5f}", f"{logits['sqnr_db']:.1f}"
     assert cells[cosine] == "num within" and cells[sqnr] == "num over"
     assert f"<td class='num over' title='{10 ** ((40 - logits['sqnr_db']) / 10):.0%} of the tolerance'>{sqnr} " \
-           "<span class='bar'>(&gt;= 40)</span></td>" in page
+           "<br><span class='bar'>(&gt;= 40)</span></td>" in page
 
 
 def test_the_headline_says_the_verdict_and_what_fails(failing_page):
