@@ -19,17 +19,18 @@ from onnxq.calibration.specs import DataSource, InputSpec, input_specs, with_lay
 from onnxq.calibration.unbatched import inferred_unbatched
 from onnxq.errors import CalibrationDataError
 
-__all__ = ["data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout", "InferredLayout", "read_layout"]
+__all__ = ["data_headers", "data_shapes", "inferred_sample_axes", "inferred_constants", "new_layout", "InferredLayout", "read_layout"]
 
 
-def data_shapes(source: DataSource | None, sole: str | None = None) -> dict[str, tuple[int, ...]] | None:
-    """Each array's shape, without reading the data: from an .npz's (or a folder's first shard's) headers, a folder's
-    .npy headers, a mapping's arrays, or one array given for `sole` (a model's one input); None for batches given
-    one by one (their own layout) or a callable."""
+def data_headers(source: DataSource | None, sole: str | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]] | None:
+    """Each array's (shape, dtype), without reading the data: from an .npz's (or a folder's first shard's) headers, a
+    folder's .npy headers, a mapping's arrays, or one array given for `sole` (a model's one input); None for batches
+    given one by one (their own layout), a callable, or data that cannot be read (refused where it is read)."""
     if isinstance(source, Mapping):
-        return {k: tuple(np.shape(v)) for k, v in source.items()}
+        return {k: (tuple(np.shape(v)), v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)
+                for k, v in source.items()}
     if isinstance(source, np.ndarray):
-        return None if sole is None else {sole: source.shape}
+        return None if sole is None else {sole: (source.shape, source.dtype)}
     if not isinstance(source, (str, Path)):
         return None
     path = Path(source)
@@ -37,15 +38,22 @@ def data_shapes(source: DataSource | None, sole: str | None = None) -> dict[str,
         if path.is_dir():
             shards, arrays = data_files(path, "data")
             if arrays:
-                return {f.stem: tuple(np.load(f, mmap_mode="r", allow_pickle=False).shape) for f in arrays}
+                return {f.stem: (a.shape, a.dtype) for f in arrays
+                        for a in [np.load(f, mmap_mode="r", allow_pickle=False)]}
             path = shards[0]
         members = open_npz(path, "data")
     except (CalibrationDataError, OSError, ValueError):  # refused where it is read, with its own message
         return None
-    shapes = {k: tuple(m.shape) for k, m in members.items()}
+    headers = {k: (tuple(m.shape), m.dtype) for k, m in members.items()}
     for member in members.values():
         member.close()
-    return shapes
+    return headers
+
+
+def data_shapes(source: DataSource | None, sole: str | None = None) -> dict[str, tuple[int, ...]] | None:
+    """Each array's shape, without reading the data (data_headers)."""
+    headers = data_headers(source, sole)
+    return None if headers is None else {k: shape for k, (shape, _) in headers.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxq.calibration.data import data_files
+from onnxq.calibration.axes import data_headers
 from onnxq.calibration.npz import open_npz
 from onnxq.calibration.specs import DataSource, InputSpec
 from onnxq.errors import CalibrationDataError, ConfigError, one_line
@@ -20,28 +20,8 @@ Header = tuple[tuple[int, ...], np.dtype]
 
 
 def array_headers(source: DataSource) -> dict[str, Header] | None:
-    """Each array's (shape, dtype), read from headers only: an .npz, a folder's first .npz shard or its .npy files,
-    a mapping. None for anything else (batches given one by one, a callable) and for a file that cannot be read (its
-    reader says why)."""
-    if isinstance(source, Mapping):
-        return {k: (tuple(np.shape(v)), v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)
-                for k, v in source.items()}
-    if not isinstance(source, (str, Path)) or not Path(source).exists():
-        return None
-    path = Path(source)
-    try:
-        if path.is_dir():
-            shards, arrays = data_files(path, "data")
-            if arrays:
-                return {f.stem: (a.shape, a.dtype) for f in arrays for a in [np.load(f, mmap_mode="r")]}
-            path = shards[0]
-        members = open_npz(path, "data")
-    except (CalibrationDataError, OSError, ValueError):  # refused where it is read, with its own line
-        return None
-    headers = {k: (tuple(m.shape), m.dtype) for k, m in members.items()}
-    for member in members.values():
-        member.close()
-    return headers
+    """Each array's (shape, dtype), read from headers only (calibration.axes.data_headers)."""
+    return data_headers(source)
 
 
 def fits(header: Header, spec: InputSpec) -> bool:

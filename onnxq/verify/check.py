@@ -21,7 +21,7 @@ from onnxq.io import load_model, trim_heap
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
-from onnxq.verify.outcome import OutputCheck, failures_for, task_tolerances
+from onnxq.verify.outcome import JudgedChecks, OutputCheck, failures_for, task_tolerances
 from onnxq.verify.placement import Placement, profile_placement
 from onnxq.verify.providers import absent_providers, resolve_providers
 from onnxq.verify.predict import predict_placement, predictable, with_mismatches
@@ -38,7 +38,7 @@ _CPU = "CPUExecutionProvider"
 
 
 @dataclasses.dataclass(frozen=True)
-class ProviderCheck:
+class ProviderCheck(JudgedChecks):
     provider: str
     outputs: tuple[OutputCheck, ...]  # quantized on this provider vs the float reference (CPU, no optimizations)
     placement: Placement | None
@@ -46,18 +46,6 @@ class ProviderCheck:
     # The float model as deployed on this provider vs the same reference: the provider's own arithmetic (TF32,
     # fused kernels), inside `outputs` too. None on the CPU, whose deployed float kernels the speed line times.
     float_drift: tuple[OutputCheck, ...] | None = None
-
-    @property
-    def passed(self) -> bool:
-        return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
-
-    @property
-    def failed(self) -> bool:
-        return any(o.failed for o in self.outputs) or (self.task is not None and self.task.failed)
-
-    @property
-    def verdict(self) -> str:
-        return verdict_of(self.failed, self.passed)
 
     def to_dict(self) -> dict:
         return {"provider": self.provider, "passed": self.passed, "verdict": self.verdict,

@@ -24,11 +24,11 @@ from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect
 from onnxq.verify.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
-from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of
+from onnxq.verify.outcome import REPORTED, JudgedChecks, OutputCheck, checks_of
 from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics
 from onnxq.verify.task_measures import OutputTask
 from onnxq.verify.task_rules import accumulator
-from onnxq.verify.verdict import NOT_SHOWN, OUT, WITHIN, verdict_of
+from onnxq.verify.verdict import NOT_SHOWN, OUT, WITHIN
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
@@ -53,24 +53,12 @@ def platform_info(here: str) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class TargetCheck:
+class TargetCheck(JudgedChecks):
     target: str
     how: str
     outputs: tuple[OutputCheck, ...]
     saturating_nodes: tuple[NodeSaturation, ...] = ()
     task: TaskMetrics | None = None  # verify.task_metric on this target's outputs
-
-    @property
-    def passed(self) -> bool:
-        return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
-
-    @property
-    def failed(self) -> bool:
-        return any(o.failed for o in self.outputs) or (self.task is not None and self.task.failed)
-
-    @property
-    def verdict(self) -> str:
-        return verdict_of(self.failed, self.passed)
 
     def to_dict(self) -> dict:
         return {"target": self.target, "how": self.how, "passed": self.passed, "verdict": self.verdict,

@@ -14,7 +14,7 @@ from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
 from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_FLOOR, TASK_WORDS, OutputTask
 from onnxq.verify.verdict import verdict_of
 
-__all__ = ["OutputCheck", "NOT_ON_COSINE", "failures_for", "unshown_for", "checks_of", "check_output_tolerances",
+__all__ = ["OutputCheck", "JudgedChecks", "NOT_ON_COSINE", "failures_for", "unshown_for", "checks_of", "check_output_tolerances",
            "task_bar", "task_interval", "REPORTED", "task_tolerances", "TaskTolerances", "UNITS", "not_shown_words"]
 
 # The tolerance of a comparison that is reported, not gated (the float model on another provider, the kernels' gap).
@@ -63,6 +63,24 @@ class OutputCheck:
         return {**self.metrics.to_dict(), "passed": self.passed, "failures": list(self.failures),
                 "bars": [b.to_dict() for b in self.bars], "verdict": self.verdict, "unshown": list(self.unshown),
                 "task_bar": self.bar, "task_interval": None if interval is None else interval.to_dict()}
+
+
+class JudgedChecks:
+    """The verdict of output checks and an optional task metric taken together (a provider's, a target's): shown
+    within tolerance when all are, out of tolerance when any is measured below a bar, not shown otherwise. The class
+    that mixes it in has `outputs` and `task`."""
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs) and (self.task is None or self.task.passed)
+
+    @property
+    def failed(self) -> bool:
+        return any(o.failed for o in self.outputs) or (self.task is not None and self.task.failed)
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.failed, self.passed)
 
 
 class TaskTolerances:
