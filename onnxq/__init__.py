@@ -8,7 +8,7 @@ The names below are the public API; the submodules (onnxq.config, onnxq.verify, 
 
 from onnxq.calibration import CalibrationSummary
 from onnxq.calibration_api import calibrate, merge_calibrations
-from onnxq.config import BlockConfig, CalibrationConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
+from onnxq.config import BlockConfig, CalibrationConfig, DataConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize
 from onnxq.report import QuantReport
@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "quantize", "verify", "calibrate", "merge_calibrations", "QuantResult", "QuantReport", "QuantConfig",
-    "QScheme", "BlockConfig", "CalibrationConfig", "VerifyConfig", "Tolerance", "CalibrationSummary", "OnnxqError",
+    "QScheme", "BlockConfig", "CalibrationConfig", "DataConfig", "VerifyConfig", "Tolerance", "CalibrationSummary",
+    "OnnxqError",
     "__version__",
 ]
 
