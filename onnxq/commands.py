@@ -154,7 +154,8 @@ def _verify_command(argv: list[str]) -> int:
         verification = verify(args.float_model, args.quant_model, args.data, config=config,
                               target=args.target or base.target)
         if args.report:
-            text = json.dumps({"schema_version": SCHEMA_VERSION, "verdict": verification.verdict,
+            text = json.dumps({"schema_version": SCHEMA_VERSION, "passed": verification.passed,
+                               "verdict": verification.verdict,
                                "result": verification_result(verification), "verification": verification.to_dict()},
                               indent=2)
             write_output(args.report, lambda staged: staged.write_text(text + "\n"))

@@ -59,7 +59,7 @@ def data_command(argv: list[str]) -> int:
         batches = validated_batches(source, list(reads.specs), reads.batch_size, made=made)
         written: dict[str, Written] = {}
         write_output(args.output, lambda staged: written.update(write_npz(staged, batches)))
-    how = described(resolved) or f"calibration data {args.source}" + "".join(
+    how = described(resolved) or f"{args.source}" + "".join(
         f", {name} from {array}" for name, array in config.data.input_map.items())
     shares = may_hold_to_a_share(model, config.verify)
     split = _split(_samples(written, reads), reads, config, shares)

@@ -78,9 +78,14 @@ def one_line(text: object) -> str:
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice nearest a misspelt word (difflib's ratio, case aside), or None when none is near enough to be what
-    was meant."""
+    was meant. A word cut short (--cal) means the shortest choice it begins (--calib), before any lookalike
+    (--scale)."""
     by_key = {choice.lower(): choice for choice in choices}
-    found = difflib.get_close_matches(word.lower(), list(by_key), n=1, cutoff=0.6)
+    key = word.lower()
+    begun = sorted((choice for choice in by_key if choice.startswith(key) and len(key.strip("-")) >= 2), key=len)
+    if begun:
+        return by_key[begun[0]]
+    found = difflib.get_close_matches(key, list(by_key), n=1, cutoff=0.6)
     return by_key[found[0]] if found else None
 
 

@@ -151,8 +151,11 @@ def _coverage(v: Verification) -> list[str]:
     coverage = v.coverage
     info = coverage.platform
     checked = [f"{t.target} ({_CHECKED_BY.get(t.how.split()[0], t.how.split(':')[0])})" for t in coverage.targets]
-    failing = [t.target for t in coverage.targets if not t.passed]
-    verdict = f"OUT OF TOLERANCE on {', '.join(failing)}" if failing else "within tolerance on each"
+    failing = [t.target for t in coverage.targets if t.failed]
+    unshown = [t.target for t in coverage.targets if not t.failed and not t.passed]
+    verdict = "; ".join([*([f"OUT OF TOLERANCE on {', '.join(failing)}"] if failing else []),
+                         *([f"not shown on {', '.join(unshown)} (the result line says why)"] if unshown else [])]) \
+        or "within tolerance on each"
     lines = [f"checked on:  {info['cpu']}" + (f"; target {coverage.target}: {', '.join(checked)} — {verdict}"
                                               if checked else "")]
     seen = {f"{o.name} {'; '.join(o.failures)}" for o in v.outputs if o.failures}

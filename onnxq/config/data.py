@@ -59,6 +59,9 @@ class DataConfig:
     channel_order: Literal["rgb", "bgr"] = "rgb"
     # Model input → the array of the data that feeds it, for data whose arrays are named otherwise (x = "x_train").
     input_map: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The same for the verification data (x = "x_test" beside x = "x_train" from one .npz); empty: input_map, where
+    # the verification data has those arrays.
+    verify_input_map: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -74,9 +77,17 @@ class DataConfig:
                                   "channel (3)")
         if self.std is not None and not all(v > 0 for v in self.std):
             raise ConfigError(f"data.std {list(self.std)} (--std): each must be > 0")
-        for name, array in self.input_map.items():
-            if not isinstance(array, str) or not array:
-                raise ConfigError(f"data.input_map gives {name!r} {array!r} — give the name of an array of the data")
+        for table in ("input_map", "verify_input_map"):
+            for name, array in getattr(self, table).items():
+                if not isinstance(array, str) or not array:
+                    raise ConfigError(f"data.{table} gives {name!r} {array!r} — give the name of an array of the data")
+
+    def map_for(self, what: str) -> tuple[dict[str, str], bool]:
+        """The input map of the calibration or the verification data, and whether it is the calibration's map
+        serving the verification data too (then it applies only where that data has the arrays it names)."""
+        if what == "verification" and self.verify_input_map:
+            return self.verify_input_map, False
+        return self.input_map, what == "verification"
 
     @property
     def normalization(self) -> Normalization:

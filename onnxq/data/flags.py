@@ -44,6 +44,9 @@ def add_data_source_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) 
     group.add_argument("--input-map", action="append", metavar="INPUT=ARRAY",
                        help="feed INPUT from the data's array ARRAY (an .npz named otherwise, e.g. x=x_train); the "
                             "arrays not named are left out; repeatable")
+    group.add_argument("--verify-input-map", action="append", metavar="INPUT=ARRAY",
+                       help="the same for --verify-data (e.g. x=x_test from the same .npz); default: --input-map's, "
+                            "where that data has its arrays; repeatable")
 
 
 def data_config_from_args(data: DataConfig, args: argparse.Namespace) -> DataConfig:
@@ -55,8 +58,10 @@ def data_config_from_args(data: DataConfig, args: argparse.Namespace) -> DataCon
         "size": _size(args.size), "normalize": args.normalize, "mean": _numbers(args.mean, "--mean"),
         "std": _numbers(args.std, "--std"), "scale": args.scale, "channel_order": "bgr" if args.bgr else None,
     }.items() if value is not None}
-    if args.input_map:
-        changes["input_map"] = {**data.input_map, **dict(_pair(spec) for spec in args.input_map)}
+    for flag, key in (("--input-map", "input_map"), ("--verify-input-map", "verify_input_map")):
+        specs = getattr(args, key, None)
+        if specs:
+            changes[key] = {**getattr(data, key), **_pairs(specs, flag)}
     return dataclasses.replace(data, **changes) if changes else data
 
 
@@ -79,8 +84,16 @@ def _numbers(text: str | None, flag: str) -> tuple[float, ...] | None:
                           ) from None
 
 
-def _pair(spec: str) -> tuple[str, str]:
-    name, _, array = spec.partition("=")
-    if not name or not array:
-        raise ConfigError(f"--input-map {spec!r}: expected INPUT=ARRAY, e.g. x=x_train")
-    return name, array
+def _pairs(specs: list[str], flag: str) -> dict[str, str]:
+    """INPUT=ARRAY specs; an input named twice is refused (the later would silently replace the earlier)."""
+    pairs: dict[str, str] = {}
+    for spec in specs:
+        name, _, array = spec.partition("=")
+        if not name or not array:
+            raise ConfigError(f"{flag} {spec!r}: expected INPUT=ARRAY, e.g. x=x_train")
+        if name in pairs and pairs[name] != array:
+            hint = (" — to verify on another array, keep --input-map for calibration and add --verify-input-map "
+                    f"{name}={array}" if flag == "--input-map" else "")
+            raise ConfigError(f"{flag} gives {name} twice ({pairs[name]}, {array}): one array per input{hint}")
+        pairs[name] = array
+    return pairs

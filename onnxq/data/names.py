@@ -37,11 +37,16 @@ def fits(header: Header, spec: InputSpec) -> bool:
                                            for i, (n, w) in enumerate(zip(shape, want)))
 
 
-def mapped_source(source: DataSource, specs: list[InputSpec], input_map: Mapping[str, str], what: str) -> DataSource:
+def mapped_source(source: DataSource, specs: list[InputSpec], input_map: Mapping[str, str], what: str,
+                  inherited: bool = False) -> DataSource:
     """The source with its arrays renamed as input_map says (the others left out), or as it is when every array
-    names an input; one line (module doc) when some match none."""
+    names an input; one line (module doc) when some match none. inherited: the calibration data's map serving the
+    verification data, which applies only where that data has the arrays it names (a test.npz of x beside a
+    train.npz of x_train needs none)."""
     headers = array_headers(source)
     inputs = {s.name: s for s in specs}
+    if inherited and (headers is None or not any(array in headers for array in input_map.values())):
+        input_map = {}
     for name in input_map:
         if name not in inputs:
             raise ConfigError(f"--input-map names {one_line(name)!r}, which is not an input of the model; its inputs "

@@ -18,11 +18,13 @@ from onnxq.io import RunFiles, regular_file
 __all__ = ["resolve_source", "declare_source", "described"]
 
 
-def resolve_source(source: DataSource | None, model: SourceModel, config: DataConfig, what: str) -> \
-        DataSource | None:
+def resolve_source(source: DataSource | None, model: SourceModel, config: DataConfig, what: str,
+                   beside_calibration: bool = True) -> DataSource | None:
     """The source as the pipeline reads it: text, images or one .npy opened by their reader (registry), arrays
     renamed by data.input_map; an .npz whose arrays all name inputs, a folder of them and any other source as given.
-    what: "calibration" or "verification" (the data's name in the lines that refuse it)."""
+    what: "calibration" or "verification" (the data's name in the lines that refuse it); beside_calibration: the
+    verification data of a run that calibrates too, which the calibration's input map serves only where it has the
+    arrays the map names (verify() has no calibration data: its map is its own)."""
     if source is None:
         return None
     if isinstance(source, (str, os.PathLike)):
@@ -32,7 +34,8 @@ def resolve_source(source: DataSource | None, model: SourceModel, config: DataCo
         reader = reader_for(path, what)
         if reader is not None:
             return reader.open(path, model, config, what)
-    return mapped_source(source, list(model.specs), config.input_map, what)
+    input_map, inherited = config.map_for(what)
+    return mapped_source(source, list(model.specs), input_map, what, inherited and beside_calibration)
 
 
 def declare_source(files: RunFiles, given: DataSource | None, resolved: DataSource | None, what: str) -> None:

@@ -13,7 +13,7 @@ from onnxq.calibration.data import reread_batches
 from onnxq.calibration.holdout import SHOWS_DEFAULT_BAR
 from onnxq.calibration.stream import DataStream
 from onnxq.calibration.specs import sample_axis
-from onnxq.config import CalibrationConfig, QuantConfig
+from onnxq.config import CalibrationConfig, DataConfig, QuantConfig
 from onnxq.data import declare_source, described, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
@@ -29,7 +29,7 @@ from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.task_rules import language_model_logits, may_hold_to_a_share
-from onnxq.verify.result import SYNTHETIC
+from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
 __all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
 
@@ -89,7 +89,7 @@ def load_and_plan(state: RunState) -> bool:
     if repeated:
         state.notes.append(f"{len(repeated)} value name(s) repeated across subgraphs renamed in the output "
                            f"(e.g. {repeated[0]!r}): calibration keys values by name")
-    state.upfront_inputs = _upfront_verification_inputs(state)
+    state.upfront_inputs = _upfront_verification_inputs(state, _same_data(given_data, config.data))
     return True
 
 
@@ -138,10 +138,23 @@ def _read_data(state: RunState) -> tuple[DataSource | None, DataSource | None]:
     decoder = language_model_logits(state.reference) is not None
     model = source_model(state.reference, config.calibration, decoder, state.input_path)
     calibration = resolve_source(given.calibration, model, config.data, "calibration")
-    verify_data = resolve_source(given.verify_data, model, config.data, "verification")
+    # The verification data's own map with no --verify-data: other arrays of the calibration data (x_test).
+    given_verify = given.calibration if given.verify_data is None and config.data.verify_input_map \
+        else given.verify_data
+    verify_data = resolve_source(given_verify, model, config.data, "verification")
     state.notes.extend(line for line in map(described, (calibration, verify_data)) if line is not None)
     state.given = dataclasses.replace(given, calibration=calibration, verify_data=verify_data)
-    return given.calibration, given.verify_data
+    return given.calibration, given_verify
+
+
+def _same_data(given: tuple[DataSource | None, DataSource | None], data: DataConfig) -> bool:
+    """Whether the verification data is the calibration data: one file (or folder) read through the same arrays."""
+    calibration, verification = given
+    if not all(isinstance(source, (str, os.PathLike)) and os.path.exists(source)
+               for source in (calibration, verification)):
+        return False
+    verify_map, inherited = data.map_for("verification")
+    return os.path.samefile(calibration, verification) and (inherited or verify_map == data.input_map)
 
 
 def _declare_files(state: RunState, given_data: tuple[DataSource | None, DataSource | None]) -> None:
@@ -198,14 +211,19 @@ def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
             f"{first.reason}) — {fix}")
 
 
-def _upfront_verification_inputs(state: RunState) -> tuple[Batches, str] | None:
-    """Verification batches known before calibrating; None when they come from the calibration stream."""
+def _upfront_verification_inputs(state: RunState, on_calibration_data: bool) -> tuple[Batches, str] | None:
+    """Verification batches known before calibrating; None when they come from the calibration stream.
+    on_calibration_data: the verification data is the calibration data (one file, the same arrays)."""
     config, given = state.config, state.given
     size = config.calibration.batch_size
     if not config.verify.enabled:
         return None
     if given.verify_data is not None:  # read again by each pass, a batch at a time; its first batch checked now
-        return reread_batches(given.verify_data, state.specs, size, made=state.made_inputs), "verification data"
+        batches = reread_batches(given.verify_data, state.specs, size, made=state.made_inputs)
+        if on_calibration_data:
+            state.notes.append("the verification data is the calibration data (the same file and arrays): the "
+                               "figures flatter the model — verify on data held out from calibration")
+        return batches, CALIBRATION_SAMPLES if on_calibration_data else "verification data"
     if given.calibration is not None and (state.mode == "static" or state.mode == "weight-only" and (
             config.blocks.method == "gptq" or config.blocks.clip == "activation")):
         return None  # held back from the calibration data as it streams

@@ -77,7 +77,7 @@ def _checked(float_model: ModelInput, quant_model: ModelInput, data: DataSource,
         path = float_model if isinstance(float_model, (str, os.PathLike)) else None
         decoder = language_model_logits(float_ir) is not None
         reads = source_model(float_ir, dataclasses.replace(layout, batch_size=settings.batch_size), decoder, path)
-        source = resolve_source(data, reads, data_config, "verification")
+        source = resolve_source(data, reads, data_config, "verification", beside_calibration=False)
         declare_source(files, data, source, "the verification data")
         data = source
         files.check_inputs_unchanged("right after loading")
@@ -115,10 +115,14 @@ def _check_same_interface(float_ir: ir.Model, quant_ir: ir.Model, specs: list) -
 
 def _check_pair(float_ir: ir.Model, quantized: Mapping[str, str], given: tuple[ModelInput, ModelInput]) -> None:
     """A second model with no quantized node compares the float model with a float model: every bar holds and
-    nothing is shown. Refused, naming the swap when the first model is the quantized one."""
+    nothing is shown. Refused, naming the swap when the first model is the quantized one; a quantized first model
+    is no reference either (its own error would not count)."""
+    first, second = (_named(source, what) for source, what in zip(given, ("the first model", "the second model")))
+    if quantized and quantized_nodes(float_ir):
+        raise UnsupportedModelError(f"{first} is quantized too: the reference must be the float model, or its own "
+                                    f"error goes uncounted — pass the float model first, {second} second")
     if quantized:
         return
-    first, second = (_named(source, what) for source, what in zip(given, ("the first model", "the second model")))
     if quantized_nodes(float_ir):
         raise UnsupportedModelError(f"{first} is the quantized one and {second} quantizes nothing — swap them: the "
                                     "float model first, its quantized form second")

@@ -22,8 +22,8 @@ EXIT_NOT_SHOWN = 4
 EXIT_CODES = {WITHIN: 0, NOT_VERIFIED: 0, OUT: 1, NOT_SHOWN: EXIT_NOT_SHOWN, NOTHING_QUANTIZED: EXIT_NOT_SHOWN}
 
 _CAVEATS = {SYNTHETIC: " on made-up inputs — pass --verify-data for a verdict on yours",
-            CALIBRATION_SAMPLES: " on calibration data, which flatters it — pass --verify-data (or more data) for a "
-                                 "verdict on held-out inputs"}
+            CALIBRATION_SAMPLES: " on calibration data, which flatters it — verify on data held out from "
+                                 "calibration for a verdict"}
 
 
 def verification_result(verification: Verification) -> str:

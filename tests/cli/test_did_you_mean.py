@@ -29,6 +29,8 @@ CASES = {
     "flag": (["M", "--calibb", "D"], "unknown flag '--calibb' — did you mean '--calib'?"),
     "flag, a prefix of a real one": (["M", "--calib", "D", "--min-cosin", "0.99"],
                                      "unknown flag '--min-cosin' — did you mean '--min-cosine'?"),
+    # A flag cut short means the shortest it begins, not a lookalike (--scale is as near as --calib by difflib).
+    "flag cut short": (["M", "--cal", "D"], "unknown flag '--cal' — did you mean '--calib'?"),
     "flag with its value after =": (["M", "--calib", "D", "--verify-dat=D"],
                                     "unknown flag '--verify-dat' — did you mean '--verify-data'?"),
     # Before the missing MODEL: the misspelt flag is what went wrong.

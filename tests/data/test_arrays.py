@@ -3,6 +3,7 @@ for a one-input model."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -111,3 +112,44 @@ def test_the_digits_data_as_shipped(shared_models, tmp_path, capsys):
     assert main([model, "--calib", data, "--input-map", "x=x_train", "-o", str(tmp_path / "q.onnx"), "--no-speed",
                  "-q"]) == 0
     assert "within tolerance" in capsys.readouterr().out
+
+
+def test_one_npz_calibrates_on_one_array_and_verifies_on_another(split, capsys):
+    """--verify-input-map picks the verification's array from the same .npz (x_test beside x_train), with or without
+    --verify-data; naming an input twice in --input-map is refused (the later would replace the earlier)."""
+    model, data = str(split / "mlp.onnx"), str(split / "split.npz")
+    for extra in ([], ["--verify-data", data]):
+        report = split / "r.json"
+        code = main([model, "--calib", data, "--input-map", "x=x_train", "--verify-input-map", "x=x_test", *extra,
+                     "-o", str(split / "q.onnx"), "--report", str(report), "--no-speed", "-q"])
+        written = json.loads(report.read_text())
+        assert code == 4 and written["calibration_samples"] == 40  # all of x_train; 24 answers show no 0.99 bar
+        assert written["verification"]["samples"] == 24 and written["verification"]["data"] == "verification data"
+        capsys.readouterr()
+    assert main([model, "--calib", data, "--input-map", "x=x_train", "--input-map", "x=x_test"]) == 2
+    assert capsys.readouterr().err == (
+        "onnxq: error: --input-map gives x twice (x_train, x_test): one array per input — to verify on another "
+        "array, keep --input-map for calibration and add --verify-input-map x=x_test\n")
+
+
+def test_verification_on_the_calibration_data_says_it_flatters(split, capsys):
+    """The same file and arrays for --calib and --verify-data: the figures are the calibration data's, and the
+    result line says so (even with -q)."""
+    data = str(split / "split.npz")
+    code = main([str(split / "mlp.onnx"), "--calib", data, "--input-map", "x=x_train", "--verify-data", data,
+                 "-o", str(split / "q.onnx"), "--no-speed", "-q"])
+    out = capsys.readouterr().out
+    assert code == 4 and out.endswith("on calibration data, which flatters it — verify on data held out from "
+                                      "calibration for a verdict\n"), out
+
+
+def test_a_test_npz_named_after_the_input_needs_no_map_beside_a_mapped_calibration(split, capsys):
+    """--input-map x=x_train serves the calibration data; a verification .npz that already names x is read as it
+    is, not refused for lacking x_train."""
+    test = np.load(split / "split.npz")["x_test"]
+    np.savez(split / "test.npz", x=test)
+    report = split / "r.json"
+    code = main([str(split / "mlp.onnx"), "--calib", str(split / "split.npz"), "--input-map", "x=x_train",
+                 "--verify-data", str(split / "test.npz"), "-o", str(split / "q.onnx"), "--report", str(report),
+                 "--no-speed", "-q"])
+    assert code == 4 and json.loads(report.read_text())["verification"]["samples"] == 24, capsys.readouterr().err

@@ -41,7 +41,8 @@ def test_verify_refuses_a_float_pair_and_names_a_swap(tmp_path, capsys):
     m, q, d = str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), str(tmp_path / "d.npz")
     for pair, says in (((m, m), f"the second model ({m}) quantizes nothing"),
                        ((q, m), f"the first model ({q}) is the quantized one and the second model ({m}) quantizes "
-                                "nothing — swap them")):
+                                "nothing — swap them"),
+                       ((q, q), f"the first model ({q}) is quantized too: the reference must be the float model")):
         assert main(["verify", *pair, "--data", d, "--report", str(tmp_path / "v.json")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("onnxq: error: ") and says in err, err
@@ -49,7 +50,7 @@ def test_verify_refuses_a_float_pair_and_names_a_swap(tmp_path, capsys):
     assert main(["verify", m, q, "--data", d, "--report", str(tmp_path / "v.json")]) == 0
     assert "result: within tolerance" in capsys.readouterr().out
     written = json.loads((tmp_path / "v.json").read_text())
-    assert written["verdict"] == written["verification"]["verdict"] == "within tolerance"
+    assert written["verdict"] == written["verification"]["verdict"] == "within tolerance" and written["passed"]
 
 
 def test_quiet_keeps_the_made_up_inputs_caveat(tmp_path, capsys):
