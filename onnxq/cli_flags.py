@@ -41,7 +41,8 @@ def _data_and_calibration(g: Group) -> None:
                    help="calibration data: .npz, a folder of .npz / .npy, text, images (see data sources); without it, "
                         "dynamic activations")
     g.add_argument("--verify-data", type=path_arg, metavar="DATA",
-                   help="held-out inputs to verify on (default: every 10th calibration sample, held back)")
+                   help="held-out inputs to verify on (default: held back from --calib: every 10th sample, or as "
+                        "many as a task bar needs, up to half)")
     add_data_source_flags(g)  # what the data is: text and its tokenizer, images, arrays named otherwise
     add_calibration_flags(g)
     g.add_argument("--calib-cache", type=path_arg, metavar="JSON",

@@ -37,7 +37,7 @@ COMMON_FLAGS = (
     ("MODEL", "the float .onnx model"),
     ("--calib DATA", "calibration data: .npz, text, images; without it, dynamic activations"),
     ("-o, --output PATH", "the quantized model (default: MODEL.int8.onnx beside MODEL)"),
-    ("--verify-data DATA", "held-out inputs (default: every 10th calibration sample)"),
+    ("--verify-data DATA", "held-out inputs (default: samples held back from --calib)"),
     ("--min-cosine X", "tolerance: mean cosine per output (default 0.98); any other: --tolerance"),
     ("--weights int4", "4-bit weight-only, for language models"),
     ("--target cuda", "for NVIDIA GPUs (default portable: every CPU)"),

@@ -34,7 +34,8 @@ def build_verify_parser() -> argparse.ArgumentParser:
         description="Check a quantized model against its float model on every provider present: every output "
                     "against its tolerance, the providers against each other, and where each node ran.",
         epilog="Exit status: 0 within tolerance, 1 out of tolerance, 2 bad input (a second model that quantizes "
-               "nothing, the two swapped), 4 not shown (the data cannot show a task bar).")
+               "nothing, the two swapped), 3 internal error, 4 not shown (the data cannot show a task bar), 130 "
+               "interrupted.")
     p.add_argument("float_model", type=path_arg, metavar="FLOAT_MODEL", help="the float .onnx model")
     p.add_argument("quant_model", type=path_arg, metavar="QUANT_MODEL", help="its quantized .onnx model")
     p.add_argument("--data", type=path_arg, metavar="DATA", required=True,

@@ -107,10 +107,12 @@ def _flat(data: dict, prefix: str = "") -> dict[str, object]:
 def _how_made(report: QuantReport) -> str:
     """The command, the settings that differ from the defaults, and the whole configuration (folded)."""
     defaults = _flat(QuantConfig().to_dict())
-    changed = {k: v for k, v in _flat(report.config).items() if defaults.get(k, object()) != v}
+    # A setting whose default is "auto" is recorded as what it resolved to: a change only the command shows.
+    changed = {k: v for k, v in _flat(report.config).items() if defaults.get(k, object()) not in (v, "auto")}
     settings = "\n".join(f"{k} = {json.dumps(v)}" for k, v in changed.items()) or "(every setting at its default)"
     return (f"<h2>How this report was made</h2><pre class='command'>{_e(report.command)}</pre>"
-            "<p>Settings that differ from the defaults (a setting left to 'auto' shows what it resolved to):</p>"
+            "<p>Settings that differ from the defaults (those left to 'auto' are in the whole configuration, as "
+            "resolved):</p>"
             f"<pre>{_e(settings)}</pre><details><summary>The whole configuration</summary>"
             f"<pre>{_e(json.dumps(report.config, indent=2))}</pre></details>")
 

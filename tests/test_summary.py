@@ -109,10 +109,10 @@ def test_like_reasons_are_one_line_with_a_count(capsys):
     adds = [e for e in result.report.left_float if e.op_type == "Add" and "bias" in e.detail]
     assert len(adds) == 3 and len({e.detail for e in adds}) == 3  # one reason each, naming its own bias
     lines = result.summary().splitlines()
-    grouped = [line for line in lines if "no planner quantizes Add" in line]
-    assert grouped == ["     3 Add: no planner quantizes Add: its constant input(s) stay float (e.g. layer0.bias "
+    grouped = [line for line in lines if "onnxq does not quantize Add" in line]
+    assert grouped == ["     3 Add: onnxq does not quantize Add: its constant input(s) stay float (e.g. layer0.bias "
                        "[1024])"]
-    verbose = [line for line in result.summary(verbose=True).splitlines() if "no planner quantizes Add" in line]
+    verbose = [line for line in result.summary(verbose=True).splitlines() if "onnxq does not quantize Add" in line]
     assert len(verbose) == 3 and all(f"layer{i}.bias [1024]" in "".join(verbose) for i in range(3))
 
 

@@ -48,6 +48,6 @@ def unplanned_weights(nodes: Iterable[ir.Node], decided: Collection[ir.Node], op
             why = f"its planner does not take this form of {node.op_type}: its weights ({held}) stay float"
         else:
             kind = f"{domain}:{node.op_type}" if domain else node.op_type
-            why = f"no planner quantizes {kind}: its constant input(s) ({held}) stay float"
+            why = f"onnxq does not quantize {kind}: its constant input(s) ({held}) stay float"
         skips.append(Skip(node, why))
     return skips

@@ -3,7 +3,7 @@ products, in a form the planners quantize.
 
 Keras' EinsumDense (every projection of its MultiHeadAttention: "abc,cde->abde" into heads, "abcd,cde->abe" out of
 them) reaches ONNX through tf2onnx as Einsum, and so do PyTorch layers written with torch.einsum: ORT has no integer
-Einsum, so onnxq left them float ("no planner quantizes Einsum"). An equation whose weight indices are each either
+Einsum, so onnxq left them float ("onnxq does not quantize Einsum"). An equation whose weight indices are each either
 summed with the activation or kept in the output — no index shared by all three (a batched product), none summed
 within one operand — is the activation's free indices times the weight's: the activation transposed so that the
 summed indices come last (no Transpose where they already do) and reshaped to [..., K], the weight transposed and

@@ -155,7 +155,7 @@ class Sensitivity:
                  f"{escape(self._on)} ({escape(self.kernels_reason)}). Harm is the share of its tolerance the worst "
                  "output uses with only that node quantized (its 1 − cosine, or the share of its task answer lost, "
                  f"against what the bar allows){escape(self._task_words)}: the dashed line at 1.0 is the bar; green "
-                 "bars use under half of it, amber more, red pass it.</p>",
+                 "bars use under half of it, amber more, red past it.</p>",
                  bar_chart([(n.name, n.harm) for n in self.nodes], "harm per node", limit=1.0)]
         rows = "".join(f"<tr><td>{escape(g.pattern)}</td><td>{len(g.members)}</td><td class='{share_level(g.harm)}'>"
                        f"{g.harm:.5f}</td></tr>" for g in self.groups)

@@ -134,8 +134,8 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
                             full=True)
     moments.prefetch()
-    state.notes.append(f"weights: {len(readers)} Conv weight(s) rounded by GPTQ on the calibration data, on the "
-                       "scales of rounding to nearest (--weight-rounding nearest: to nearest)")
+    state.notes.append(f"weights: {len(readers)} Conv weight(s) rounded by GPTQ for the least output error on the "
+                       "calibration data (same scales; --weight-rounding nearest rounds each to nearest)")
     return moments
 
 

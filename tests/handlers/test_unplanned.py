@@ -41,7 +41,7 @@ def test_every_node_holding_weights_is_planned_or_said_why_not(rng):
     assert [p.node.name for p in plans] == ["embed", "attention", "dense"]
     reasons = {s.node.name: s.reason for s in skips}
     assert set(reasons) == {"add_positions"}  # not the LayerNorm's 64 scales
-    assert reasons["add_positions"] == ("no planner quantizes Add: its constant input(s) (positions [1, 16, 64]) "
+    assert reasons["add_positions"] == ("onnxq does not quantize Add: its constant input(s) (positions [1, 16, 64]) "
                                         "stay float")
     _, without_matmul = plan_model(model.graph, onnxq.QuantConfig(op_types=("Gemm",)), "static")
     said = {s.node.name: s.reason for s in without_matmul}
