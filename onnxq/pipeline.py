@@ -45,7 +45,9 @@ class QuantResult:
         over the input model or its data."""
         written = save_model(self.model, path, protected=self.inputs)
         self.output = written[0]
-        self.report = dataclasses.replace(self.report, output=str(written[0]))
+        # The size the file has, as the command line reports it (in memory: the tensors' bytes alone).
+        self.report = dataclasses.replace(self.report, output=str(written[0]),
+                                          quant_bytes=sum(p.stat().st_size for p in written))
         return written
 
     def to_proto(self) -> onnx.ModelProto:
@@ -61,8 +63,7 @@ class QuantResult:
         return ir.serde.serialize_model(self.model)
 
     def __repr__(self) -> str:
-        verdict = {None: "not verified", True: "within tolerance", False: "out of tolerance"}[self.report.passed]
-        return (f"QuantResult(output={str(self.output) if self.output else None!r}, {verdict}, "
+        return (f"QuantResult(output={str(self.output) if self.output else None!r}, {self.report.verdict}, "
                 f"{len(self.report.quantized)} node(s) quantized, {len(self.report.left_float)} left float)")
 
     def summary(self, verbose: bool = False) -> str:

@@ -45,6 +45,7 @@ def test_save_writes_the_model_atomically_and_says_where(result, samples_dir, tm
     assert result.save(target) == [target]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exported.onnx"]  # no staging folder left behind
     assert result.output == target and result.report.output == str(target)
+    assert result.report.quant_bytes == target.stat().st_size  # the file's size, as the command line reports it
     assert result.summary().startswith(f"onnxq: {samples_dir / 'tiny_transformer.onnx'} -> {target}  [static int8")
     # The saved file is the model in memory: the same outputs, bit for bit, under the exact arithmetic.
     inputs = {k: v[:4] for k, v in np.load(samples_dir / "tiny_transformer_calib.npz").items()}
