@@ -1,6 +1,7 @@
 """Seeded random combinations of the command line's own choices (read from its parser, so that a new flag is drawn
 too) on four small models — an MLP of Gemms, a transformer, a decoder with a KV cache and a CNN — each run must end
-in 0, 1 or a refusal of one line (exit 2), never an internal error, and a written file must load in ONNX Runtime.
+in 0, 1, 4 (nothing shown) or a refusal of one line (exit 2), never an internal error, and a written file must load
+in ONNX Runtime.
 Found by the same draws run as a script: --per-tensor with 4-bit weights ended in exit 3."""
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ def test_random_flag_combinations_never_end_in_an_internal_error(models, tmp_pat
         code = main([model, "-o", str(output), "-q", *flags])
         lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("WARNING")]
         codes.append(code)
-        if code not in (0, 1, 2) or (code == 2 and len(lines) != 1):
+        if code not in (0, 1, 2, 4) or (code == 2 and len(lines) != 1):
             failures.append(f"{name} {' '.join(flags)}: exit {code}: {lines[-1] if lines else ''}")
-        elif code in (0, 1):
+        elif code in (0, 1, 4):
             ort.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     assert not failures, "\n".join(failures)
     # The draws are not all refusals of settings that conflict: 49 of these 100 quantize (measured).
-    assert codes.count(0) + codes.count(1) >= DRAWS // 3, codes
+    assert codes.count(0) + codes.count(1) + codes.count(4) >= DRAWS // 3, codes
