@@ -1,17 +1,17 @@
 """docs/reference/config.md from QuantConfig itself: every table and key of a config file, its type, default and
 range, the flag that sets it, and its meaning — the comment lines right above the field in the schema's source.
 
-A field without such a comment is an error: the page would have a key without a meaning. The flags are found by
-asking the command line: each flag of the quantize command is parsed with a value of each kind it may take, and the
-keys whose value changes in the QuantConfig it builds (cli_args.config_from_args) are the keys it sets."""
+A field without such a comment is an error: the page would have a key without a meaning. The flags come from the
+command line itself (config_flags.py)."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
+import importlib.util
 import inspect
 import re
+import sys
 import tokenize
 import types
 import typing
@@ -63,16 +63,6 @@ def _choices() -> dict[tuple[str, str], Callable[[], list[str]]]:
             ("DataConfig", "normalize"): lambda: list(NORMALIZATIONS)}
 
 
-# A value of each kind a flag takes, as parsed (and as the page shows it where a flag's value decides the key).
-PROBES = (("0.5", "X"), ("16", "N"), ("x", "NAME"), ("cpu", "LIST"), ("x=1", "INPUT=N"), ("x=y", "INPUT=ARRAY"),
-          ("json:dumps", "MODULE:FUNCTION"), ("numeric", "KIND"), ("cosine=0.5", "cosine=X"), ("sqnr=0.5", "sqnr=X"),
-          ("max_abs=0.5", "max_abs=X"), ("argmax=0.5", "argmax=X"), ("perplexity=1.5", "perplexity=X"),
-          ("threshold=0.5", "threshold=X"), ("top3=0.5", "topK=X"), ("task=0.5", "task=X"),
-          ("task=numeric", "task=KIND"), ("y:cosine=0.5", "OUTPUT:METRIC=X"))
-# Flags that take effect only beside another one: the blocks' flags need 4-bit weights, --compute float16 too.
-CONTEXTS = ((), ("--weights", "int4"))
-
-
 @dataclasses.dataclass(frozen=True)
 class Table:
     """One dataclass of the schema and the TOML tables it is written as (QScheme: weights and activations)."""
@@ -90,11 +80,20 @@ def render() -> str:
     from onnxq.config import QuantConfig
 
     tables = list(_tables(QuantConfig))
-    flags = flag_keys()
+    flags = _sibling("config_flags").flag_keys()
     parts = [HEAD]
     for table in tables:
         parts += _table_section(table, flags)
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _sibling(name: str):
+    """A module beside this one, loaded by path (docs/gen is no package)."""
+    spec = importlib.util.spec_from_file_location(f"onnxq_docs_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _tables(root: type) -> Iterator[Table]:
@@ -284,63 +283,3 @@ def _comment_lines(source: str) -> dict[int, str]:
     readline = iter(source.splitlines(keepends=True)).__next__
     return {tok.start[0]: tok.string.lstrip("#").strip() for tok in tokenize.generate_tokens(readline)
             if tok.type == tokenize.COMMENT}
-
-
-def flag_keys() -> dict[str, list[str]]:
-    """Dotted config key → the flags that set it, as `--flag` or, where the value decides the key, `--flag VALUE`."""
-    from onnxq.cli_args import config_from_args
-    from onnxq.cli_help import build_parser
-    from onnxq.errors import OnnxqError
-
-    parser = build_parser()
-
-    def config(argv: list[str]) -> dict[str, Any]:
-        return _leaves(config_from_args(parser.parse_args(["model.onnx", *argv])))
-
-    reached: dict[str, dict[str, set[str]]] = {}  # flag → key → the values (as shown) that set it
-    for action in parser._actions:
-        if not action.option_strings or not isinstance(action, (argparse._StoreAction, argparse._StoreConstAction,
-                                                                 argparse._AppendAction)):
-            continue
-        flag = action.option_strings[-1]
-        for context in CONTEXTS:
-            base = config(list(context))
-            for value, shown in _probes(action):
-                try:
-                    changed = config([*context, flag, *([] if value is None else [value])])
-                except OnnxqError:
-                    continue
-                for key in (k for k in changed if changed[k] != base[k]):
-                    reached.setdefault(flag, {}).setdefault(key, set()).add(shown)
-    return _shown(reached)
-
-
-def _probes(action: argparse.Action) -> list[tuple[str | None, str]]:
-    if action.nargs == 0:
-        return [(None, "")]
-    if action.choices is not None:
-        return [(str(c), str(c)) for c in action.choices]
-    return list(PROBES)
-
-
-def _shown(reached: dict[str, dict[str, set[str]]]) -> dict[str, list[str]]:
-    """A flag alone where every value it took set the key; with the values that did where only some did."""
-    keys: dict[str, list[str]] = {}
-    for flag, by_key in reached.items():
-        every = set().union(*by_key.values())
-        for key, values in by_key.items():
-            names = [f"`{flag}`"] if values == every else [f"`{flag} {v}`" for v in sorted(values)]
-            keys.setdefault(key, []).extend(names)
-    return keys
-
-
-def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted key → value, through nested tables (dict-valued keys, such as output_tolerances, whole)."""
-    out = {}
-    for field in dataclasses.fields(obj):
-        value = getattr(obj, field.name)
-        if dataclasses.is_dataclass(value):
-            out.update(_leaves(value, f"{prefix}{field.name}."))
-        else:
-            out[f"{prefix}{field.name}"] = value
-    return out
