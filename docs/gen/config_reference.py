@@ -28,7 +28,8 @@ HEAD = """# Configuration
 One `onnxq.QuantConfig` serves the command line, the Python API and a TOML file. A file is read with
 `--config q.toml` (flags override its keys, and the whole is checked once both are applied); the API takes the same
 keys as a dict (`onnxq.quantize(model, data, config={"calibration": {"method": "minmax"}})`) or a `QuantConfig`.
-A misspelt key or a value out of range is refused in one line naming the nearest right one.
+A misspelt key is refused in one line naming the nearest right one; a value out of range, in one line naming its
+range.
 
 This page lists every key. Top-level keys come first, then each table (`[calibration]`, `[verify]`, …). Values are
 written as TOML writes them (strings quoted, `true` / `false`); *unset* means the key is left out (the setting is

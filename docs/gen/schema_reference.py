@@ -62,40 +62,47 @@ class _Page:
         return " or ".join(self._kind(kind, schema, path) for kind in kinds) or "any"
 
     def _kind(self, kind: str, schema: dict[str, Any], path: str) -> str:
+        values = schema.get("additionalProperties")
+        if kind == "object" and isinstance(values, dict) and not schema.get("properties"):
+            keys = schema.get("required", [])
+            always = f" (always {', '.join(f'`{k}`' for k in keys)})" if keys else ""
+            return f"object: name → {self.type_text(values, f'{path}.*')}{always}"
+        if kind == "object" and _inline(schema):
+            fields = schema.get("properties") or dict.fromkeys(schema.get("required", []))
+            return "object {" + ", ".join(
+                f"`{name}`" + (f": {self.type_text(sub, path)}" if sub else "") +
+                ("" if name in schema.get("required", []) else " (optional)") for name, sub in fields.items()) + "}"
         if kind == "object" and (schema.get("properties") or schema.get("required")):
             return f"[object](#{self.section(path, schema)})"
-        if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
-            return "object: name → " + self.type_text(schema["additionalProperties"], f"{path}.*")
         if kind == "array" and isinstance(schema.get("items"), dict):
             return "array of " + self.type_text(schema["items"], f"{path}[]")
         return kind
 
 
 def render(schema: dict[str, Any]) -> str:
+    """The report's fields, then each nested object under its path (its description is its parent's row), then the
+    shared definitions, each nested object of theirs after it."""
     page = _Page()
     parts = [HEAD, "## The report", "", _words(schema.get("description", "")), ""]
     parts += _fields(page, schema, "")
-    done = 0
-    while done < len(page.pending):  # sections link further sections as they are written
-        title, anchor, sub = page.pending[done]
-        done += 1
-        parts += [f"### `{title}` {{#{anchor}}}", ""]
-        if sub.get("description"):
-            parts += [_words(sub["description"]), ""]
-        parts += _fields(page, sub, title)
+    parts += _nested(page, "###")
     parts += ["## Shared definitions", "", "Objects and values that several fields share.", ""]
     for name, definition in schema.get("$defs", {}).items():
-        parts += [f"### {name} {{#def-{_slug(name)}}}", ""]
+        parts.append(f"### {name} {{#def-{_slug(name)}}}")
         if definition.get("description"):
             parts += [_words(definition["description"]), ""]
         parts += _definition(page, definition, name)
-        while done < len(page.pending):
-            title, anchor, sub = page.pending[done]
-            done += 1
-            parts += [f"#### `{title}` {{#{anchor}}}", ""] + ([_words(sub["description"]), ""]
-                                                              if sub.get("description") else [])
-            parts += _fields(page, sub, title)
+        parts += _nested(page, "####")
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _nested(page: _Page, level: str) -> list[str]:
+    """The sections linked so far and not yet written (writing one may link more)."""
+    parts = []
+    while page.pending:
+        title, anchor, sub = page.pending.pop(0)
+        parts += [f"{level} `{title}` {{#{anchor}}}", *_fields(page, sub, title)]
+    return parts
 
 
 def _definition(page: _Page, definition: dict[str, Any], name: str) -> list[str]:
@@ -103,13 +110,13 @@ def _definition(page: _Page, definition: dict[str, Any], name: str) -> list[str]
         lines = []
         for part in definition["allOf"]:
             if "$ref" in part:
-                lines += [f"Every field of {page.type_text(part, name)}, and:", ""]
+                lines += ["", f"Every field of {page.type_text(part, name)}, and:", ""]
             else:
                 lines += _fields(page, part, name)
         return lines
     if definition.get("properties") or definition.get("required"):
         return _fields(page, definition, name)
-    return [f"Type: {page.type_text(definition, name)}.", ""]
+    return ["", f"Type: {page.type_text(definition, name)}.", ""]
 
 
 def _fields(page: _Page, schema: dict[str, Any], path: str) -> list[str]:
@@ -122,10 +129,22 @@ def _fields(page: _Page, schema: dict[str, Any], path: str) -> list[str]:
     for name in names:
         sub = properties.get(name, {})
         where = f"{path}.{name}" if path else name
-        kind = page.type_text(sub, where) if sub else "see the description above"
+        kind = page.type_text(sub, where) if sub else "—"
         lines.append(f"| `{name}` | {_cell(kind)} | {'yes' if name in required else 'no'} | "
                      f"{_cell(_words(sub.get('description', '')))} |")
     return lines + [""]
+
+
+def _inline(schema: dict[str, Any]) -> bool:
+    """A small object said in its parent's row (where its description is): at most 5 fields, none described, each a
+    plain value (or only the names of its fields, the schema giving no types)."""
+    properties = schema.get("properties", {})
+    if not 0 < len(properties or schema.get("required", [])) <= 5:
+        return False
+    plain = {"string", "integer", "number", "boolean", "null"}
+    return all(not sub.get("description") and ("const" in sub or "enum" in sub or set(
+        [sub["type"]] if isinstance(sub.get("type"), str) else sub.get("type", ["?"])) <= plain)
+        for sub in properties.values())
 
 
 def _slug(name: str) -> str:

@@ -122,7 +122,7 @@ def test_the_schema_page_has_every_field_of_the_schema(pages):
                 walk(value)
 
     walk(schema)
-    missing = [n for n in names if f"| `{n}` |" not in pages["report-schema.md"]]
+    missing = [n for n in names if f"`{n}`" not in pages["report-schema.md"]]  # a row, or a small object inline
     assert not missing and len(names) > 100, missing
 
 
