@@ -1,5 +1,5 @@
 """The quantize command's flags, in the groups --help shows them in: every flag in exactly one group, each help a
-line or two (the details are in docs/cli.md and README)."""
+line or two (the details are in docs/reference/cli.md)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ EXAMPLES = f"""examples:
 
 exit status: 0 within tolerance, 1 out of tolerance, 2 bad input, 3 internal error, 4 nothing shown
 (nothing quantized, or the data cannot show a bar), 130 interrupted
-every command and flag: docs/cli.md"""
+every command and flag: docs/reference/cli.md"""
 
 
 def command_names() -> list[str]:

@@ -102,19 +102,26 @@ def quantize(
 ) -> QuantResult:
     """Quantize a float model to int8 and verify it against the float model on every ONNX Runtime provider present.
 
-    model: a path, an onnx.ModelProto, an onnx_ir.Model or its serialized bytes (the caller's object is never
-        modified).
-    calibration: .npz path, folder of .npz, dict of arrays (first axis = samples), iterable of such dicts, a
-        reader whose get_next() returns them (ORT's CalibrationDataReader), or one array for a one-input model; or
-        what the user has, as config.data says how to read it (onnxq.data): text (.txt, .jsonl, a folder of .txt),
-        images (a folder, a glob pattern), one .npy, an .npz named otherwise (data.input_map).
-        Given: static quantization. Absent: dynamic activation quantization (see QuantConfig.mode).
-    output: where to write the model (atomically); None keeps it in memory only.
-    config: a QuantConfig, or a dict of the config file's keys (checked alike); None, the defaults.
-    verify_data: held-out inputs for verification; without it, every 10th calibration sample is held back.
-    calibration_cache: a CalibrationSummary, or a path: read when the file exists (no calibration pass; it must
-        be this model's), else written after calibrating, with histograms, for every candidate activation.
-    progress: called with the number of samples after each calibration batch.
+    Args:
+        model: a path, an onnx.ModelProto, an onnx_ir.Model or its serialized bytes (the caller's object is never
+            modified).
+        calibration: .npz path, folder of .npz, dict of arrays (first axis = samples), iterable of such dicts, a
+            reader whose get_next() returns them (ORT's CalibrationDataReader), or one array for a one-input model;
+            or what the user has, as config.data says how to read it (onnxq.data): text (.txt, .jsonl, a folder of
+            .txt), images (a folder, a glob pattern), one .npy, an .npz named otherwise (data.input_map).
+            Given: static quantization. Absent: dynamic activation quantization (see QuantConfig.mode).
+        output: where to write the model (atomically); None keeps it in memory only.
+        config: a QuantConfig, or a dict of the config file's keys (checked alike); None, the defaults.
+        verify_data: held-out inputs for verification; without it, samples are held back from the calibration data.
+        calibration_cache: a CalibrationSummary, or a path: read when the file exists (no calibration pass; it
+            must be this model's), else written after calibrating, with histograms, for every candidate activation.
+        progress: called with the number of samples after each calibration batch.
+
+    Returns:
+        The quantized model, where it was written and the report (QuantResult.save() writes it later).
+
+    Raises:
+        OnnxqError: bad input (a model, data or setting onnxq cannot use), in one line naming the fix.
     """
     given = RunInputs(model, calibration, output, verify_data, calibration_cache, progress)
     config = QuantConfig.of(config)

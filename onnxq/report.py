@@ -145,6 +145,10 @@ class Smoothing:
 
 @dataclasses.dataclass(frozen=True)
 class QuantReport:
+    """What a quantization run did and found: the nodes quantized and left float (each with why), the calibrated
+    ranges, the sizes, each step's seconds, the verification, and what the searches found. to_dict() is the JSON
+    report (onnxq/report_schema.json); verdict, passed and result say how it ended."""
+
     input: str
     output: str | None
     mode: str

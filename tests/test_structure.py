@@ -1,4 +1,5 @@
-"""The package's shape, checked: small functions, and layers that import only downward (README, Layout)."""
+"""The package's shape, checked: small functions, and layers that import only downward
+(docs/contributing/architecture.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from conftest import REPO
 
 PACKAGE = REPO / "onnxq"
-# Lowest first: a module may import its own layer and those before it. README's Layout lists the same order.
+# Lowest first: a module may import its own layer and those before it. The architecture page lists the same order.
 LAYERS = ("errors", "numerics", "targets", "irquery", "io", "config", "calibration", "data", "handlers", "passes",
           "smoothing", "awq", "verify", "report", "search", "calibration_api", "distributed", "ranges", "smoothing_steps", "steps",
           "summary", "html_report", "progress", "pipeline", "cli_parser", "cli_args", "data_command", "cli_flags",
@@ -28,7 +29,7 @@ def _layer(module: str) -> int:
 def test_every_module_has_a_layer_and_imports_only_downward():
     upward = []
     for path, top, tree in _modules():
-        assert top in LAYERS, f"{path} is in no layer: add it to LAYERS and to README's Layout"
+        assert top in LAYERS, f"{path} is in no layer: add it to LAYERS and to docs/contributing/architecture.md"
         mine = LAYERS.index(top)
         for node in ast.walk(tree):
             names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
@@ -62,6 +63,6 @@ def test_no_function_over_60_lines_or_7_parameters():
     assert not too_big, too_big
 
 
-def test_the_layer_order_is_the_readme_s():
-    layout = (REPO / "README.md").read_text().split("## Layout", 1)[1]
-    assert " → ".join(LAYERS[:-2]) in " ".join(layout.split())
+def test_the_layer_order_is_the_architecture_page_s():
+    page = (REPO / "docs" / "contributing" / "architecture.md").read_text()
+    assert " → ".join(LAYERS[:-2]) in " ".join(page.split())

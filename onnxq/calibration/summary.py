@@ -55,6 +55,10 @@ def model_fingerprint(model: ir.Model) -> str:
 
 @dataclasses.dataclass
 class CalibrationSummary:
+    """What calibration observed of one model, per activation (extremes and histograms), and the smoothing's
+    per-channel statistics where asked: onnxq.calibrate() returns it, save() writes it as the calibration cache
+    (--calib-cache), and merge() folds in a shard's summary exactly."""
+
     model_fingerprint: str
     observers: dict[str, TensorObserver]
     samples: int

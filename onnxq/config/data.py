@@ -52,8 +52,11 @@ class DataConfig:
     size: tuple[int, ...] | None = None
     # Images: a preset of NORMALIZATIONS; mean, std and scale replace its values.
     normalize: str = "imagenet"
+    # Images: the mean subtracted from each channel after scaling (one value: every channel), over the preset's.
     mean: tuple[float, ...] | None = None
+    # Images: what each channel is divided by after the mean (one value: every channel), over the preset's.
     std: tuple[float, ...] | None = None
+    # Images: what each pixel (0 … 255) is multiplied by first, over the preset's (1/255 for 0-1).
     scale: float | None = None
     # Images: the channel order the model takes (OpenCV-trained models: bgr).
     channel_order: Literal["rgb", "bgr"] = "rgb"

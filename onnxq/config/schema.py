@@ -33,8 +33,9 @@ TaskKind = Literal["auto", "numeric", "top1", "sequence", "frames", "iou", "labe
 class QScheme:
     """An integer type and whether its range is symmetric around zero."""
 
-    # int4 / uint4: weights only, block-wise (BlockConfig); int4 is symmetric, uint4 asymmetric.
+    # The integer type. int4 / uint4: weights only, block-wise ([blocks]); int4 is symmetric, uint4 asymmetric.
     dtype: Literal["int8", "uint8", "int4", "uint4"] = "int8"
+    # true: the range is symmetric around zero (zero point in the type's middle); false: fitted to min and max.
     symmetric: bool = True
 
     @property
@@ -49,21 +50,22 @@ class QScheme:
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
     """Weight-only weights (4-bit, or int8 with mode weight-only): one scale (and zero point) per block of `size`
-    values along K; activations stay float (README, "4-bit weights")."""
+    values along K; activations stay float (docs/guides/int4.md)."""
 
+    # Values per block along K (the weight's input axis): smaller blocks follow the weights closer, in a larger file.
     size: int = 32
     # matmulnbits: com.microsoft MatMulNBits (ORT's CPU and CUDA kernels). qdq: standard opset-21 DequantizeLinear
     # with block_size feeding the float MatMul (any runtime; ORT's CPU optimizer fuses it into MatMulNBits).
     format: Literal["matmulnbits", "qdq"] = "matmulnbits"
     # MatMulNBits accuracy_level: 0 unset (float compute), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations per block.
-    # None: 4 for a decoder language model on a CPU target (its decode ran 4.3x float instead of 2.7x with 0, issue
-    # 33, at +0.003x perplexity; the gate verifies it as deployed), 0 for any other model or target.
+    # Unset: 4 for a decoder language model on a CPU target (its decoding runs faster, and the gate verifies it as
+    # deployed), 0 for any other model or target.
     accuracy_level: int | None = None
     # rtn: round to nearest with the clip search below. gptq: GPTQ (numerics.gptq), each column's rounding error
     # spread over the columns not yet quantized; needs calibration data. auto: gptq with calibration data, else rtn.
     method: Literal["auto", "rtn", "gptq"] = "auto"
-    # GPTQ: columns in order of decreasing activation energy, block scales fixed beforehand (numerics.gptq).
-    # Measured on SmolLM2 (16 dev windows): perplexity 45.85 with, 48.33 without (float 42.76).
+    # GPTQ: columns in order of decreasing activation energy, block scales fixed beforehand (numerics.gptq): a lower
+    # perplexity on the language models measured (docs/methods/accuracy.md).
     act_order: bool = True
     # Per-block clip search (numerics.blockwise): "mse" least weight reconstruction error; "activation" the same
     # weighted by each input channel's mean square on calibration data (needs data); "none" plain min/max.
@@ -73,18 +75,16 @@ class BlockConfig:
     # fallback (verify.fallback) fills it from the sensitivity ranking before keeping anything float.
     int8_nodes: tuple[str, ...] = ()
     # 4-bit weights: the bits of the weights over a language model's vocabulary — its token table and its lm_head,
-    # one table when they are tied. None: 8 for a decoder language model (the sensitivity ranks those two first:
-    # SmolLM2-135M's perplexity 1.090x → 1.055x float for a file of 0.160x → 0.186x, README "4-bit weights"),
-    # else the weights' own. 4: the smallest file.
+    # one table when they are tied. Unset: 8 for a decoder language model (the sensitivity ranks those two first;
+    # docs/guides/int4.md), else the weights' own. 4: the smallest file.
     vocabulary_bits: int | None = None
     # How the block scales are stored in the matmulnbits form at float32 compute: "uint8", a byte a block on an
     # 8-bit grid per output channel (numerics.scale_grid: low + step × code, low and step float16) behind Cast ·
     # Mul · Add that ORT folds at load — the scales are fitted on that grid before the codes are chosen — where
     # that makes the file smaller (more than 4 blocks a channel), else as float16; "float16", two bytes a block
     # behind a Cast, wherever float16 holds a weight's scales exactly — they are rounded to its grid first
-    # (numerics.blockwise), so no value changes; "float32", no Cast. SmolLM2-135M int4 at block 32 (genai export):
-    # 92.3 MB with float16 scales, 89.2 MB with uint8, perplexity 1.050x → 1.045x (README "4-bit weights"). The
-    # qdq form and float16 compute store the activations' type (DequantizeLinear's output takes its scale's).
+    # (numerics.blockwise), so no value changes; "float32", no Cast. Measured: docs/guides/int4.md. The qdq form
+    # and float16 compute store the activations' type (DequantizeLinear's output takes its scale's).
     scale_dtype: Literal["uint8", "float16", "float32"] = "uint8"
 
     def __post_init__(self) -> None:
@@ -97,18 +97,18 @@ class CalibrationConfig:
     extremes; percentile: clip (100 - percentile) / 2 % of values on each side; entropy: minimise the KL
     divergence of the quantized distribution (TensorRT's method); mse: minimise the quantization error."""
 
-    # percentile (99.999) by measurement (README, "Calibration methods"): best or tied on both benchmark models
-    # (MiniLM cosine, digits logits SQNR); average MinMax loses 3.4 dB on digits, entropy clips MiniLM's
-    # attention-sink outliers. Use minmax for a model whose rarest activations matter most.
+    # How each activation's range is chosen from its observed values (the methods above). percentile, the default,
+    # was best or tied on the benchmark models (docs/methods/calibration.md); minmax suits a model whose rarest
+    # activations matter most.
     method: str = "percentile"  # a name of numerics.methods.RANGE_METHODS
-    # saturation: a tensor that a per-element chain reads before the next product (a scalar affine and a hardswish,
-    # a ReLU6, a HardSigmoid) has its range clipped where that chain maps every value beyond to one output
-    # (calibration.range_choice): exact, and the step shrinks. method: the method's window as it is. Measured on
-    # PP-OCRv4's detector and PP-OCR's direction classifier (README, Calibration methods). output-error: the
-    # saturation clip, then each Conv input's window narrowed (the method's times 1 … 0.3) to the one whose error
-    # costs its Convs the least output energy on 16 calibration samples (calibration.error_choice): the default since
-    # the whole zoo ran with it (README, Calibration methods: the detector 66 % → 89 % quantized, every task bar met).
+    # What adjusts the method's ranges. saturation: a tensor that a per-element chain reads before the next product
+    # (a scalar affine and a hardswish, a ReLU6, a HardSigmoid) has its range clipped where that chain maps every
+    # value beyond to one output (calibration.range_choice): exact, and the step shrinks. method: the method's window
+    # as it is. output-error: the saturation clip, then each Conv input's window narrowed (the method's times 1 …
+    # 0.3) to the one whose error costs its Convs the least output energy on 16 calibration samples
+    # (calibration.error_choice). Measured: docs/methods/calibration.md.
     range_choice: Literal["saturation", "method", "output-error"] = "output-error"
+    # The percentile method: the share of values (in %) inside the range; the rest is clipped, half on each side.
     percentile: float = 99.999
     # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
     histogram_bins: int = 8192
@@ -142,12 +142,14 @@ class CalibrationConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    """Pass/fail bars applied to every model output (None disables a bar)."""
+    """Pass/fail bars applied to every model output; a bar left unset is not applied."""
 
     # Mean over samples of the per-sample cosine similarity. 0.98 catches broken quantization (ORT's default QDQ
     # output of MiniLM scores 0.56-0.92) without failing healthy int8 models on per-token outputs.
     min_cosine: float | None = 0.98
+    # Signal-to-quantization-noise ratio per output, in dB: the float output's power over the error's.
     min_sqnr_db: float | None = None
+    # The largest absolute difference from the float model's output, over every value of every sample.
     max_abs_error: float | None = None
     # Share of argmax decisions over the last axis kept (a classifier's class, a decoder's token): cosine on logits
     # does not see a flipped argmax.
@@ -155,6 +157,7 @@ class Tolerance:
     # Share of decisions whose float answer is among the quantized output's topk highest classes (a top-5 classifier,
     # a beam search): min_topk_agreement with topk = 1 is argmax agreement, ties counted in its favour.
     min_topk_agreement: float | None = None
+    # The K of min_topk_agreement.
     topk: int = 5
     # The task metric gated for this output (verify.task_rules): "auto" lets the output say what it is (class scores
     # → top-1 agreement, per-step class scores → decoded-sequence agreement, a probability map → IoU, binary
@@ -179,32 +182,38 @@ class Tolerance:
 
 @dataclasses.dataclass(frozen=True)
 class VerifyConfig:
+    """How the quantized model is checked against the float model: on which providers and data, against which
+    tolerances, and what happens when it is out of tolerance."""
+
+    # Verify at all; false (--no-verify) writes the model unchecked.
     enabled: bool = True
     # Applied to every output; output_tolerances replaces it for the outputs it names.
     tolerance: Tolerance = Tolerance()
+    # A tolerance of its own per output name, in place of tolerance; a key it leaves out takes its default.
     output_tolerances: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
     # Quantized model on CPU vs on another provider (CUDA). None: the bound two providers within tolerance of the
-    # float model always meet, derived per output from its tolerance (verify.agreement: cosine 0.98 → 0.92). A
-    # fixed bar (the old default, cosine 0.999) failed correct models: a rounding flip of a run-time scale moves
-    # each provider as far from the other as from float (issue 31, MiniLM on an H100: 0.9886 CPU vs CUDA).
+    # float model always meet, derived per output from its tolerance (verify.agreement: cosine 0.98 → 0.92): a
+    # rounding flip of a run-time scale moves each provider as far from the other as from float, so a fixed bar
+    # such as cosine 0.999 fails correct models.
     provider_agreement: Tolerance | None = None
     # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
     providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back — by default at least the 381
-    # that show a 0.99 bar with no change, at most half the data (calibration.holdout); max_samples set: at most
-    # that many (and the first that many of the data in dynamic mode, which verifies on the data itself).
+    # that show a 0.99 bar with no change, at most half the data (calibration.holdout).
     holdout_every: int = 10
+    # Verify on at most this many samples (in dynamic mode, which verifies on the data itself: its first ones).
     max_samples: int | None = None
     # Ask ORT which kernel ran each node, where (profiling one batch per provider): the placement report.
     check_kernels: bool = True
-    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off). Above
-    # sensitivity_max_nodes quantized nodes only groups are ranked (one run per group), unless fallback needs
-    # the per-node ranking: measured ~0.9 s per node on a 135M-parameter LLM for 2 samples.
+    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off); about 0.9 s per node on a
+    # 135M-parameter language model for 2 samples.
     sensitivity_samples: int = 16
+    # Above this many quantized nodes only groups are ranked (one run per group), unless fallback needs the per-node
+    # ranking.
     sensitivity_max_nodes: int = 64
-    # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance. On by default since
-    # the gate judges the task (verify.task_rules): a user who did not ask would otherwise ship a model that changes
-    # its answers (issue 32). Off: only gate (the exit code fails the build).
+    # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance. On by default: the
+    # gate judges the task (verify.task_rules), and a user who did not ask would otherwise ship a model that changes
+    # its answers. Off: only gate (the exit code fails the build).
     fallback: bool = True
     # After the fallback's bisection, try at most this many of its float nodes quantized again, costliest first,
     # each kept quantized where the tolerance still holds on all inputs (search.reclaim): the one-node-at-a-time
@@ -221,7 +230,7 @@ class VerifyConfig:
     check_speed: bool = False
     # When the default timing finds the quantized model not faster than float on the target's provider here (and
     # this CPU is one the target covers), run that search anyway: the defaults never ship a model measured slower
-    # (issue 32: depthwise QLinearConv ran 0.55x float on an AVX-512 VNNI EPYC, 0.27-0.6x on AVX2). False: only say.
+    # (depthwise QLinearConv runs slower than float on some CPUs: docs/guides/cnns.md). False: only say.
     never_slower: bool = True
     # The user's own evaluation, "module:function", "file.py:function" or (from Python) the function: called on each
     # verification batch's outputs ({name: array}, read-only), it returns the batch's score (a float, higher is
@@ -246,30 +255,32 @@ class VerifyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class QuantConfig:
-    """What to quantize and how.
+    """What to quantize and how: the top-level keys of a config file, its tables ([calibration], [verify], [blocks],
+    [data]) as fields."""
 
-    mode: "static" calibrates activation ranges (needs data); "dynamic" quantizes activations at run time
-    (no data needed); "auto" is static when calibration data is given, else dynamic — and weight-only for 4-bit
-    weights. "weight-only": only constant weights, block-wise (blocks), activations float; with int8 weights, 8-bit
-    blocks (MatMulNBits bits 8).
-    """
-
+    # static: activation ranges calibrated (needs data); dynamic: activations quantized at run time (no data);
+    # weight-only: only constant weights, in blocks ([blocks]), activations float — with int8 weights, 8-bit blocks
+    # (MatMulNBits bits 8); auto: static with calibration data, else dynamic, and weight-only for 4-bit weights or
+    # a target without int8 activations (cuda).
     mode: Mode = "auto"
     # A registered output format (config.formats): qdq, QuantizeLinear/DequantizeLinear around float ops (any
     # runtime; ORT fuses them on CPU); qoperator, the integer operators themselves (MatMulIntegerToFloat, QGemm),
-    # lowered from QDQ (passes/lower_qoperator.py).
+    # lowered from QDQ (passes/lower_qoperator.py); qlinear, ONNX-standard integer operators only (QLinearMatMul,
+    # QLinearConv).
     format: str = "qdq"
-    # The CPUs the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
-    # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable (README,
-    # "Targets"). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16 saturation.
-    # cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations are slower than float
-    # on CUDA EP, measured); cpu+cuda: one file for both (weight-only, float32 compute). README, "CUDA".
+    # The machines the model must run correctly on (onnxq.targets). "portable" (default): every CPU ORT runs on —
+    # the model usually runs elsewhere than where it was made; on VNNI / ARM it costs nothing measurable
+    # (docs/guides/cpu-fleets.md). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16
+    # saturation. cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations run slower
+    # than float on the CUDA provider); cpu+cuda: one file for both (weight-only, float32 compute). See
+    # docs/guides/gpus.md.
     target: str = "portable"
-    # uint8 activations: ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86, see README).
+    # The activations' integer type: uint8, as ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86,
+    # docs/guides/cpu-fleets.md); int8 makes them symmetric.
     activations: QScheme = QScheme("uint8", symmetric=False)
     # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
     # symmetric scale per row ([tokens, channels]), computed at run time (numerics.per_token), for every
-    # activation × weight product; language models need it (README, "Language models"). auto: per-token, with
+    # activation × weight product; language models need it (docs/guides/language-models.md). auto: per-token, with
     # SmoothQuant's α search where smooth is off and there is calibration data, for a model recognized as a
     # decoder language model (steps.language_model); per-tensor for any other.
     activation_granularity: Literal["auto", "per-tensor", "per-token"] = "auto"
@@ -282,31 +293,40 @@ class QuantConfig:
     # auto: per group of layers reading one activation, static per-tensor where the tolerance allows it, else
     # per-token with smoothing (α searched), else float (onnxq.search.recipe); needs calibration data.
     recipe: Literal["manual", "auto"] = "manual"
+    # The weights' integer type: int8 per channel, or int4 / uint4 for 4-bit weight-only blocks (docs/guides/int4.md).
     weights: QScheme = QScheme("int8", symmetric=True)
     # How static Conv weights round on their per-channel int8 grid (the scales are the same either way): "gptq",
     # each column's rounding error spread over the rest through the inverse of its activations' XᵀX on the
-    # calibration data (numerics.gptq.gptq_channelwise; issue 32's learned rounding); "nearest". Measured, PP-OCRv4
-    # recognizer, static, fallback off: 0.594 → 0.766 of the float model's strings (README, "Learned rounding").
+    # calibration data (numerics.gptq.gptq_channelwise: learned rounding); "nearest". Measured:
+    # docs/methods/accuracy.md.
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
+    # Weight-only blocks: 4-bit weights, or int8 weights in mode weight-only.
     blocks: BlockConfig = BlockConfig()
+    # A weight scale per output channel; false (--per-tensor): one per weight tensor.
     per_channel: bool = True
+    # The operator types onnxq quantizes; a node of any other type stays float, listed in the report with why.
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Gather", "Conv", "LSTM", "ConvTranspose", "GRU", "RNN",
                                  "Attention", "EmbedLayerNormalization")
-    # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V). Off by default: see README.
+    # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V): left float by default.
     quantize_activation_matmul: bool = False
     # A token table tied to an lm_head (its weight holds the table transposed) stored once: the Gather reads the
     # lm_head's int8 codes, divided by its SmoothQuant scales (passes.tied_table), or its 4/8-bit blocks
-    # (passes.insert_blockwise). False: each its own form —
-    # SmolLM2's genai file 0.31x at 1.017x perplexity instead of 0.26x at 1.019x.
+    # (passes.insert_blockwise). False: each its own form, a larger file (docs/guides/language-models.md).
     tie_tables: bool = True
-    # Conv in dynamic mode as ConvInteger. Off by default: ORT's ConvInteger ran 5.6x slower than float Conv on a
-    # small CNN and 7.7x on PP-OCR's direction classifier (AVX2 EPYC); static mode's QLinearConv is the fast path.
+    # Conv in dynamic mode as ConvInteger. Off by default: ORT's ConvInteger runs several times slower than float
+    # Conv (docs/guides/cnns.md); static mode's QLinearConv is the fast path.
     dynamic_conv: bool = False
+    # A quantized Gemm's bias: int32 (scaled by the input's and the weight's scales), or float, added after.
     gemm_bias: Literal["int32", "float"] = "int32"
+    # Nodes kept float, by name (as the report names them).
     exclude_nodes: tuple[str, ...] = ()
+    # Operator types kept float (e.g. ["Conv"]).
     exclude_op_types: tuple[str, ...] = ()
+    # Nodes kept float whose name this regular expression matches (anywhere in the name).
     exclude_regex: str | None = None
+    # How activation ranges are chosen from the calibration data.
     calibration: CalibrationConfig = CalibrationConfig()
+    # How the quantized model is checked against the float model.
     verify: VerifyConfig = VerifyConfig()
     # What the data is when it is text or images, and which array feeds which input (config.data, onnxq.data).
     data: DataConfig = DataConfig()
@@ -441,7 +461,7 @@ class QuantConfig:
         """Every field's value as the TOML file sets it, else its default: each section built and checked on its
         own, the whole not yet. The command line's flags are applied to these, then the config is made once
         (QuantConfig(**fields)), so that the checks across fields see what will run: a file's [blocks] with
-        --weights int4 is a weight-only config, not a refusal of the file's int8 default (issue 33)."""
+        --weights int4 is a weight-only config, not a refusal of the file's int8 default."""
         given = typed_fields(cls, read_toml(path), "") if path else {}
         defaults = cls()
         return {f.name: given.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)}

@@ -34,11 +34,24 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
            batch_size: int = 8, target: str = "portable") -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.
-    config: a VerifyConfig, or a QuantConfig (or a dict of the config file's keys) whose verify table applies and
-    whose calibration.sample_axes / constant_inputs / unbatched_inputs say how the data holds its samples.
-    target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one.
+
     A second model that quantizes nothing is refused (a float model against itself shows nothing), naming the swap
-    when the first one is the quantized one."""
+    when the first one is the quantized one.
+
+    Args:
+        float_model: the float model (a path, an onnx.ModelProto, an onnx_ir.Model or its bytes).
+        quant_model: the quantized model, in the same forms.
+        data: the inputs to compare on, in any form quantize() takes as calibration data.
+        config: a VerifyConfig, or a QuantConfig (or a dict of the config file's keys) whose verify table applies
+            and whose calibration.sample_axes / constant_inputs / unbatched_inputs say how the data holds its
+            samples.
+        providers: execution providers to run the quantized model on; None: the config's.
+        batch_size: samples per run.
+        target: the CPUs the model must hold on (onnxq.targets); AVX2 is emulated where this CPU is not one.
+
+    Returns:
+        Every output's figures and verdict per provider, the agreement between providers and the placement.
+    """
     return _checked(float_model, quant_model, data, _Settings(config, providers, batch_size, target), guard=True)
 
 

@@ -71,7 +71,7 @@ def test_help_flag_starts_with_the_first_screen_then_the_nine_groups_then_exampl
     rest = text[len(first_screen()):]
     headings = [line[:-1] for line in rest.splitlines() if line.endswith(":") and not line.startswith(" ")]
     assert headings == [*GROUP_TITLES, "examples"]
-    assert rest.rstrip().endswith("every command and flag: docs/cli.md")
+    assert rest.rstrip().endswith("every command and flag: docs/reference/cli.md")
     assert "exit status: 0 within tolerance, 1 out of tolerance, 2 bad input" in rest
     assert _help_text(capsys, ["quantize", "--help"]) == text
     assert main(["help", "quantize"]) == 0 and capsys.readouterr().out == text
@@ -90,7 +90,7 @@ def test_every_flag_is_in_exactly_one_of_the_nine_groups():
 
 
 def test_flag_help_is_a_line_or_two(capsys, monkeypatch):
-    """Details belong in docs/cli.md: no flag's help runs past two lines of 80 characters."""
+    """Details belong in docs/reference/cli.md: no flag's help runs past two lines of 80 characters."""
     too_long = [a.option_strings or a.dest for a in build_parser()._actions if len(a.help or "") > 160]
     assert not too_long
     monkeypatch.setenv("COLUMNS", "300")
