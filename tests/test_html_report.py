@@ -1,6 +1,6 @@
 """The HTML report's structure: bars coloured by their share of the tolerance with the tolerance line drawn, the
 command and configuration that made it, caveats in the headline, the fallback told in words. (How it looks is
-checked by eye in a browser: docs/report.md.)"""
+checked by eye in a browser: docs/verification/report.md.)"""
 
 from __future__ import annotations
 
