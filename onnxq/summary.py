@@ -70,6 +70,11 @@ def _verdict(o: OutputCheck) -> str:
     return "ok" if o.passed else "FAIL: " + "; ".join(o.failures) if o.failed else "NOT SHOWN"
 
 
+# The rules that leave an output numeric for want of an answer in it (a name, no rule matched), as against a cause of
+# the run's (your own task metric judges; made-up inputs).
+_NO_ANSWER = re.compile(r"^named as|^no rule matched|^set by the output's tolerance")
+
+
 def _tasks(v: Verification, verbose: bool = False) -> list[str]:
     """Which task metric each output got, by which rule, against which bar, and how to change it; outputs held to
     the numeric bars alone take one line (each its own with verbose)."""
@@ -77,6 +82,9 @@ def _tasks(v: Verification, verbose: bool = False) -> list[str]:
         return []
     if not verbose and all(t.kind in ("numeric", "state") for t in v.tasks.values()):
         names = ", ".join(list(v.tasks)[:3]) + (", …" if len(v.tasks) > 3 else "")
+        rules = {t.rule for t in v.tasks.values()}
+        if len(rules) == 1 and not _NO_ANSWER.search(next(iter(rules))):  # your metric judges; made-up inputs
+            return [f"task:        {names}: numeric bars — {rules.pop()}"]
         return [f"task:        none — numeric bars only ({names}: no answer to judge; --tolerance OUTPUT:task=KIND "
                 "sets one)"]
     lines = ["task metrics (chosen per output by what it is; --task-metric KIND|numeric|MODULE:FUNCTION or "

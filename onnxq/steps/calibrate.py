@@ -128,8 +128,11 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     try:
         check_reusable(state.stream.source, "GPTQ rounding of Conv weights")
     except ConfigError:
-        state.notes.append("weights: Conv weights rounded to nearest — the calibration data is a one-shot iterator "
-                           "and GPTQ rounding reads it again (pass a list or a callable)")
+        why = ("the calibration cache holds ranges, not the data GPTQ rounding reads — pass --calib too"
+               if state.stream.source is None else
+               "the calibration data is a one-shot iterator and GPTQ rounding reads it again (pass a list or a "
+               "callable)")
+        state.notes.append(f"weights: Conv weights rounded to nearest — {why}")
         return None
     moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
                             full=True)

@@ -16,6 +16,7 @@ from onnxq.cli import main
 from onnxq.config.hooks import resolve_hook
 from onnxq.errors import ConfigError
 from onnxq.io import save_model
+from onnxq.summary import format_summary
 from onnxq.verify.task import TaskAccumulator, TaskMetric
 
 
@@ -58,6 +59,9 @@ def test_decisions_gate_the_run_where_cosine_holds(rng):
     assert report.to_dict()["config"]["verify"]["task_metric"].endswith(":_labels")
     node = next(n for n in report.sensitivity.nodes if n.name == "classifier")
     assert node.task is not None and node.harm == report.sensitivity.nodes[0].harm  # the classifier ranks first
+    # The summary says the outputs' task is yours, not that they hold no answer.
+    [task_line] = [line for line in format_summary(report).splitlines() if line.startswith("task:")]
+    assert task_line == "task:        logits: numeric bars — your task metric (verify.task_metric) judges the task"
 
 
 def test_the_fallback_meets_the_task_metric(rng):
