@@ -1,7 +1,7 @@
 """Language models as they are deployed: SmolLM2-135M exported with a KV cache by onnxruntime-genai's
 model builder and by Optimum, quantized by onnxq with its defaults (W8A8: per-token + SmoothQuant, chosen because
 the model is a decoder), with --weights int4 (accuracy_level 4, chosen likewise) and with static per-tensor int8
-(--activations per-tensor: the model a user got before, which the gate must refuse); beside them any ready-made
+(--activations per-tensor: a naive W8A8 model, which the gate must refuse); beside them any ready-made
 4-bit file (the builder's own int4) — one table: exit status, size and perplexity against the float export,
 decode speed with the cache (batch 1, float and quantized in turns in this process), onnxq's wall time and peak
 RSS (its own process, /usr/bin/time).
@@ -33,7 +33,7 @@ from onnxq.io import load_model  # noqa: E402
 from onnxq.verify.decode_speed import decode_speed  # noqa: E402
 
 DATA = SHARED / "smollm2"
-# static: the gate's verdict on the model users got before (--no-fallback: with it, onnxq keeps the most sensitive
+# static: the gate's verdict on a naive W8A8 model (--no-fallback: with it, onnxq keeps the most sensitive
 # products float until the bar holds — a bisection over 151 products on 48 windows, over 30 minutes on 2 cores).
 METHODS = {"default": [], "int4": ["--weights", "int4"], "static": ["--activations", "per-tensor", "--no-fallback"],
            # A zero point per block; the smallest file (the token table and lm_head in 4 bits too).

@@ -1,5 +1,5 @@
 """Products inside a Loop body: onnxq static (the body's activations calibrated through its outputs) against onnxq
-dynamic (what a static run gave bodies before) and onnxruntime.quantization's quantize_static / quantize_dynamic,
+dynamic (activations quantized at run time) and onnxruntime.quantization's quantize_static / quantize_dynamic,
 same model, data and machine, one run.
 
 The model is an RNN run by a Loop, as exporters write recurrent decoders: per step t, h ← tanh(x_t·Wx + h·Wh + b)

@@ -185,8 +185,8 @@ class VerifyConfig:
     output_tolerances: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
     # Quantized model on CPU vs on another provider (CUDA). None: the bound two providers within tolerance of the
     # float model always meet, derived per output from its tolerance (verify.agreement: cosine 0.98 → 0.92). A
-    # fixed bar (the old default, cosine 0.999) failed correct models: a rounding flip of a run-time scale moves
-    # each provider as far from the other as from float (issue 31, MiniLM on an H100: 0.9886 CPU vs CUDA).
+    # fixed bar (cosine 0.999) fails correct models: a rounding flip of a run-time scale moves each provider as far
+    # from the other as from float (MiniLM on an H100: 0.9886 CPU vs CUDA).
     provider_agreement: Tolerance | None = None
     # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
     providers: tuple[str, ...] = ("auto",)
@@ -204,7 +204,7 @@ class VerifyConfig:
     sensitivity_max_nodes: int = 64
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance. On by default since
     # the gate judges the task (verify.task_rules): a user who did not ask would otherwise ship a model that changes
-    # its answers (issue 32). Off: only gate (the exit code fails the build).
+    # its answers. Off: only gate (the exit code fails the build).
     fallback: bool = True
     # After the fallback's bisection, try at most this many of its float nodes quantized again, costliest first,
     # each kept quantized where the tolerance still holds on all inputs (search.reclaim): the one-node-at-a-time
@@ -221,7 +221,7 @@ class VerifyConfig:
     check_speed: bool = False
     # When the default timing finds the quantized model not faster than float on the target's provider here (and
     # this CPU is one the target covers), run that search anyway: the defaults never ship a model measured slower
-    # (issue 32: depthwise QLinearConv ran 0.55x float on an AVX-512 VNNI EPYC, 0.27-0.6x on AVX2). False: only say.
+    # (depthwise QLinearConv runs 0.55x float on an AVX-512 VNNI EPYC, 0.27-0.6x on AVX2). False: only say.
     never_slower: bool = True
     # The user's own evaluation, "module:function", "file.py:function" or (from Python) the function: called on each
     # verification batch's outputs ({name: array}, read-only), it returns the batch's score (a float, higher is
@@ -285,7 +285,7 @@ class QuantConfig:
     weights: QScheme = QScheme("int8", symmetric=True)
     # How static Conv weights round on their per-channel int8 grid (the scales are the same either way): "gptq",
     # each column's rounding error spread over the rest through the inverse of its activations' XᵀX on the
-    # calibration data (numerics.gptq.gptq_channelwise; issue 32's learned rounding); "nearest". Measured, PP-OCRv4
+    # calibration data (numerics.gptq.gptq_channelwise: learned rounding); "nearest". Measured, PP-OCRv4
     # recognizer, static, fallback off: 0.594 → 0.766 of the float model's strings (README, "Learned rounding").
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
     blocks: BlockConfig = BlockConfig()
@@ -441,7 +441,7 @@ class QuantConfig:
         """Every field's value as the TOML file sets it, else its default: each section built and checked on its
         own, the whole not yet. The command line's flags are applied to these, then the config is made once
         (QuantConfig(**fields)), so that the checks across fields see what will run: a file's [blocks] with
-        --weights int4 is a weight-only config, not a refusal of the file's int8 default (issue 33)."""
+        --weights int4 is a weight-only config, not a refusal of the file's int8 default."""
         given = typed_fields(cls, read_toml(path), "") if path else {}
         defaults = cls()
         return {f.name: given.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
