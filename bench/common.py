@@ -47,7 +47,8 @@ def run_worker(script: Path, *args: str, max_rss_mb: float | None = None, max_se
         if (max_rss_mb and peak > max_rss_mb) or (max_seconds and elapsed > max_seconds):
             proc.kill()
             proc.communicate()
-            reason = f"RSS over {max_rss_mb:.0f} MB" if max_rss_mb and peak > max_rss_mb else f"over {max_seconds:.0f} s"
+            over_rss = max_rss_mb and peak > max_rss_mb
+            reason = f"RSS over {max_rss_mb:.0f} MB" if over_rss else f"over {max_seconds:.0f} s"
             return {"killed": reason, "seconds": elapsed, "peak_rss_mb": peak}
         time.sleep(0.2)
     out, err = proc.communicate()
