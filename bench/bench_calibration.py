@@ -1,6 +1,6 @@
 """Calibration methods at scale: onnxq vs onnxruntime.quantization.quantize_static, same method, same data, one run.
 
-    python bench/bench_calibration.py [--samples 128 1024] [--methods minmax percentile entropy] [--skip-ort-above N]
+    python bench/bench_calibration.py [--samples 128 1024] [--methods minmax percentile entropy] [--accuracy-only]
 
 Speed and memory: all-MiniLM-L6-v2, calib_docs.npz (128 documents of 128 tokens, repeated to reach 1,024),
 batches of 8, each quantizer in its own process (wall time of the quantize call, peak RSS of the process; a
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine, mean_cosine, run_worker, session, timed  # noqa: E402
+from common import (SHARED, Table, add_results_argument, mean_cosine, run_worker, session, timed,  # noqa: E402
+                    write_result)
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=900)
     parser.add_argument("--accuracy-only", action="store_true", help="skip the speed and memory runs")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.worker:
         import logging
@@ -129,9 +131,10 @@ def main() -> None:
                 "cosine": mean_cosine(reference, session(path).run(["sentence_embedding"], feed)[0]),
                 **digits_scores(digits_path)}
             print(tool, method, accuracy[f"{tool}/{method}"], flush=True)
-    results = {"machine": machine(), "runs": runs, "accuracy": accuracy}
-    (out / "bench_calibration.json").write_text(json.dumps(results, indent=2))
-    print(_tables(results, [] if args.accuracy_only else args.samples, args.methods))
+    results = {"runs": runs, "accuracy": accuracy}
+    tables = [] if args.accuracy_only else [_speed_table(results, args.samples, args.methods)]
+    write_result(args.results, __file__, "Calibration methods: onnxq against onnxruntime.quantization",
+                 tables + [_accuracy_table(results)], results)
 
 
 def _fmt_run(run: dict) -> str:
@@ -140,39 +143,40 @@ def _fmt_run(run: dict) -> str:
     return f"{run['seconds']:.1f} s, {run['peak_rss_mb']:.0f} MB"
 
 
-def _tables(r: dict, sample_counts: list[int], methods: list[str]) -> str:
-    lines = []
-    if sample_counts:
-        lines += [f"Calibration on MiniLM-L6 ({r['machine']}), quantize call wall time and process peak RSS", "",
-                  "| method | samples | onnxq | ORT quantize_static | time ratio | RSS ratio |",
-                  "|---|---|---|---|---|---|"]
-        for method in methods:
-            for samples in sample_counts:
-                ours, theirs = r["runs"][f"onnxq/{method}/{samples}"], r["runs"][f"ort/{method}/{samples}"]
-                bound = "< " if "killed" in theirs else ""
-                lines.append(f"| {method} | {samples} | {_fmt_run(ours)} | {_fmt_run(theirs)} "
-                             f"| {bound}{ours['seconds'] / theirs['seconds']:.2f} "
-                             f"| {bound}{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f} |")
-        lines.append("")
-        for method in methods:
-            small, large = (r["runs"][f"onnxq/{method}/{n}"] for n in (min(sample_counts), max(sample_counts)))
-            lines.append(f"onnxq {method}: peak RSS {small['peak_rss_mb']:.0f} MB at {min(sample_counts)} samples, "
-                         f"{large['peak_rss_mb']:.0f} MB at {max(sample_counts)} "
-                         f"({(large['peak_rss_mb'] / small['peak_rss_mb'] - 1) * 100:+.1f} %)  ")
-        lines.append("")
-    lines += ["| method | MiniLM cosine onnxq / ORT | digits accuracy onnxq / ORT "
-              "| digits agreement with float onnxq / ORT | digits logits SQNR onnxq / ORT |", "|---|---|---|---|---|"]
+def _speed_table(r: dict, sample_counts: list[int], methods: list[str]) -> Table:
+    rows = []
+    for method in methods:
+        for samples in sample_counts:
+            ours, theirs = r["runs"][f"onnxq/{method}/{samples}"], r["runs"][f"ort/{method}/{samples}"]
+            bound = "< " if "killed" in theirs else ""
+            rows.append((method, str(samples), _fmt_run(ours), _fmt_run(theirs),
+                         f"{bound}{ours['seconds'] / theirs['seconds']:.2f}",
+                         f"{bound}{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}"))
+    growth = []
+    for method in methods:
+        small, large = (r["runs"][f"onnxq/{method}/{n}"] for n in (min(sample_counts), max(sample_counts)))
+        growth.append(f"onnxq {method}: peak RSS {small['peak_rss_mb']:.0f} MB at {min(sample_counts)} samples, "
+                      f"{large['peak_rss_mb']:.0f} MB at {max(sample_counts)} "
+                      f"({(large['peak_rss_mb'] / small['peak_rss_mb'] - 1) * 100:+.1f} %).")
+    return Table(("method", "samples", "onnxq", "ORT quantize_static", "time ratio", "RSS ratio"), tuple(rows),
+                 caption="all-MiniLM-L6-v2: wall time of the quantize call and peak RSS of its process",
+                 note=" ".join(growth))
+
+
+def _accuracy_table(r: dict) -> Table:
     acc = r["accuracy"]
-    f = acc["float"]
-    lines.append(f"| float | 1 | {f['digits']:.4f} | 1 | ∞ |")
+    rows = [("float", "1", f"{acc['float']['digits']:.4f}", "1", "∞")]
     for method in ONNXQ_METHODS:
         ours, theirs = acc[f"onnxq/{method}"], acc.get(f"ort/{method}")
 
         def pair(key, fmt, ours=ours, theirs=theirs):
             return f"{ours[key]:{fmt}} / " + (f"{theirs[key]:{fmt}}" if theirs else "—")
-        lines.append(f"| {method} | {pair('cosine', '.4f')} | {pair('digits', '.4f')} "
-                     f"| {pair('digits_agreement', '.4f')} | {pair('digits_sqnr_db', '.1f')} dB |")
-    return "\n".join(lines)
+        rows.append((method, pair("cosine", ".4f"), pair("digits", ".4f"), pair("digits_agreement", ".4f"),
+                     pair("digits_sqnr_db", ".1f") + " dB"))
+    return Table(("method", "MiniLM cosine onnxq / ORT", "digits accuracy onnxq / ORT",
+                  "digits agreement with float onnxq / ORT", "digits logits SQNR onnxq / ORT"), tuple(rows),
+                 caption="Accuracy per calibration method: MiniLM calibrated on 128 documents, digits on its "
+                         "training set")
 
 
 if __name__ == "__main__":

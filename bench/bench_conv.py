@@ -1,6 +1,6 @@
 """Conv models against onnxruntime.quantization, same data, same machine, same run.
 
-    python bench/bench_conv.py [--out bench/out/conv]
+    python bench/bench_conv.py [--out bench/out/conv] [--rounds 15] [--results bench/results]
 
 Models: a 3-Conv CNN built here, and PP-OCR's direction classifier and text detector as rapidocr-onnxruntime 1.4.4
 ships them (fetched with `pip download`, the wheel's sha256 checked). Inputs are synthetic pages (dark rectangles
@@ -21,7 +21,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fetch_wheel, interleaved_latency_ms, mean_cosine, session  # noqa: E402
+from common import (Table, add_results_argument, fetch_wheel, interleaved_latency_ms, mean_cosine,  # noqa: E402
+                    session, write_result)
 
 WHEEL = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
 MODELS = {"ppocr_cls": ("rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (48, 192), 64),
@@ -37,15 +38,16 @@ def ppocr_model(out: Path, key: str) -> Path:
     return path
 
 
-def bench_args(default_out: str) -> tuple[Path, int]:
-    """(the output folder, made; interleaved rounds) from --out and --rounds."""
+def bench_args(default_out: str) -> tuple[Path, int, Path]:
+    """(the output folder, made; interleaved rounds; the result file's folder) from --out, --rounds, --results."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / default_out))
     parser.add_argument("--rounds", type=int, default=15)
+    add_results_argument(parser)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return out, args.rounds
+    return out, args.rounds, args.results
 
 
 def pages(n: int, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
@@ -80,7 +82,7 @@ def small_cnn(path: Path, rng: np.random.Generator) -> Path:
     return path
 
 
-def quantize_all(source: Path, calibration: np.ndarray, out: Path) -> dict[str, Path]:
+def quantize_all(source: Path, calibration: np.ndarray, out: Path, failures: dict) -> dict[str, Path]:
     import onnxq
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
                                           quantize_static)
@@ -103,35 +105,47 @@ def quantize_all(source: Path, calibration: np.ndarray, out: Path) -> dict[str, 
     try:
         quantize_dynamic(source, paths["ORT dynamic"], weight_type=QuantType.QInt8)
     except Exception as e:  # noqa: BLE001 — its failure is a result
+        failures[f"ORT dynamic on {source.name}"] = str(e)[:120]
         print(f"  ORT quantize_dynamic failed on {source.name}: {str(e)[:120]}")
         del paths["ORT dynamic"]
     return paths
 
 
-def measure(label: str, paths: dict[str, Path], held_out: np.ndarray, rounds: int) -> None:
+def measure(label: str, paths: dict[str, Path], held_out: np.ndarray, rounds: int) -> tuple[Table, dict]:
+    """The table of one model (latency, × float, cosine, argmax agreement per quantizer) and its figures."""
     name = onnx.load(str(paths["float"]), load_external_data=False).graph.input[0].name
     feed = {name: held_out}
     reference = session(paths["float"]).run(None, feed)[0]
     latency = interleaved_latency_ms(paths, feed, rounds)
-    print(f"\n{label}: {len(held_out)} held-out inputs, latency median of {rounds} interleaved rounds")
-    print(f"  {'model':14s} {'latency ms':>10s} {'x float':>8s} {'cosine':>8s} {'argmax agree':>13s}")
+    figures, rows = {}, []
     for kind, path in paths.items():
         out = session(path).run(None, feed)[0]
-        agree = float((out.argmax(-1) == reference.argmax(-1)).mean())
-        print(f"  {kind:14s} {latency[kind]:10.1f} {latency[kind] / latency['float']:8.2f} "
-              f"{mean_cosine(reference, out):8.4f} {agree:13.3f}")
+        figures[kind] = {"latency_ms": latency[kind], "cosine": mean_cosine(reference, out),
+                         "argmax_agreement": float((out.argmax(-1) == reference.argmax(-1)).mean())}
+        rows.append((kind, f"{latency[kind]:.1f}", f"{latency[kind] / latency['float']:.2f}",
+                     f"{figures[kind]['cosine']:.4f}", f"{figures[kind]['argmax_agreement']:.3f}"))
+    table = Table(("model", "latency ms", "× float", "cosine", "argmax agreement"), tuple(rows),
+                  caption=f"{label}: {len(held_out)} held-out inputs, latency median of {rounds} interleaved rounds")
+    return table, figures
 
 
 def main() -> None:
-    out, rounds = bench_args("conv")
+    out, rounds, results = bench_args("conv")
     rng = np.random.default_rng(0)
     cnn = small_cnn(out / "small_cnn.onnx", rng)
     images = rng.normal(0, 1, (40, 3, 64, 64)).astype(np.float32)
-    measure("small CNN (3 Conv + MatMul)", quantize_all(cnn, images[:32], out), images[32:], rounds)
+    failures: dict[str, str] = {}
+    tables, figures = [], {}
+    table, figures["small CNN"] = measure("small CNN (3 Conv + MatMul)", quantize_all(cnn, images[:32], out, failures),
+                                          images[32:], rounds)
+    tables.append(table)
     for key, (_, (height, width), count) in MODELS.items():
         path = ppocr_model(out, key)
         data = pages(count + 8, height, width, rng)
-        measure(key, quantize_all(path, data[:count], out), data[count:], rounds)
+        table, figures[key] = measure(key, quantize_all(path, data[:count], out, failures), data[count:], rounds)
+        tables.append(table)
+    write_result(results, __file__, "CNNs: onnxq against onnxruntime.quantization", tables,
+                 {"models": figures, "failures": failures})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""CUDA as a target (issue 31's acceptance runs), on a machine with onnxruntime-gpu: MiniLM in every form, each
-verified on the CPU and on CUDA against the float model (onnxq.verify: the per-provider gate, the agreement bound,
-the placement profiled on CUDA and checked against targets/ort_kernels.py's prediction), and timed on CUDA EP
-against float (interleaved medians, batch 32 × 128 and 1 × 128), in one run.
+"""CUDA as a target, on a machine with onnxruntime-gpu: MiniLM in every form, each verified on the CPU and on CUDA
+against the float model (onnxq.verify: the per-provider gate, the agreement bound, the placement profiled on CUDA
+and checked against targets/ort_kernels.py's prediction), and timed on CUDA EP against float (interleaved medians,
+batch 32 × 128 and 1 × 128), in one run.
 
-    python bench/bench_cuda.py [--rounds 50] [--out bench/out/cuda] [--smollm2 PATH] [--windows 16]
+    python bench/bench_cuda.py [--rounds 50] [--out bench/out/cuda] [--smollm2 PATH] [--windows 16] [--results DIR]
 
 With --smollm2 (bash ../shared/models/smollm2/build.sh builds it), SmolLM2-135M for --target cuda, 8-bit and 4-bit
 (GPTQ on calib_windows): size, and perplexity on dev_windows against float's, on CUDA when present and by the
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,17 +26,17 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, file_mb, fresh, session, session_perplexity  # noqa: E402
+from common import (SHARED, Table, add_results_argument, file_mb, fresh, machine, session,  # noqa: E402
+                    session_perplexity, write_result)
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 from onnxq.verify.speed import check_speed  # noqa: E402
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
 CUDA = "CUDAExecutionProvider"
 OFF = onnxq.VerifyConfig(enabled=False)
-# name → (config, calibration data or None): issue 31's five forms, then the cuda target's two.
+# name → (config, calibration data or None): onnxq's five output forms, then the cuda target's two.
 FORMS = {
     "dynamic (no data)": (onnxq.QuantConfig(verify=OFF), None),
     "static QDQ (default)": (onnxq.QuantConfig(verify=OFF), "calib_docs.npz"),
@@ -49,14 +48,6 @@ FORMS = {
     "--target cuda --weights int4 (GPTQ, float16)": (onnxq.QuantConfig(target="cuda", weights=onnxq.QScheme("int4"),
                                                                        verify=OFF), "calib_docs.npz"),
 }
-
-
-def gpu_name() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "no GPU"
 
 
 def verified(path: Path) -> dict:
@@ -118,11 +109,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "cuda")
     parser.add_argument("--smollm2", type=Path, help="smollm2_135m.onnx (../shared/models/smollm2/build.sh)")
     parser.add_argument("--windows", type=int, default=16, help="SmolLM2 dev windows scored")
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     has_cuda = CUDA in ort.get_available_providers()
-    print(f"machine: {cpu_model()} ({', '.join(sorted(cpu_flags()))}), GPU {gpu_name()}, onnxruntime "
-          f"{ort.__version__} {ort.get_available_providers()}")
+    print(f"machine: {machine()}; providers {ort.get_available_providers()}")
     results = {}
     for i, (name, (config, data)) in enumerate(FORMS.items()):
         path = fresh(args.out / f"minilm.form{i}.onnx")
@@ -132,12 +123,36 @@ def main() -> None:
             row["cuda_speed"] = timed_on_cuda(path, args.rounds)
         results[name] = row
         print(name, json.dumps(row))
+    tables = [_forms_table(results, has_cuda)]
     if args.smollm2:
         results["smollm2"] = smollm2_rows(args.smollm2, args.out, args.windows)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        tables.append(_smollm2_table(results["smollm2"]))
     if not has_cuda:
         print("no CUDAExecutionProvider here: accuracy on the CPU and the predicted CUDA placement only; nothing was "
               "timed on a GPU")
+    write_result(args.results, __file__, "CUDA as a target", tables, results, packages=("onnxruntime-gpu",))
+
+
+def _forms_table(results: dict, has_cuda: bool) -> Table:
+    rows = []
+    for name, row in results.items():
+        speed = row.get("cuda_speed", {})
+        rows.append((name, f"{row['size_mb']}", "yes" if row["passed"] else "no",
+                     str(row.get("CPUExecutionProvider", "—")), str(row.get(CUDA, "—")),
+                     " / ".join(f"{speed[b]['speedup']:.2f}×" for b in ("b32", "b1")) if speed else "—",
+                     f"{len(row.get('mismatches', []))}" if CUDA in row else "—"))
+    return Table(("form", "MB", "within tolerance", "cosine on CPU", "cosine on CUDA", "CUDA speed-up b32 / b1",
+                  "placement mismatches"), tuple(rows),
+                 caption="all-MiniLM-L6-v2 on each provider (sentence_embedding, 500 eval sentences)",
+                 note="" if has_cuda else "No CUDAExecutionProvider on this machine: the CPU's figures and the "
+                                          "predicted CUDA placement only.")
+
+
+def _smollm2_table(rows: dict) -> Table:
+    return Table(("SmolLM2-135M", "MB", "perplexity on CPU (float)", "exact float16 on CPU", "on CUDA"), tuple(
+        (name, f"{row['size_mb']}", f"{row['cpu']:.2f}" if "cpu" in row else "—",
+         f"{row['exact float16 on CPU']:.2f}" if "exact float16 on CPU" in row else "—",
+         f"{row['cuda']:.2f}" if "cuda" in row else "—") for name, row in rows.items()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""What ONNX Runtime alone needs to run a float model as deployed (issue 33's memory bar): a fresh process opens the
-file in one ORT session (ORT_ENABLE_ALL, its default: the kernels pack their weights) and runs one batch of the
-data; its peak RSS, against the float file's bytes, is the floor under any run that times the float model.
+"""What ONNX Runtime alone needs to run a float model as deployed: a fresh process opens the file in one ORT session
+(ORT_ENABLE_ALL, its default: the kernels pack their weights) and runs one batch of the data; its peak RSS, against
+the float file's bytes, is the floor under any run that times the float model.
 
     python bench/bench_float_session_memory.py MODEL.onnx [--data ../shared/models/smollm2/dev_windows.npz]
 
@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine, peak_rss_mb  # noqa: E402
+from common import SHARED, Table, add_results_argument, machine, peak_rss_mb, write_result  # noqa: E402
 
 
 def session_peak(model: Path, feeds: Path) -> dict:
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--data", type=Path, default=SHARED / "smollm2" / "dev_windows.npz")
     parser.add_argument("--make-feeds", type=Path, help=argparse.SUPPRESS)  # the child's job
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.make_feeds is not None:
         make_feeds(args.model, args.data, args.make_feeds)
@@ -68,6 +69,12 @@ def main() -> None:
     row |= {"model_mb": round(model_bytes / 1e6, 1), "peak_over_file": round(row["peak_mib"] * 2**20 / model_bytes, 2)}
     print("machine:", machine())
     print(json.dumps(row))
+    name = args.model.parent.name if args.model.stem == "model" else args.model.stem
+    table = Table(("model", "file MB", "RSS before the session MiB", "after opening it MiB", "peak MiB",
+                   "peak / file"), ((name, f"{row['model_mb']}", f"{row['before_session_mib']}",
+                                     f"{row['session_mib']}", f"{row['peak_mib']}", f"{row['peak_over_file']}"),))
+    write_result(args.results, __file__, f"ONNX Runtime's own memory for a float model: {name}", [table], row,
+                 variant=name)
 
 
 if __name__ == "__main__":

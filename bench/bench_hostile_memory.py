@@ -1,7 +1,7 @@
-"""Memory bounded by the work, not by what the input claims (issue 17): each case is onnxq's command line in a
-child process (wall time, its own peak RSS), with a watchdog.
+"""Memory bounded by the work, not by what the input claims: each case is onnxq's command line in a child process
+(wall time, its own peak RSS), with a watchdog.
 
-    python bench/bench_hostile_memory.py [--dir /tmp/onnxq-hostile] [--cases zipbomb,rnn]
+    python bench/bench_hostile_memory.py [--dir /tmp/onnxq-hostile] [--cases zipbomb,rnn] [--results bench/results]
 
 zipbomb: a 2.2 MB .npz whose one array inflates to 2 GiB (32768 × 16384 float32, zeros but one column), read with
 `--calib-samples 16` (a MatMul 16384 → 8). rnn: an unrolled bidirectional RNN (tests/e2e/rnn_model.py: 20 steps,
@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+from common import Table, add_results_argument, write_result  # noqa: E402
 from rnn_model import rnn_inputs, unrolled_rnn  # noqa: E402
 
 
@@ -64,13 +66,19 @@ def main() -> None:
     parser.add_argument("--cases", default="zipbomb,rnn")
     parser.add_argument("--max-rss-mb", type=float, default=16000)
     parser.add_argument("--max-seconds", type=float, default=3600)
+    add_results_argument(parser)
     args = parser.parse_args()
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     makers = {"zipbomb": _zipbomb, "rnn": _rnn}
+    results = {}
     for case in args.cases.split(","):
-        result = _measured(makers[case](folder), args.max_rss_mb, args.max_seconds)
-        print(json.dumps({"case": case, **result}), flush=True)
+        results[case] = _measured(makers[case](folder), args.max_rss_mb, args.max_seconds)
+        print(json.dumps({"case": case, **results[case]}), flush=True)
+    rows = tuple((case, str(r["exit"]), f"{r['seconds']}", f"{r['peak_rss_mb']}", r["killed"] or "no")
+                 for case, r in results.items())
+    table = Table(("case", "exit status", "wall s", "peak RSS MB", "stopped by the watchdog"), rows)
+    write_result(args.results, __file__, "Hostile inputs: memory bounded by the work", [table], results)
 
 
 # The child is spawned from a bare Python that watches it: a child's ru_maxrss starts from its parent's RSS at fork

@@ -4,7 +4,7 @@ HQQ when torch is installed), same model, data and machine, one run.
 MiniLM: mean cosine of sentence_embedding to float on the 500 eval sentences, file size, latency at batch 1 and 32.
 SmolLM2-135M: perplexity on dev_windows.npz (ORT's deployed kernels), file size, latency batch 1 × 128 tokens.
 
-    python bench/bench_int4.py minilm [--rounds-b1 40] [--rounds-b32 8]
+    python bench/bench_int4.py minilm [--rounds-b1 40] [--rounds-b32 8] [--results bench/results]
     bash ../shared/models/smollm2/build.sh && python bench/bench_int4.py smollm2 [--windows 48] [--rounds 25]
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import logging
 import sys
 import time
@@ -24,10 +23,10 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_llm_targets import DEFAULT_MODEL, perplexity, smollm2_inputs  # noqa: E402
 from bench_minilm_recipes import MINILM, MODEL as MINILM_MODEL, embeddings  # noqa: E402
-from common import file_mb, fresh, interleaved_latency_ms, machine, mean_cosine  # noqa: E402
+from common import (Table, add_results_argument, file_mb, fresh, interleaved_latency_ms, mean_cosine,  # noqa: E402
+                    write_result)
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 BLOCK = 32
 # name → (QuantConfig changes, uses calibration data)
@@ -77,10 +76,6 @@ def quantize_all(model: Path, calib: dict, out: Path, prefix: str, seconds: dict
     return paths
 
 
-def header(what: str) -> None:
-    print(f"{what}; {machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
-
-
 def minilm(args: argparse.Namespace, out: Path) -> None:
     calib_file, eval_file = np.load(MINILM / "calib_docs.npz"), np.load(MINILM / "eval_sentences.npz")
     calib = {k: calib_file[k] for k in calib_file.files}
@@ -92,15 +87,14 @@ def minilm(args: argparse.Namespace, out: Path) -> None:
     b1 = interleaved_latency_ms(paths, {k: v[:1] for k, v in calib.items()}, args.rounds_b1)
     b32 = interleaved_latency_ms(paths, {k: v[:32] for k, v in calib.items()}, args.rounds_b32)
     mb = {name: file_mb(p) for name, p in paths.items()}
-    (out / "bench_int4_minilm.json").write_text(json.dumps(
-        {"cosine": cosine, "b1": b1, "b32": b32, "mb": mb, "seconds": seconds}, indent=2))
-    header("all-MiniLM-L6-v2, mean cosine of sentence_embedding on 500 eval sentences, ORT_ENABLE_ALL")
-    print("| model | cosine | MB | size vs float | latency b1 | speed-up | latency b32 | speed-up | quantize s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name in paths:
-        print(f"| {name} | {cosine[name]:.4f} | {mb[name]:.1f} | {mb[name] / mb['float']:.3f} | "
-              f"{b1[name]:.1f} ms | {b1['float'] / b1[name]:.2f}× | {b32[name]:.0f} ms | "
-              f"{b32['float'] / b32[name]:.2f}× | {seconds.get(name, 0):.1f} |")
+    rows = tuple((name, f"{cosine[name]:.4f}", f"{mb[name]:.1f}", f"{mb[name] / mb['float']:.3f}",
+                  f"{b1[name]:.1f} ms", f"{b1['float'] / b1[name]:.2f}×", f"{b32[name]:.0f} ms",
+                  f"{b32['float'] / b32[name]:.2f}×", f"{seconds.get(name, 0):.1f}") for name in paths)
+    table = Table(("model", "cosine", "MB", "size vs float", "latency b1", "speed-up", "latency b32", "speed-up",
+                   "quantize s"), rows,
+                  caption="all-MiniLM-L6-v2, mean cosine of sentence_embedding on 500 eval sentences, ORT_ENABLE_ALL")
+    write_result(args.results, __file__, "4-bit weights: onnxq against ORT's MatMulNBitsQuantizer", [table],
+                 {"cosine": cosine, "b1": b1, "b32": b32, "mb": mb, "seconds": seconds}, variant="minilm")
 
 
 def smollm2(args: argparse.Namespace, out: Path) -> None:
@@ -110,16 +104,15 @@ def smollm2(args: argparse.Namespace, out: Path) -> None:
     ppl = {name: perplexity(p, windows, optimize=True) for name, p in paths.items()}
     latency = interleaved_latency_ms(paths, {k: v[:1] for k, v in windows.items()}, args.rounds)
     mb = {name: file_mb(p) for name, p in paths.items()}
-    (out / "bench_int4_smollm2.json").write_text(json.dumps(
-        {"perplexity": ppl, "ms": latency, "mb": mb, "seconds": seconds}, indent=2))
-    header(f"SmolLM2-135M, perplexity on {args.windows} dev windows ({args.windows * 127} tokens), ORT_ENABLE_ALL; "
-           f"calibration {args.calib} windows")
-    print("| model | perplexity | × float | MB | size vs float | latency b1×128 | speed-up | quantize s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name in paths:
-        print(f"| {name} | {ppl[name]:.2f} | {ppl[name] / ppl['float']:.3f} | {mb[name]:.0f} | "
-              f"{mb[name] / mb['float']:.3f} | {latency[name]:.1f} ms | {latency['float'] / latency[name]:.2f}× | "
-              f"{seconds.get(name, 0):.1f} |")
+    rows = tuple((name, f"{ppl[name]:.2f}", f"{ppl[name] / ppl['float']:.3f}", f"{mb[name]:.0f}",
+                  f"{mb[name] / mb['float']:.3f}", f"{latency[name]:.1f} ms",
+                  f"{latency['float'] / latency[name]:.2f}×", f"{seconds.get(name, 0):.1f}") for name in paths)
+    table = Table(("model", "perplexity", "× float", "MB", "size vs float", "latency b1×128", "speed-up",
+                   "quantize s"), rows,
+                  caption=f"SmolLM2-135M, perplexity on {args.windows} dev windows ({args.windows * 127} tokens), "
+                          f"ORT_ENABLE_ALL; calibration {args.calib} windows")
+    write_result(args.results, __file__, "4-bit weights: onnxq against ORT's MatMulNBitsQuantizer", [table],
+                 {"perplexity": ppl, "ms": latency, "mb": mb, "seconds": seconds}, variant="smollm2")
 
 
 def main() -> None:
@@ -132,6 +125,7 @@ def main() -> None:
     parser.add_argument("--rounds-b1", type=int, default=40)
     parser.add_argument("--rounds-b32", type=int, default=8)
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

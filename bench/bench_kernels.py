@@ -1,11 +1,10 @@
 """The integer-kernel ceiling: one [M×K]·[K×N] product per form ONNX Runtime offers, against float MatMul.
 
-    python bench/bench_kernels.py [--m 4096 --k 384 --n 1536] [--rounds 30] [--threads 2]
+    python bench/bench_kernels.py [--m 4096 --k 384 --n 1536] [--rounds 30] [--threads 2] [--results bench/results]
 
 Every form computes the same activation × weight product (the FFN input projection of a BERT-small layer at
-batch 32 × 128 tokens by default), so the ratios show the best any quantized model can do on this CPU.
-Each form is also checked against the exact product: `exact` says whether the kernel's integer result equals
-the true sum (AVX2's U8S8 kernel adds byte pairs in int16 with saturation; this shows it on adversarial data).
+batch 32 × 128 tokens by default), so the ratios show the best any quantized model can do on this CPU. Speed
+only: whether AVX2's U8S8 kernel saturates is bench_weight_limits.py's question.
 """
 
 from __future__ import annotations
@@ -19,10 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved_latency_ms, machine  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxq.targets import cpu_flags  # noqa: E402
+from common import Table, add_results_argument, interleaved_latency_ms, write_result  # noqa: E402
 
 
 def _model(nodes, inputs, output_type, inits, path: Path) -> Path:
@@ -104,6 +100,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="bench/out/kernels")
+    add_results_argument(parser)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,12 +109,12 @@ def main() -> None:
     feed = {"x": rng.normal(0, 1, (args.m, args.k)).astype(np.float32)}
     latency = interleaved_latency_ms(forms, feed, args.rounds, args.threads)
     base = latency["float MatMul"]
-    print(f"# [{args.m}×{args.k}]·[{args.k}×{args.n}], {args.threads} threads, {machine()}, "
-          f"CPU flags: {', '.join(sorted(cpu_flags())) or 'none detected'}")
-    print("| form | ms | speed-up vs float |")
-    print("|---|---|---|")
-    for name, ms in latency.items():
-        print(f"| {name} | {ms:.1f} | {base / ms:.2f}× |")
+    table = Table(("form", "ms", "speed-up vs float"),
+                  tuple((name, f"{ms:.1f}", f"{base / ms:.2f}×") for name, ms in latency.items()),
+                  caption=f"[{args.m}×{args.k}]·[{args.k}×{args.n}], {args.threads} threads, median of {args.rounds} "
+                          "interleaved rounds")
+    write_result(args.results, __file__, "Integer kernels: one product per form against float MatMul", [table],
+                 {"shape": {"m": args.m, "k": args.k, "n": args.n}, "threads": args.threads, "latency_ms": latency})
 
 
 if __name__ == "__main__":

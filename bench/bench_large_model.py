@@ -1,7 +1,7 @@
 """A model over 2 GB: onnxq against onnxruntime.quantization.quantize_static on the same model, data and machine, in
 one run; each quantizer in its own process (wall time, peak RSS of the process).
 
-    python bench/bench_large_model.py [--layers 34] [--width 4096] [--dir /tmp/onnxq-large]
+    python bench/bench_large_model.py [--layers 34] [--width 4096] [--dir /tmp/onnxq-large] [--results bench/results]
 
 The model: a chain of `layers` MatMuls with width × width float32 weights in one external data file (34 × 4096² =
 2.28 GB), written layer by layer by tests/e2e/large_model.py. Calibration: 16 seeded normal samples; evaluation:
@@ -22,7 +22,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
-from common import fresh, machine, mean_cosine, run_worker, session, timed  # noqa: E402
+from common import (Table, add_results_argument, fresh, mean_cosine, run_worker, session, timed,  # noqa: E402
+                    write_result)
 from large_model import model_bytes, write_large_model  # noqa: E402
 
 
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp/onnxq-large")
     parser.add_argument("--max-rss-mb", type=float, default=20000)
     parser.add_argument("--max-seconds", type=float, default=1200)
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(*args.worker)))
@@ -82,23 +84,22 @@ def main() -> None:
             run["size_mb"] = model_bytes(out) / 2**20 if (folder / f"{out.name}.data").exists() else \
                 out.stat().st_size / 2**20
             run["cosine"] = mean_cosine(reference, session(out).run(None, feed)[0])
-    results = {"machine": machine(), "model_mb": size_mb, "runs": runs}
-    (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "bench_large_model.json").write_text(json.dumps(results, indent=2))
-    print(_table(results))
+    results = {"model_mb": size_mb, "runs": runs}
+    write_result(args.results, __file__, "A model over 2 GB: onnxq against onnxruntime.quantization",
+                 [_table(results)], results)
 
 
-def _table(r: dict) -> str:
+def _table(r: dict) -> Table:
     size = r["model_mb"]
-    lines = [f"{size / 1024:.2f} GiB float model ({r['machine']})", "",
-             "| | quantize time | peak RSS | peak RSS / model | size | cosine to float |", "|---|---|---|---|---|---|"]
+    rows = []
     for tool, run in r["runs"].items():
         if "killed" in run:
-            lines.append(f"| {tool} | stopped: {run['killed']} | ≥ {run['peak_rss_mb']:.0f} MiB | | | |")
+            rows.append((tool, f"stopped: {run['killed']}", f"≥ {run['peak_rss_mb']:.0f} MiB", "", "", ""))
             continue
-        lines.append(f"| {tool} | {run['seconds']:.0f} s | {run['peak_rss_mb']:.0f} MiB "
-                     f"| {run['peak_rss_mb'] / size:.2f}x | {run['size_mb']:.0f} MiB | {run['cosine']:.4f} |")
-    return "\n".join(lines)
+        rows.append((tool, f"{run['seconds']:.0f} s", f"{run['peak_rss_mb']:.0f} MiB",
+                     f"{run['peak_rss_mb'] / size:.2f}x", f"{run['size_mb']:.0f} MiB", f"{run['cosine']:.4f}"))
+    return Table(("", "quantize time", "peak RSS", "peak RSS / model", "size", "cosine to float"), tuple(rows),
+                 caption=f"{size / 1024:.2f} GiB float model")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """onnxq vs onnxruntime.quantization on the classic CNN architectures that ship with the onnx package, same data,
 same machine, one run.
 
-    python bench/bench_light_cnns.py [--only light_resnet50 ...] [--rounds 20] [--out bench/out/light]
+    python bench/bench_light_cnns.py [--only light_resnet50 ...] [--rounds 20] [--out bench/out/light] [--results DIR]
 
 onnx's backend test data holds "light" copies of the ONNX Model Zoo's CNNs (ResNet-50, Inception v1/v2, DenseNet-121,
 ShuffleNet, SqueezeNet, VGG-19, AlexNet, ZFNet-512): their real graphs — opset 9, IR version 3 (every initializer a
@@ -30,7 +30,8 @@ import onnx.version_converter
 from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import file_mb, interleaved_latency_ms, machine, mean_cosine, run_worker, session, timed  # noqa: E402
+from common import (Table, add_results_argument, file_mb, interleaved_latency_ms, machine, mean_cosine,  # noqa: E402
+                    run_worker, session, timed, write_result)
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 DEFAULT = ("light_squeezenet", "light_shufflenet", "light_inception_v1", "light_resnet50")
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("bench/out/light"))
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(*args.worker)))
@@ -158,23 +160,23 @@ def main() -> None:
     for name in args.only:
         rows.append(bench_one(name, args.out, args.rounds))
         print(json.dumps(rows[-1]), flush=True)
-    (args.out / "light.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
-    print(_table(rows))
+    write_result(args.results, __file__, "The onnx package's light CNNs: onnxq against onnxruntime.quantization",
+                 [_table(rows)], {"rows": rows})
 
 
-def _table(rows: list[dict]) -> str:
-    lines = ["| model (float MB) | quantize time onnxq / ORT (ratio) | peak RSS MB onnxq / ORT (ratio) | size × float "
-             "onnxq / ORT | latency × float onnxq / ORT | cosine to float onnxq / ORT |", "|---|---|---|---|---|---|"]
+def _table(rows: list[dict]) -> Table:
+    cells = []
     for r in rows:
         q, o, lat = r["onnxq"], r["ort"], r["latency_ms"]
-        lines.append(
-            f"| {r['model']} ({r['float_mb']}) | {q['seconds']} s / {o['seconds']} s "
-            f"({q['seconds'] / o['seconds']:.2f}) "
-            f"| {q['peak_rss_mb']} / {o['peak_rss_mb']} ({q['peak_rss_mb'] / o['peak_rss_mb']:.2f}) "
-            f"| {q['size_mb'] / r['float_mb']:.2f} / {o['size_mb'] / r['float_mb']:.2f} "
-            f"| {lat['float'] / lat['onnxq']:.2f}× / {lat['float'] / lat['ort']:.2f}× faster "
-            f"| {q['cosine_to_float']} / {o['cosine_to_float']} |")
-    return "\n".join(lines)
+        cells.append((f"{r['model']} ({r['float_mb']})",
+                      f"{q['seconds']} s / {o['seconds']} s ({q['seconds'] / o['seconds']:.2f})",
+                      f"{q['peak_rss_mb']} / {o['peak_rss_mb']} ({q['peak_rss_mb'] / o['peak_rss_mb']:.2f})",
+                      f"{q['size_mb'] / r['float_mb']:.2f} / {o['size_mb'] / r['float_mb']:.2f}",
+                      f"{lat['float'] / lat['onnxq']:.2f}× / {lat['float'] / lat['ort']:.2f}× faster",
+                      f"{q['cosine_to_float']} / {o['cosine_to_float']}"))
+    return Table(("model (float MB)", "quantize time onnxq / ORT (ratio)", "peak RSS MB onnxq / ORT (ratio)",
+                  "size × float onnxq / ORT", "latency × float onnxq / ORT", "cosine to float onnxq / ORT"),
+                 tuple(cells))
 
 
 if __name__ == "__main__":

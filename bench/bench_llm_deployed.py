@@ -1,13 +1,14 @@
-"""Language models as they are deployed (issue 33): SmolLM2-135M exported with a KV cache by onnxruntime-genai's
+"""Language models as they are deployed: SmolLM2-135M exported with a KV cache by onnxruntime-genai's
 model builder and by Optimum, quantized by onnxq with its defaults (W8A8: per-token + SmoothQuant, chosen because
 the model is a decoder), with --weights int4 (accuracy_level 4, chosen likewise) and with static per-tensor int8
-(--activations per-tensor: the model a user got before, which the gate must refuse); beside them any ready-made
+(--activations per-tensor: a naive W8A8 model, which the gate must refuse); beside them any ready-made
 4-bit file (the builder's own int4) — one table: exit status, size and perplexity against the float export,
 decode speed with the cache (batch 1, float and quantized in turns in this process), onnxq's wall time and peak
 RSS (its own process, /usr/bin/time).
 
     python bench/bench_llm_deployed.py --export genai=DIR/model.onnx --export optimum=DIR/model.onnx \
-        [--ready builder-int4=genai:DIR/model.onnx] [--methods default int4 static] [--out bench/out/llm_deployed]
+        [--ready builder-int4=genai:DIR/model.onnx] [--methods default int4 static] [--out bench/out/llm_deployed] \
+        [--results bench/results]
 
 The exports: README, Language models (built from ../shared/models/smollm2's GGUF source). Perplexity: onnxq's gate on
 dev_windows.npz (48 windows of 128 tokens: 6,096 next tokens).
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine  # noqa: E402
+from common import SHARED, Table, add_results_argument, machine, write_result  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.calibration import input_specs  # noqa: E402
@@ -32,12 +33,12 @@ from onnxq.io import load_model  # noqa: E402
 from onnxq.verify.decode_speed import decode_speed  # noqa: E402
 
 DATA = SHARED / "smollm2"
-# static: the gate's verdict on the model users got before (--no-fallback: with it, onnxq keeps the most sensitive
+# static: the gate's verdict on a naive W8A8 model (--no-fallback: with it, onnxq keeps the most sensitive
 # products float until the bar holds — a bisection over 151 products on 48 windows, over 30 minutes on 2 cores).
 METHODS = {"default": [], "int4": ["--weights", "int4"], "static": ["--activations", "per-tensor", "--no-fallback"],
            # A zero point per block; the smallest file (the token table and lm_head in 4 bits too).
            "uint4": ["--weights", "uint4"], "int4-smallest": ["--weights", "int4", "--vocabulary-bits", "4"],
-           # 4-bit held to issue 33's 1.05x: the fallback moves the most sensitive products to 8-bit blocks.
+           # 4-bit held to 1.05x float's perplexity: the fallback moves the most sensitive products to 8-bit blocks.
            "int4-1.05": ["--weights", "int4", "--tolerance", "logits:perplexity=1.05"],
            # AWQ's activation-aware scales (--smooth with 4-bit weights), then GPTQ.
            "int4-awq": ["--weights", "int4", "--smooth", "auto"]}
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench/out/llm_deployed"))
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     exports = dict(e.split("=", 1) for e in args.export)
@@ -108,7 +110,19 @@ def main() -> None:
                                                                            args.steps, args.rounds)
         rows[name] = row
         print(name, json.dumps(row), flush=True)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    write_result(args.results, __file__, "Language models as deployed: SmolLM2-135M's KV-cache exports",
+                 [_table(rows)], rows, packages=("onnxruntime-genai", "optimum"))
+
+
+def _table(rows: dict) -> Table:
+    def cell(row, key, fmt):
+        return format(row[key], fmt) if key in row else "—"
+    return Table(("model", "exit", "size × float", "perplexity (× float)", "decode tokens/s (× float)", "onnxq wall s",
+                  "onnxq peak RSS MB"), tuple(
+        (name, str(row.get("exit", "—")), cell(row, "size_ratio", ".3f"),
+         f"{cell(row, 'perplexity', '.2f')} ({cell(row, 'perplexity_ratio', '.3f')}×)",
+         f"{cell(row, 'decode_tok_s', '.1f')} ({cell(row, 'decode_ratio', '.2f')}×)", cell(row, "wall_s", ".0f"),
+         cell(row, "peak_rss_mb", ".0f")) for name, row in rows.items()))
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@
 same calibration windows, same machine, one run.
 
     bash ../shared/models/smollm2/build.sh      # once, ~3 minutes
-    python bench/bench_llm_recipes.py [--windows 48] [--calib 32]
+    python bench/bench_llm_recipes.py [--windows 48] [--calib 32] [--results bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -18,10 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_llm_targets import DEFAULT_MODEL, perplexity, smollm2_inputs  # noqa: E402
-from common import file_mb, fresh, interleaved_latency_ms, machine  # noqa: E402
+from common import Table, add_results_argument, file_mb, fresh, interleaved_latency_ms, write_result  # noqa: E402
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 # name → (QuantConfig changes, uses calibration data)
 LADDER = {
@@ -45,6 +43,7 @@ def main() -> None:
     parser.add_argument("--calib", type=int, default=32, help="calibration windows (of 64)")
     parser.add_argument("--rounds", type=int, default=25, help="latency rounds")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     model, out, windows, calib = smollm2_inputs(args, args.calib)
     paths, seconds = {"float": model}, {}
@@ -88,15 +87,15 @@ def main() -> None:
     latency = interleaved_latency_ms(paths, feed, args.rounds)
     for name in results:
         results[name]["ms"] = latency[name]
-    (out / "bench_llm_recipes.json").write_text(json.dumps({"results": results, "seconds": seconds}, indent=2))
     base = results["float"]
-    print(f"SmolLM2-135M, perplexity on {args.windows} dev windows ({args.windows * 127} tokens), ORT_ENABLE_ALL; "
-          f"calibration {args.calib} windows; {machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
-    print("| model | perplexity | vs float | latency b1×128 | speed-up | MB |")
-    print("|---|---|---|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {r['perplexity']:.2f} | {r['perplexity'] / base['perplexity'] - 1:+.1%} | "
-              f"{r['ms']:.1f} ms | {base['ms'] / r['ms']:.2f}× | {r['mb']:.0f} |".replace("+0.0%", "—"))
+    rows = tuple((name, f"{r['perplexity']:.2f}",
+                  f"{r['perplexity'] / base['perplexity'] - 1:+.1%}".replace("+0.0%", "—"), f"{r['ms']:.1f} ms",
+                  f"{base['ms'] / r['ms']:.2f}×", f"{r['mb']:.0f}") for name, r in results.items())
+    table = Table(("model", "perplexity", "vs float", "latency b1×128", "speed-up", "MB"), rows,
+                  caption=f"SmolLM2-135M, perplexity on {args.windows} dev windows ({args.windows * 127} tokens), "
+                          f"ORT_ENABLE_ALL; calibration {args.calib} windows")
+    write_result(args.results, __file__, "SmolLM2-135M: the W8A8 ladder", [table],
+                 {"results": results, "seconds": seconds})
 
 
 if __name__ == "__main__":

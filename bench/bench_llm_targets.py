@@ -2,13 +2,13 @@
 onnxq per target and mode next to onnxruntime's quantize_dynamic, same text and machine, one run.
 
     bash ../shared/models/smollm2/build.sh      # once, ~3 minutes
-    python bench/bench_llm_targets.py [--model ~/.cache/onnxq-models/smollm2/smollm2_135m.onnx] [--windows 16]
+    python bench/bench_llm_targets.py [--model ~/.cache/onnxq-models/smollm2/smollm2_135m.onnx] [--windows 16] \
+        [--results bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, fresh, machine, session, session_perplexity  # noqa: E402
+from common import (SHARED, Table, add_results_argument, fresh, session, session_perplexity,  # noqa: E402
+                    write_result)
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 DATA = SHARED / "smollm2"
 DEFAULT_MODEL = Path.home() / ".cache" / "onnxq-models" / "smollm2" / "smollm2_135m.onnx"
@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--windows", type=int, default=16, help="dev windows scored (of 48)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     model, out, windows, calib = smollm2_inputs(args, 32)
     paths = {}
@@ -65,14 +66,11 @@ def main() -> None:
     results = {"float": perplexity(model, windows, optimize=False)}
     for name, path in paths.items():
         results[name] = {"deployed": perplexity(path, windows, True), "exact": perplexity(path, windows, False)}
-    (out / "bench_llm_targets.json").write_text(json.dumps(results, indent=2))
-    print(f"SmolLM2-135M, perplexity on the first {args.windows} dev windows, {machine()}, {cpu_model()}, "
-          f"flags: {', '.join(sorted(cpu_flags()))}\n")
-    print(f"float: {results['float']:.2f}\n")
-    print("| model | deployed (ORT_ENABLE_ALL) | exact (ORT_DISABLE_ALL) |")
-    print("|---|---|---|")
-    for name in paths:
-        print(f"| {name} | {results[name]['deployed']:.2f} | {results[name]['exact']:.2f} |")
+    rows = (("float", "—", f"{results['float']:.2f}"),) + tuple(
+        (name, f"{results[name]['deployed']:.2f}", f"{results[name]['exact']:.2f}") for name in paths)
+    table = Table(("model", "deployed (ORT_ENABLE_ALL)", "exact (ORT_DISABLE_ALL)"), rows,
+                  caption=f"SmolLM2-135M, perplexity on the first {args.windows} dev windows")
+    write_result(args.results, __file__, "SmolLM2-135M: targets, deployed and exact", [table], results)
 
 
 if __name__ == "__main__":

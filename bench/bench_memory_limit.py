@@ -1,10 +1,11 @@
-"""A model larger than the memory it is given (issue 33): onnxq's command line in a child process confined to a
+"""A model larger than the memory it is given: onnxq's command line in a child process confined to a
 memory cgroup whose limit is under the model's size — its weights are read from the external data file as each
 segment of the graph runs (onnxq.io.segments), the file pages the kernel takes back under the limit.
 
     sudo python bench/bench_memory_limit.py [--limit-ratio 0.85] [--layers 34] [--width 4096] [--dir /tmp/onnxq-limit]
     sudo python bench/bench_memory_limit.py --model M.onnx --calib C.npz [--verify-data V.npz] --limit-mb 1000
     sudo python bench/bench_memory_limit.py --decoder [--layers 11] [--width 2048]
+    (each also takes --results DIR: where its result file goes, bench/results by default)
 
 Without --model: the 2.28 GB chain of MatMuls of tests/e2e/large_model.py (34 × 4096² float32 weights, external
 data), 16 seeded calibration samples, onnxq's defaults (verification and sensitivity included). With --decoder: the
@@ -32,7 +33,7 @@ import onnx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
-from common import machine  # noqa: E402
+from common import Table, add_results_argument, write_result  # noqa: E402
 from decoder_model import kv_decoder, token_windows  # noqa: E402
 from large_model import model_bytes, write_large_model  # noqa: E402
 
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--verify-data")
     parser.add_argument("--limit-ratio", type=float, default=0.85, help="the limit as a share of the model's bytes")
     parser.add_argument("--limit-mb", type=float, help="the limit in MiB (instead of --limit-ratio)")
+    add_results_argument(parser)
     options = parser.parse_args()
     folder = Path(options.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -121,13 +123,24 @@ def main() -> None:
     limit = int(options.limit_mb * 2**20) if options.limit_mb else int(options.limit_ratio * size)
     args = [str(model), "--calib", calibration, "-o", str(folder / "quantized.onnx"), "--report",
             str(folder / "report.json")] + (["--verify-data", verification] if verification else [])
-    result = {"machine": machine(), "model_mb": size / 2**20, **run_limited(args, limit, folder)}
+    result = {"model_mb": size / 2**20, **run_limited(args, limit, folder)}
     if result["exit"] in (0, 1):
         report = json.loads((folder / "report.json").read_text())
         result["passed"], result["memory"] = report["passed"], report.get("memory")
     else:
         result["stderr_tail"] = (folder / "stderr").read_text()[-600:]
     print(json.dumps(result, indent=1))
+    variant = "model" if options.model else "decoder" if options.decoder else "chain"
+    write_result(options.results, __file__, f"A model larger than its memory limit ({variant})", [_table(result)],
+                 result, variant=variant)
+
+
+def _table(r: dict) -> Table:
+    peak = "—" if r.get("peak_charge_mb") is None else f"{r['peak_charge_mb']:.0f}"
+    return Table(("model MiB", "limit MiB", "exit", "within tolerance", "wall s", "cgroup peak MiB (RSS + page cache)",
+                  "peak RSS MiB", "limit hits", "killed for memory"), ((
+        f"{r['model_mb']:.0f}", f"{r['limit_mb']:.0f}", str(r["exit"]), str(r.get("passed", "—")), f"{r['seconds']}",
+        peak, f"{r['peak_rss_mb']:.0f}", str(r["limit_hits"]), "yes" if r["oom_killed"] else "no"),))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """onnxq vs onnxruntime.quantization on all-MiniLM-L6-v2, same data, same machine, one run.
 
-    python bench/bench_minilm.py [--rounds-b1 60] [--rounds-b32 12] [--out bench/out]
+    python bench/bench_minilm.py [--rounds-b1 60] [--rounds-b32 12] [--out bench/out] [--results bench/results]
 
 Each quantizer runs in its own process (wall time of the quantize call, peak RSS of the process). Both calibrate
 MinMax (onnxq's default is percentile: bench_calibration.py compares every method) on the same 128 documents
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, file_mb, interleaved_latency_ms, machine, mean_cosine, run_worker, session, timed  # noqa: E402
+from common import (SHARED, Table, add_results_argument, file_mb, interleaved_latency_ms, mean_cosine,  # noqa: E402
+                    run_worker, session, timed, write_result)
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--rounds-b1", type=int, default=60)
     parser.add_argument("--rounds-b32", type=int, default=12)
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.worker:
         import logging
@@ -92,37 +94,49 @@ def main() -> None:
         feed = {k: np.ascontiguousarray(docs[k][:batch]) for k in docs.files}
         latency[batch] = interleaved_latency_ms({"float": MODEL, **paths}, feed, rounds)
 
-    results = {"machine": machine(), "runs": runs, "cosine": cosine, "latency_ms": latency,
+    results = {"runs": runs, "cosine": cosine, "latency_ms": {f"b{b}": v for b, v in latency.items()},
                "size_mb": {"float": file_mb(MODEL), **{k: file_mb(p) for k, p in paths.items()}}}
-    (out / "bench_minilm.json").write_text(json.dumps(results, indent=2))
-    print(_table(results, kinds))
+    write_result(args.results, __file__, "MiniLM: onnxq against onnxruntime.quantization", [_table(results, kinds)],
+                 results, headline=_headline(results, kinds))
 
 
-def _table(r: dict, kinds: dict[str, str]) -> str:
-    pairs = [("onnxq", "ort"), ("onnxq-dynamic", "ort-dynamic")]
-    lines = [f"MiniLM-L6 ({r['machine']}); ratios are onnxq / ORT in the same run",
-             "",
-             "| | quantize time | peak RSS | size | cosine to float | latency b1 (vs float) | latency b32 (vs float) |",
-             "|---|---|---|---|---|---|---|"]
-    lat = r["latency_ms"]
-    size = r["size_mb"]
-    lines.append(f"| float | | | {size['float']:.1f} MB | 1 | {lat[1]['float']:.2f} ms | {lat[32]['float']:.0f} ms |")
-    for ours, theirs in pairs:
+PAIRS = (("onnxq", "ort"), ("onnxq-dynamic", "ort-dynamic"))
+
+
+def _table(r: dict, kinds: dict[str, str]) -> Table:
+    lat, size = r["latency_ms"], r["size_mb"]
+    rows = [("float", "", "", f"{size['float']:.1f} MB", "1", f"{lat['b1']['float']:.2f} ms",
+             f"{lat['b32']['float']:.0f} ms")]
+    for ours, theirs in PAIRS:
         for k in (ours, theirs):
             run = r["runs"][k]
-            lines.append(
-                f"| {kinds[k]} | {run['seconds']:.1f} s | {run['peak_rss_mb']:.0f} MB | {size[k]:.1f} MB "
-                f"| {r['cosine'][k]:.4f} | {lat[1][k]:.2f} ms ({lat[1]['float'] / lat[1][k]:.2f}x) "
-                f"| {lat[32][k]:.0f} ms ({lat[32]['float'] / lat[32][k]:.2f}x) |")
+            rows.append((kinds[k], f"{run['seconds']:.1f} s", f"{run['peak_rss_mb']:.0f} MB", f"{size[k]:.1f} MB",
+                         f"{r['cosine'][k]:.4f}", f"{lat['b1'][k]:.2f} ms ({lat['b1']['float'] / lat['b1'][k]:.2f}x)",
+                         f"{lat['b32'][k]:.0f} ms ({lat['b32']['float'] / lat['b32'][k]:.2f}x)"))
         a, b = r["runs"][ours], r["runs"][theirs]
-        lines.append(
-            f"| **ratio onnxq/ORT** | **{a['seconds'] / b['seconds']:.2f}** | **{a['peak_rss_mb'] / b['peak_rss_mb']:.2f}** "
-            f"| **{size[ours] / size[theirs]:.2f}** | {r['cosine'][ours] - r['cosine'][theirs]:+.4f} "
-            f"| **{lat[1][ours] / lat[1][theirs]:.2f}** | **{lat[32][ours] / lat[32][theirs]:.2f}** |")
-    lines.append("")
-    lines.append("Latency columns: median ms, in brackets the speed-up over float (higher is faster); ratio rows: "
-                 "onnxq's latency / ORT's (lower is faster).")
-    return "\n".join(lines)
+        rows.append(("**ratio onnxq/ORT**", f"**{a['seconds'] / b['seconds']:.2f}**",
+                     f"**{a['peak_rss_mb'] / b['peak_rss_mb']:.2f}**", f"**{size[ours] / size[theirs]:.2f}**",
+                     f"{r['cosine'][ours] - r['cosine'][theirs]:+.4f}",
+                     f"**{lat['b1'][ours] / lat['b1'][theirs]:.2f}**",
+                     f"**{lat['b32'][ours] / lat['b32'][theirs]:.2f}**"))
+    return Table(("", "quantize time", "peak RSS", "size", "cosine to float", "latency b1 (vs float)",
+                  "latency b32 (vs float)"), tuple(rows),
+                 caption="all-MiniLM-L6-v2; ratios are onnxq / ORT in the same run",
+                 note="Latency columns: median ms, in brackets the speed-up over float (higher is faster); ratio "
+                      "rows: onnxq's latency / ORT's (lower is faster).")
+
+
+def _headline(r: dict, kinds: dict[str, str]) -> Table:
+    """The front page's table: per quantizer, how close, how fast, how small, what it cost to make."""
+    lat, size = r["latency_ms"], r["size_mb"]
+    rows = tuple((kinds[k], f"{r['cosine'][k]:.4f}",
+                  f"{lat['b1']['float'] / lat['b1'][k]:.2f}× / {lat['b32']['float'] / lat['b32'][k]:.2f}×",
+                  f"{size[k]:.1f} MB ({size[k] / size['float']:.2f}×)", f"{r['runs'][k]['seconds']:.1f} s",
+                  f"{r['runs'][k]['peak_rss_mb']:.0f} MB") for pair in PAIRS for k in pair)
+    return Table(("all-MiniLM-L6-v2", "cosine to float", "speed-up b1 / b32", "size", "quantize time",
+                  "quantizer peak RSS"), rows,
+                 caption="onnxq against onnxruntime.quantization: the same 128 calibration documents, the same "
+                         "method (MinMax), one run")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,12 @@
 deployed kernels, ORT_ENABLE_ALL) and latency at batch 1 and 32 × 128 tokens (2 threads, interleaved rounds), onnxq's
 recipes next to onnxruntime's quantize_dynamic, same data, same machine, one run.
 
-    python bench/bench_minilm_recipes.py [--rounds-b1 40] [--rounds-b32 8]
+    python bench/bench_minilm_recipes.py [--rounds-b1 40] [--rounds-b32 8] [--results bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -16,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
+from common import (SHARED, Table, add_results_argument, interleaved_latency_ms, mean_cosine, session,  # noqa: E402
+                    write_result)
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
@@ -46,6 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds-b1", type=int, default=40)
     parser.add_argument("--rounds-b32", type=int, default=8)
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,14 +69,11 @@ def main() -> None:
     cosine = {name: mean_cosine(reference, embeddings(p, eval_inputs)) for name, p in paths.items()}
     b1 = interleaved_latency_ms(paths, {k: v[:1] for k, v in calib.items()}, args.rounds_b1)
     b32 = interleaved_latency_ms(paths, {k: v[:32] for k, v in calib.items()}, args.rounds_b32)
-    (out / "bench_minilm_recipes.json").write_text(json.dumps({"cosine": cosine, "b1": b1, "b32": b32}, indent=2))
-    print(f"all-MiniLM-L6-v2, mean cosine of sentence_embedding on 500 eval sentences, ORT_ENABLE_ALL; {machine()}, "
-          f"{cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
-    print("| model | cosine | latency b1 | speed-up | latency b32 | speed-up |")
-    print("|---|---|---|---|---|---|")
-    for name in paths:
-        print(f"| {name} | {cosine[name]:.4f} | {b1[name]:.1f} ms | {b1['float'] / b1[name]:.2f}× | "
-              f"{b32[name]:.0f} ms | {b32['float'] / b32[name]:.2f}× |")
+    rows = tuple((name, f"{cosine[name]:.4f}", f"{b1[name]:.1f} ms", f"{b1['float'] / b1[name]:.2f}×",
+                  f"{b32[name]:.0f} ms", f"{b32['float'] / b32[name]:.2f}×") for name in paths)
+    table = Table(("model", "cosine", "latency b1", "speed-up", "latency b32", "speed-up"), rows,
+                  caption="all-MiniLM-L6-v2, mean cosine of sentence_embedding on 500 eval sentences, ORT_ENABLE_ALL")
+    write_result(args.results, __file__, "MiniLM: the W8A8 ladder", [table], {"cosine": cosine, "b1": b1, "b32": b32})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""Calibration sharded on Ray (issue 33): wall time of one process against 1 and 2 Ray workers on the same shards,
-and whether the merged summaries are the single process's, bit for bit. One run.
+"""Calibration sharded on Ray: wall time of one process against 1 and 2 Ray workers on the same shards, and whether
+the merged summaries are the single process's, bit for bit. One run.
 
     pip install -e '.[ray]'
-    python bench/bench_ray_calibration.py --model DIR/model.onnx [--windows 256] [--shards 8] [--workers 1 2]
+    python bench/bench_ray_calibration.py --model DIR/model.onnx [--windows 256] [--shards 8] [--workers 1 2] \
+        [--results bench/results]
 
 The shards: SmolLM2's 64 calibration windows repeated to --windows (a timing, not a better calibration), cut into
 --shards .npz files. On a machine with fewer cores than workers the figure shows the overhead, not the scaling:
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine  # noqa: E402
+from common import SHARED, Table, add_results_argument, machine, write_result  # noqa: E402
 
 import onnxq  # noqa: E402
 from onnxq.distributed import calibrate_on_ray  # noqa: E402
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=256)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
+    add_results_argument(parser)
     args = parser.parse_args()
     import ray
     print("machine:", machine(), f"({os.cpu_count()} cores)")
@@ -62,6 +64,10 @@ def main() -> None:
                                       "bit_for_bit": merged.to_json() == single.to_json()}
             ray.shutdown()
             print(f"ray {workers}", json.dumps(rows[f"ray {workers}"]), flush=True)
+    table = Table(("calibration", "wall s", "samples", "merged = one process's, bit for bit"), tuple(
+        (name, f"{row['wall_s']:.1f}", str(row["samples"]), {True: "yes", False: "no"}.get(row.get("bit_for_bit"), "—"))
+        for name, row in rows.items()), caption=f"{args.windows} windows in {args.shards} shards")
+    write_result(args.results, __file__, "Calibration sharded on Ray", [table], rows, packages=("ray",))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Conv smoothing on PP-OCR v4's recognizer (issue 19): which Conv activations to equalise, judged on 240 rendered
+"""Conv smoothing on PP-OCR v4's recognizer: which Conv activations to equalise, judged on 240 rendered
 lines read as TextRecognizer batches them — string agreement, frame-argmax agreement and output SQNR vs float.
 
     pip install -e . rapidocr_onnxruntime==1.4.4
-    python bench/bench_rec_smoothing.py [--out bench/out/zoo] [--lines 240]
+    python bench/bench_rec_smoothing.py [--out bench/out/zoo] [--lines 240] [--results bench/results]
 
 Variants: the default (no smoothing); `smooth = 1` on one chosen set of Conv activations (the first Conv →
 depthwise Conv pair; every activation read by depthwise Convs; every one read by 1×1 Convs); `--smooth auto`
@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_zoo import fetch  # noqa: E402
-from common import session  # noqa: E402
+from common import Table, add_results_argument, session, write_result  # noqa: E402
 from zoo import inputs  # noqa: E402
 from zoo.models import ZOO, _rapidocr, _rec_batch  # noqa: E402
 
@@ -57,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("bench/out/zoo"))
     parser.add_argument("--lines", type=int, default=240)
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     entry = next(e for e in ZOO if e.name == "ppocr_rec")
@@ -70,7 +71,7 @@ def main() -> None:
         return [s.run(None, {"x": b})[0] for b in batches]
     reference = outputs(model)
     ref_strings = [t for o in reference for t, _ in rec.postprocess_op(o)]
-    print("| onnxq static | strings | frames | SQNR |\n|---|---|---|---|")
+    rows, figures = [], {}
     for name, (smooth, keep, calibration) in VARIANTS.items():
         _only(keep)
         path = args.out / "ppocr_rec.smoothing.onnx"
@@ -83,7 +84,13 @@ def main() -> None:
         error = sum(float(((a - b) ** 2).sum()) for a, b in zip(reference, got)) / \
             sum(float((a ** 2).sum()) for a in reference)
         agreement = np.mean([a == b for a, b in zip(ref_strings, strings)])
-        print(f"| {name} | {agreement:.3f} | {frames:.4f} | {-10 * np.log10(error):.1f} dB |", flush=True)
+        figures[name] = {"strings": float(agreement), "frames": float(frames), "sqnr_db": -10 * float(np.log10(error))}
+        rows.append((name, f"{agreement:.3f}", f"{frames:.4f}", f"{-10 * np.log10(error):.1f} dB"))
+        print(f"| {' | '.join(rows[-1])} |", flush=True)
+    table = Table(("onnxq static", "strings", "frames", "SQNR"), tuple(rows),
+                  caption=f"PP-OCR v4 recognizer, {args.lines} rendered lines: agreement with float")
+    write_result(args.results, __file__, "PP-OCR recognizer: Conv smoothing and calibration methods", [table],
+                 figures, packages=("rapidocr-onnxruntime",))
 
 
 if __name__ == "__main__":

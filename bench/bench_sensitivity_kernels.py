@@ -5,13 +5,12 @@ node float, run on the deployed kernels and compared with the float model under 
 all-MiniLM-L6-v2, the default static config, 128 calibration documents, the sensitivity's 16 samples (held-out
 calibration documents). Prints Spearman's rank correlation and the top-k overlap of each ranking with the real one.
 
-    python bench/bench_sensitivity_kernels.py [--samples 16]
+    python bench/bench_sensitivity_kernels.py [--samples 16] [--results bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine  # noqa: E402
+from common import SHARED, Table, add_results_argument, write_result  # noqa: E402
 
 from onnxq import QuantConfig, VerifyConfig  # noqa: E402
 from onnxq.calibration import first_samples  # noqa: E402
@@ -30,7 +29,6 @@ from onnxq.search.sensitivity import _budgets, _harm, layer_sensitivity  # noqa:
 from onnxq.steps import RunInputs, RunState, run_steps  # noqa: E402
 from onnxq.steps.run import STEPS  # noqa: E402
 from onnxq.steps.sensitivity import _deployed_kernels  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 from onnxq.verify.metrics import MetricsAccumulator  # noqa: E402
 from onnxq.verify.sessions import make_session  # noqa: E402
 
@@ -59,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     data = np.load(MINILM / "calib_docs.npz")
     calib = {k: data[k] for k in data.files}
@@ -81,8 +80,6 @@ def main() -> None:
         seconds["real (one model per node)"] = time.perf_counter() - start
     names = sorted(real)
     real_order = sorted(names, key=lambda n: -real[n])
-    print(f"{cpu_model()} ({', '.join(sorted(cpu_flags()))}), {machine()}; MiniLM, {len(names)} nodes, "
-          f"{sum(len(next(iter(b.values()))) for b in samples)} samples")
     summary = {}
     for kernels, harms in rankings.items():
         order = sorted(names, key=lambda n: -harms[n])
@@ -91,13 +88,15 @@ def main() -> None:
                "median_ratio": float(np.median([harms[n] / real[n] for n in names if real[n] > 0])),
                "seconds": seconds[kernels]}
         summary[kernels] = row
-        print(f"  {kernels:9s} spearman {row['spearman']:.3f}  top3 {row['top3']}/3  top5 {row['top5']}/5  "
-              f"top10 {row['top10']}/10  median harm/real {row['median_ratio']:.3f}  {row['seconds']:.1f} s")
-    print(f"  real one-node models: {seconds['real (one model per node)']:.1f} s; top 5: {real_order[:5]}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_sensitivity_kernels.json").write_text(json.dumps(
-        {"summary": summary, "real": real, "rankings": rankings, "seconds": seconds}, indent=2))
+    count = sum(len(next(iter(b.values()))) for b in samples)
+    table = Table(("ranking on", "Spearman", "top 3", "top 5", "top 10", "median harm / real", "seconds"), tuple(
+        (kernels, f"{row['spearman']:.3f}", f"{row['top3']}/3", f"{row['top5']}/5", f"{row['top10']}/10",
+         f"{row['median_ratio']:.3f}", f"{row['seconds']:.1f}") for kernels, row in summary.items()),
+        caption=f"all-MiniLM-L6-v2, {len(names)} nodes, {count} samples: each ranking against the real one",
+        note=f"The real ranking (one model per node) took {seconds['real (one model per node)']:.1f} s; its top 5: "
+             f"{', '.join(real_order[:5])}.")
+    write_result(args.results, __file__, "Sensitivity: which kernels predict the real ranking", [table],
+                 {"summary": summary, "real": real, "rankings": rankings, "seconds": seconds})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Products inside a Loop body: onnxq static (the body's activations calibrated through its outputs) against onnxq
-dynamic (what a static run gave bodies before) and onnxruntime.quantization's quantize_static / quantize_dynamic,
+dynamic (activations quantized at run time) and onnxruntime.quantization's quantize_static / quantize_dynamic,
 same model, data and machine, one run.
 
 The model is an RNN run by a Loop, as exporters write recurrent decoders: per step t, h ← tanh(x_t·Wx + h·Wh + b)
@@ -7,7 +7,7 @@ and y_t = h·Wy (H = 512, 24 steps), every product inside the body. Inputs: x [b
 signal; the first 96 sequences calibrate, 32 others are held out. Figures: cosine of every step's output to float
 (mean over held-out sequences), size, latency of a run of --batch sequences (one thread, interleaved medians).
 
-    python bench/bench_subgraphs.py [--out bench/out/subgraphs] [--rounds 300] [--batch 1]
+    python bench/bench_subgraphs.py [--out bench/out/subgraphs] [--rounds 300] [--batch 1] [--results bench/results]
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import file_mb, fresh, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
+from common import (Table, add_results_argument, file_mb, fresh, interleaved_latency_ms, mean_cosine,  # noqa: E402
+                    session, write_result)
 
 H, STEPS, CALIBRATION, HELD_OUT = 512, 24, 96, 32
 
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "subgraphs")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--batch", type=int, default=1, help="sequences per timed run")
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -104,15 +106,18 @@ def main() -> None:
     held_out = {"x": data[CALIBRATION:]}
     reference = session(model, 1).run(None, held_out)[0]
     latency = interleaved_latency_ms(paths, {"x": data[:args.batch]}, args.rounds, threads=1)
-    print(f"{machine()}; one thread, {args.rounds} rounds, {args.batch} sequence(s) a run\n")
-    print("| variant | cosine to float (every step) | size (× float) | latency of a run (× float) |")
-    print("|---|---|---|---|")
+    rows, figures = [], {}
     for name, path in paths.items():
         got = session(path, 1).run(None, held_out)[0]
         cosine = mean_cosine(reference.transpose(1, 0, 2).reshape(HELD_OUT, -1),
                              got.transpose(1, 0, 2).reshape(HELD_OUT, -1))
-        print(f"| {name} | {cosine:.5f} | {file_mb(path) / file_mb(model):.2f} | "
-              f"{latency[name]:.3f} ms ({latency[name] / latency['float']:.2f}) |", flush=True)
+        figures[name] = {"cosine": cosine, "size_mb": file_mb(path), "latency_ms": latency[name]}
+        rows.append((name, f"{cosine:.5f}", f"{file_mb(path) / file_mb(model):.2f}",
+                     f"{latency[name]:.3f} ms ({latency[name] / latency['float']:.2f})"))
+    table = Table(("variant", "cosine to float (every step)", "size (× float)", "latency of a run (× float)"),
+                  tuple(rows), caption=f"An RNN in a Loop; one thread, {args.rounds} rounds, {args.batch} sequence(s) "
+                                       "a run")
+    write_result(args.results, __file__, "Products inside a Loop body", [table], figures)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Targets on MiniLM: accuracy as deployed (ORT_ENABLE_ALL: integer kernels) and exact (ORT_DISABLE_ALL: the same
 file, DequantizeLinear + float ops), and latency vs float and vs onnxruntime.quantization's outputs, one run.
 
-    python bench/bench_targets.py [--rounds-b1 40] [--rounds-b32 8] [--accuracy-only]
+    python bench/bench_targets.py [--rounds-b1 40] [--rounds-b32 8] [--accuracy-only] [--results bench/results]
 
 On a CPU without VNNI, deployed differs from exact where ORT's U8S8 kernel saturates (onnxq.targets): the
 x86-vnni row shows what a model made for VNNI does here; portable / x86-avx2 must match their exact figure.
@@ -10,7 +10,6 @@ x86-vnni row shows what a model made for VNNI does here; portable / x86-avx2 mus
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -18,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, interleaved_latency_ms, machine, mean_cosine, session  # noqa: E402
+from common import (SHARED, Table, add_results_argument, interleaved_latency_ms, mean_cosine, session,  # noqa: E402
+                    write_result)
 
 import onnxq  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
@@ -87,6 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds-b32", type=int, default=8)
     parser.add_argument("--accuracy-only", action="store_true")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    add_results_argument(parser)
     args = parser.parse_args()
     if not MODEL.is_file():
         sys.exit(f"needs {MODEL} (the onnxq workplace's shared models)")
@@ -107,21 +107,20 @@ def main() -> None:
             batch_feed = {k: np.ascontiguousarray(docs[k][:batch]) for k in docs.files}
             latency[batch] = interleaved_latency_ms({"float": MODEL, "float, fused": fused, **paths}, batch_feed,
                                                     rounds)
-    results = {"machine": machine(), "cpu": cpu_model(), "flags": sorted(cpu_flags()), "cosine": cosine,
-               "latency_ms": latency}
-    (out / "bench_targets.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"MiniLM-L6, {machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
-    print("| model | cosine deployed | cosine exact (ORT_DISABLE_ALL) | b1 ms (vs float) | b32 ms (vs float) |")
-    print("|---|---|---|---|---|")
+    rows = []
     for k in paths:
-        cells = [f"{cosine[k]['deployed']:.4f}", f"{cosine[k]['exact']:.4f}"]
+        cells = [k, f"{cosine[k]['deployed']:.4f}", f"{cosine[k]['exact']:.4f}"]
         for b in (1, 32):
             cells.append(f"{latency[b][k]:.1f} ({latency[b]['float'] / latency[b][k]:.2f}×)" if latency else "")
-        print(f"| {k} | " + " | ".join(cells) + " |")
+        rows.append(tuple(cells))
     if latency:
         for name in ("float", "float, fused"):
-            print(f"| {name} | 1 | 1 | {latency[1][name]:.1f} ({latency[1]['float'] / latency[1][name]:.2f}×) "
-                  f"| {latency[32][name]:.0f} ({latency[32]['float'] / latency[32][name]:.2f}×) |")
+            rows.append((name, "1", "1", f"{latency[1][name]:.1f} ({latency[1]['float'] / latency[1][name]:.2f}×)",
+                         f"{latency[32][name]:.0f} ({latency[32]['float'] / latency[32][name]:.2f}×)"))
+    table = Table(("model", "cosine deployed", "cosine exact (ORT_DISABLE_ALL)", "b1 ms (vs float)",
+                   "b32 ms (vs float)"), tuple(rows), caption="all-MiniLM-L6-v2, sentence_embedding")
+    write_result(args.results, __file__, "MiniLM: targets, deployed and exact", [table],
+                 {"cosine": cosine, "latency_ms": {f"b{b}": v for b, v in latency.items()}})
 
 
 if __name__ == "__main__":

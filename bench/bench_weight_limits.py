@@ -1,6 +1,6 @@
 """How to keep AVX2's U8S8 kernel from saturating, measured: accuracy of each candidate, on real models.
 
-    python bench/bench_weight_limits.py
+    python bench/bench_weight_limits.py [--results bench/results]
 
 Candidates (U8S8 unless said; the same calibration for all): full-range weights (what VNNI runs; on AVX2 it
 saturates), 7-bit weights (onnxruntime's reduce_range), the K-pair limit alone, onnxq's choice (per channel the
@@ -12,6 +12,7 @@ the deployed column shows what its kernels make of each file.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from unittest import mock
@@ -19,11 +20,10 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine, mean_cosine, session  # noqa: E402
+from common import SHARED, Table, add_results_argument, mean_cosine, session, write_result  # noqa: E402
 
 import onnxq  # noqa: E402
 import onnxq.numerics.pairs as pairs  # noqa: E402
-from onnxq.targets import cpu_flags, cpu_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = {
@@ -48,6 +48,9 @@ def sqnr_db(reference: np.ndarray, other: np.ndarray) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_results_argument(parser)
+    args = parser.parse_args()
     out = Path(__file__).parent / "out" / "limits"
     out.mkdir(parents=True, exist_ok=True)
     cases = []
@@ -64,19 +67,19 @@ def main() -> None:
     calib = np.load(REPO / "models" / "mlp_calib.npz")
     cases.append(("mlp sample logits SQNR dB", REPO / "models" / "mlp.onnx", dict(calib),
                   {k: calib[k][-64:] for k in calib.files}, "logits", sqnr_db))
-    print(f"{machine()}, {cpu_model()}, flags: {', '.join(sorted(cpu_flags()))}\n")
-    print("| candidate | " + " | ".join(f"{c[0]} exact / deployed" for c in cases) + " |")
-    print("|---|" + "---|" * len(cases))
     rows = {name: [] for name in CANDIDATES}
+    figures: dict = {c[0]: {} for c in cases}
     for i, (label, model, calib_data, feed, output, metric) in enumerate(cases):
         reference = session(model, optimize=False).run([output], feed)[0]
         for j, (name, (changes, widenings)) in enumerate(CANDIDATES.items()):
             path = quantized(model, calib_data, out / f"case{i}_{j}.onnx", changes, widenings)
             exact = metric(reference, session(path, optimize=False).run([output], feed)[0])
             deployed = metric(reference, session(path).run([output], feed)[0])
+            figures[label][name] = {"exact": exact, "deployed": deployed}
             rows[name].append(f"{exact:.4f} / {deployed:.4f}" if "cosine" in label else f"{exact:.1f} / {deployed:.1f}")
-    for name, cells in rows.items():
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    table = Table(("candidate", *(f"{c[0]} exact / deployed" for c in cases)),
+                  tuple((name, *cells) for name, cells in rows.items()))
+    write_result(args.results, __file__, "AVX2's U8S8 saturation: the candidates' accuracy", [table], figures)
 
 
 if __name__ == "__main__":

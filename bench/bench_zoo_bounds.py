@@ -1,9 +1,8 @@
-"""What int8 itself costs a zoo model's task, part by part (issue 32: can any int8 file hold the task bar?): the
-float model with only its weights perturbed, or only the inputs of its products, judged as bench_zoo judges it
-(the same string / label / IoU agreement with float on the held-out inputs, and right answers where the data has
-them).
+"""What int8 itself costs a zoo model's task, part by part (can any int8 file hold the task bar?): the float model
+with only its weights perturbed, or only the inputs of its products, judged as bench_zoo judges it (the same
+string / label / IoU agreement with float on the held-out inputs, and right answers where the data has them).
 
-    python bench/bench_zoo_bounds.py [--model ppocr_rec] [--out bench/out/zoo_bounds] [--onnxq FILE]
+    python bench/bench_zoo_bounds.py [--model ppocr_rec] [--out bench/out/zoo_bounds] [--onnxq FILE] [--results DIR]
 
 Perturbations of every Conv / MatMul / Gemm with a constant weight (run under ORT_DISABLE_ALL, float kernels):
 - float16 weights: each weight rounded to float16 (what a float16 model does to the weights alone);
@@ -33,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_zoo import THREADS, agreement, fetch  # noqa: E402
-from common import machine, session  # noqa: E402
+from common import Table, add_results_argument, session, write_result  # noqa: E402
 from zoo.models import ZOO  # noqa: E402
 
 PRODUCTS = ("Conv", "MatMul", "Gemm")
@@ -201,6 +200,7 @@ def main() -> None:
     parser.add_argument("--model", default="ppocr_rec", choices=[e.name for e in ZOO])
     parser.add_argument("--out", type=Path, default=Path("bench/out/zoo_bounds"))
     parser.add_argument("--onnxq", type=Path, help="a QDQ file onnxq wrote for this model")
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     entry = next(e for e in ZOO if e.name == args.model)
@@ -211,11 +211,10 @@ def main() -> None:
     rows = [judge(task, float_answers, float_path, "float", args.out)]
     rows += [judge(task, float_answers, make(), name, args.out)
              for name, make in variants(model, task, args.onnxq, args.out).items()]
-    result = {"model": entry.name, "metric": task.metric, "machine": machine(), "rows": rows}
-    (args.out / f"{entry.name}.bounds.json").write_text(json.dumps(result, indent=1))
-    print(f"| {entry.name} | {task.metric} with float | right answers |")
-    for row in rows:
-        print(f"| {row['variant']} | {row['agreement']:.3f} | {row.get('right', float('nan')):.3f} |")
+    table = Table((entry.name, f"{task.metric} with float", "right answers"), tuple(
+        (row["variant"], f"{row['agreement']:.3f}", f"{row['right']:.3f}" if "right" in row else "—") for row in rows))
+    write_result(args.results, __file__, f"What int8 costs {entry.name}'s task, part by part", [table],
+                 {"model": entry.name, "metric": task.metric, "rows": rows}, variant=entry.name)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""One zoo model quantized by onnxq in other modes than the default (issue 32: what keeps more of a model's compute
-quantized at its task bar): per variant, the gate's verdict, the share of MatMul/Gemm/Conv multiply-adds quantized,
+"""One zoo model quantized by onnxq in other modes than the default (what keeps more of a model's compute quantized
+at its task bar): per variant, the gate's verdict, the share of MatMul/Gemm/Conv multiply-adds quantized,
 string / label agreement with float and right answers on the held-out inputs as the package runs them, the nodes
 the fallback kept float, the wall time; with --latency, each file's latency against float (one thread, interleaved
 medians). The summary and JSON report of each variant are written beside its model.
 
     python bench/bench_zoo_variants.py [--model ppocr_rec] [--out bench/out/zoo_variants] [--latency 50] \
-        [--no-speed] default recipe-auto per-token no-fallback
+        [--no-speed] [--results bench/results] default recipe-auto per-token no-fallback
 
 The verification data and metrics are bench_zoo's (bench/zoo/models.py), the sensitivity off as bench_zoo runs
 onnxq; --no-speed leaves out the speed timing (verify.measure_speed), and with it never-slower, which acts only on
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_zoo import THREADS, agreement, fetch  # noqa: E402
-from common import interleaved_latency_ms, machine, session  # noqa: E402
+from common import Table, add_results_argument, interleaved_latency_ms, machine, session, write_result  # noqa: E402
 from zoo.flops import product_macs  # noqa: E402
 from zoo.models import ZOO  # noqa: E402
 
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/out/zoo_variants"))
     parser.add_argument("--latency", type=int, default=0, metavar="ROUNDS", help="0: no latency")
     parser.add_argument("--no-speed", action="store_true", help="onnxq without its speed timing")
+    add_results_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print("machine:", machine())
@@ -65,7 +66,7 @@ def main() -> None:
     task = entry.prepare(np.random.default_rng(0))
     macs = product_macs(model, task.feed)
     float_answers = task.answers(session(model, THREADS))
-    paths = {"float": model}
+    paths, rows = {"float": model}, {}
     for name in args.variants:
         path, report, wall = quantized(entry, model, task, name, args.out, not args.no_speed)
         paths[name] = path
@@ -78,10 +79,19 @@ def main() -> None:
         if task.truth is not None:
             row |= {"truth": agreement(task.truth, answers, task.metric),
                     "float_truth": agreement(task.truth, float_answers, task.metric)}
+        rows[name] = row
         print(name, json.dumps(row), flush=True)
+    latency = {}
     if args.latency:
         latency = interleaved_latency_ms(paths, task.feed, args.latency, threads=THREADS)
         print("latency x float:", json.dumps({k: round(v / latency["float"], 3) for k, v in latency.items()}))
+    table = Table(("variant", "within tolerance", "MACs quantized", f"{task.metric} with float", "right answers",
+                   "kept float by the fallback", "wall s", "latency × float"), tuple(
+        (name, "yes" if r["passed"] else "no", f"{r['mac_share']:.0%}", f"{r['agreement']:.3f}",
+         f"{r['truth']:.3f}" if "truth" in r else "—", str(r["kept_float_by_fallback"]), str(r["wall_s"]),
+         f"{latency[name] / latency['float']:.2f}" if latency else "—") for name, r in rows.items()))
+    write_result(args.results, __file__, f"{entry.name} in other modes than the default", [table],
+                 {"variants": rows, "latency_ms": latency}, variant=entry.name)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 record: for each configuration, the quantized model's outputs on fixed inputs under ORT_ENABLE_ALL (the deployed
 kernels) and ORT_DISABLE_ALL (the exact quantization), and the JSON report less its timings. compare: outputs
 must be byte-identical; reports equal except for timings and for fields one side lacks (new fields), each listed.
-Uses only the public API that every version since 8842267 has (onnxq.quantize, QuantConfig).
+Uses only the public API (onnxq.quantize, QuantConfig), so that an older checkout runs it too.
 """
 
 from __future__ import annotations

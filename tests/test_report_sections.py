@@ -82,7 +82,7 @@ def test_smoothing_coverage_and_speed_render_themselves(samples_dir):
 
 
 def test_the_run_reports_its_peak_memory_step_by_step(samples_dir, tmp_path):
-    """Each step's peak RSS (the high-water mark, monotone), and the step that reached the peak (issue 33: memory
+    """Each step's peak RSS (the high-water mark, monotone), and the step that reached the peak (memory
     near the model's size is a target, and this says which step misses it)."""
     pytest.importorskip("resource", reason="the OS reports no peak RSS (Windows)")
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz",

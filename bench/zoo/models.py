@@ -139,8 +139,8 @@ def _silero(rng: np.random.Generator) -> Task:
     """VAD (CNN + LSTM): espeak-ng speech in 512-sample chunks at 16 kHz, streamed as silero-vad's OnnxWrapper does
     (its own code needs torch; the loop is the same): each chunk after the last 64 samples of the one before (zeros
     first), the state carried from chunk to chunk; speech = probability > 0.5, its threshold. Every silero file
-    takes the context: fed 512 samples alone, the float model heard no speech in any of 1055 chunks, which an
-    earlier version of this task measured (all agreements 1.000 on all-silent answers)."""
+    takes the context: fed 512 samples alone, the float model hears no speech in any of 1055 chunks (all agreements
+    1.000 on all-silent answers)."""
     clips = [inputs.speech(rng) for _ in range(12)]
     chunks = [c[: len(c) // 512 * 512].reshape(-1, 512) for c in clips]
     rate = np.array(16000, np.int64)

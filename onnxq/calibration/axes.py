@@ -1,8 +1,8 @@
 """Where each input holds its samples, read off the data's lengths when the model's shapes do not say it (unnamed
-dimensions): issue 32's voice-activity detector takes `input` [batch, 512] and `state` [2, batch, 128] with no
+dimensions): a voice-activity detector (silero-vad) takes `input` [batch, 512] and `state` [2, batch, 128] with no
 names, and its data holds 64 samples of `input` beside a `state` of [2, 64, 128] — the only axis of `state` whose
 length is the others' count is axis 1. Inferred only when one count fits every input, each on exactly one axis
-that the model leaves free; otherwise the data is refused with the --sample-axis hint, as before."""
+that the model leaves free; otherwise the data is refused with the --sample-axis hint."""
 
 from __future__ import annotations
 

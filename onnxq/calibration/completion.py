@@ -1,5 +1,5 @@
-"""Inputs a language model takes that its users' data leaves out, made as its runtime makes them for a first step
-(issue 33). A decoder exported with a KV cache (Optimum's text-generation-with-past, onnxruntime-genai's builder)
+"""Inputs a language model takes that its users' data leaves out, made as its runtime makes them for a first step.
+A decoder exported with a KV cache (Optimum's text-generation-with-past, onnxruntime-genai's builder)
 takes past_key_values.L.key / .value, an attention_mask over past and new tokens, and often position_ids; what a
 user has is windows of token ids. Each rule below makes one kind of input from the batch and the model's input
 specs, in order (a later rule may read what an earlier one made); an input the data holds is never replaced.

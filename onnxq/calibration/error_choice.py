@@ -1,4 +1,4 @@
-"""Each Conv input's window chosen by the output error it costs (range_choice = "output-error", issue 32's
+"""Each Conv input's window chosen by the output error it costs (range_choice = "output-error", a
 per-tensor range choice): the calibration method's window scaled by SHRINKS, each tried on the first calibration
 samples — the tensor quantized on it, and the error (tensor − its quantized value) run through every Conv reading it
 (by ONNX Runtime, the Conv's own attributes, no bias) — and the window whose relative output error energy is least

@@ -31,7 +31,7 @@ __all__ = ["HoldoutPlan", "plan_holdout", "known_samples", "SHOWS_DEFAULT_BAR", 
 STRICTEST_DEFAULT_BAR = 0.99  # verify.task_measures.TASK_BARS' highest (class scores, labels, frames, masks)
 SHOWS_DEFAULT_BAR = units_to_show(1.0, STRICTEST_DEFAULT_BAR)  # 381 samples, none changed
 HOLD_SHARE = 0.5
-MIN_HELD = 64  # held whatever their size (the old default)
+MIN_HELD = 64  # held whatever their size
 HOLD_MAX_BYTES = 1 << 30
 
 

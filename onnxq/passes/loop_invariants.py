@@ -1,5 +1,5 @@
 """Loop-invariant weights read as the constants they are. An exporter may pass a weight into a Loop as a
-loop-carried value that starts as a main-graph initializer and that the body returns unchanged (issue 32's LSTM word
+loop-carried value that starts as a main-graph initializer and that the body returns unchanged (an LSTM word
 embedder): each iteration reads the same tensor, a constant in all but form, yet to a planner the body's MatMul
 multiplies two activations. The prepared clone's body nodes read the outer constant directly (ONNX lets a body read
 any value of the graphs around it); the carried value itself still flows through, so the Loop's outputs are the

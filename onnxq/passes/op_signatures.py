@@ -49,8 +49,8 @@ def signature(domain: str, op_type: str, version: int) -> Signature | None:
 def defined(domain: str, op_type: str, version: int) -> bool:
     """Whether ONNX or this onnxruntime defines the op at that opset version. Asked of ORT's schemas, not of its
     kernel definitions (get_all_opkernel_def): onnxruntime-gpu 1.31.1 loads every provider library for those, and
-    where TensorRT's cannot load (no libnvinfer: pip's onnxruntime-gpu alone) the process dies (SIGSEGV on an H100,
-    2026-11-27). A defined op without a CPU kernel is then named by ORT's own error when the session is made."""
+    where TensorRT's cannot load (no libnvinfer: pip's onnxruntime-gpu alone) the process dies (SIGSEGV on an H100).
+    A defined op without a CPU kernel is then named by ORT's own error when the session is made."""
     return _schema(domain, op_type, version) is not None
 
 

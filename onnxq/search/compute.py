@@ -1,7 +1,7 @@
 """How much arithmetic each product node does on one verification batch: its multiply-adds, from onnx's shape
 inference with the model's inputs fixed to that batch's shapes.
 
-The fallback quantizes its float nodes again costliest first (search.reclaim): issue 32 asks for the fewest,
+The fallback quantizes its float nodes again costliest first (search.reclaim): the aim is the fewest,
 cheapest nodes float, and the share of the compute quantized is what makes the model faster. Where inference
 leaves an output's shape open (a Reshape computed at run time, a subgraph), the node's constant weight times the
 median positions of the nodes whose shapes are known stands in: an ordering, not a figure anyone reads.

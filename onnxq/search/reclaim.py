@@ -5,7 +5,7 @@ The bisection keeps a prefix of the sensitivity ranking float; the ranking measu
 prefix holds nodes whose harm only showed beside others, and nodes whose float-ness the rest no longer needs.
 Quantizing each again (most multiply-adds first: search.compute) and keeping it quantized where the whole check
 still passes leaves a set in which no single node can be quantized again — the fewest, cheapest float nodes a
-greedy search finds (issue 32). Each try is one build and one check on all inputs: a probe on a quarter of them
+greedy search finds. Each try is one build and one check on all inputs: a probe on a quarter of them
 flips on one answer for a task metric, and a kept try must be the one the gate sees. Bounded by a count of tries.
 Deterministic: same ranking, same costs, same tries.
 """

@@ -427,7 +427,8 @@ def _switch(quantized: ir.Value, floating: ir.Value, switch: ir.Value, outputs: 
     place among the first `outputs` outputs of its graph — the model's own, past which the main graph lists the
     twins whose local error is read. Its output is named apart from every name in the model (taken): left to
     onnx_ir, it would be val_N, which an exporter's own val_N in an outer graph shadows — a body's reader of that
-    outer value would then read the Where, after it: a cycle (issue 32's unrolled VAD)."""
+    outer value would then read the Where, after it: a cycle (an unrolled voice-activity detector's exporter names
+    its values so)."""
     graph, name = floating.producer().graph, quantized.name
     where = ir.node("Where", [switch, quantized, floating], name=unique_name(f"{name}_onnxq_switch", taken))
     graph.insert_after(quantized.producer(), where)

@@ -1,4 +1,4 @@
-"""The language-model defaults (issue 33): a model recognized as a decoder language model — an output [batch,
+"""The language-model defaults: a model recognized as a decoder language model — an output [batch,
 sequence, V] over the rows of the table its input ids index — gets what its kind needs where the config leaves the
 choice open, and the summary says so:
 
@@ -6,7 +6,7 @@ choice open, and the summary says so:
   search when smooth is off and calibration data is given: SmolLM2's static per-tensor model ran 1.57x float's
   perplexity, per-token + SmoothQuant 1.02x (README, Language models);
 - blocks.accuracy_level unset → 4 (int8 activations per block) for 4-bit weights on a CPU target: decode 4.3x
-  float's speed instead of 2.7x at +0.003x perplexity (issue 33); the gate checks the result on the deployed
+  float's speed instead of 2.7x at +0.003x perplexity (SmolLM2-135M); the gate checks the result on the deployed
   kernels. 0 for a GPU target.
 - blocks.vocabulary_bits unset → 8 for 4-bit weights: the token table and the lm_head (one table when tied) join
   the 8-bit tier (blocks.int8_nodes); the sensitivity ranks them first, and SmolLM2-135M's perplexity goes 1.090x →

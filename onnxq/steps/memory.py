@@ -1,6 +1,6 @@
 """The run's peak resident memory after each step (the process's high-water mark, so a step's figure is the peak
 up to its end): which step sets the peak, against the float model's size — what decides whether a model can be
-quantized on a given machine (issue 33: a 7B model's 28 GB on a 64 GB machine)."""
+quantized on a given machine (a 7B model's 28 GB on a 64 GB machine, say)."""
 
 from __future__ import annotations
 

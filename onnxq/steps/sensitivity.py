@@ -18,7 +18,7 @@ __all__ = ["sensitivity", "wants_fallback", "DEPLOYED_MAX_WEIGHT_BYTES"]
 # Above this much float weight the ranking runs on the exact quantization: a deployed (ORT_ENABLE_ALL) session owns a
 # copy of every weight it is given, float and quantized twins alike, where an unoptimized session computes on the
 # memory-mapped weights in place. A 2.3 GB model peaked at 6.1 GB with it (2.7x its size; 1.37x without); the genai
-# SmolLM2-135M (0.54 GB) at 6.3 GB with it, 3.8 GB without, its groups ranked in the same order (issue 33). Below
+# SmolLM2-135M (0.54 GB) at 6.3 GB with it, 3.8 GB without, its groups ranked in the same order. Below
 # this bound (every CNN of the zoo, MiniLM) the copies cost less than the verification's own sessions.
 DEPLOYED_MAX_WEIGHT_BYTES = 256_000_000
 

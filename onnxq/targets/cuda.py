@@ -1,6 +1,6 @@
 """NVIDIA GPUs through ONNX Runtime's CUDA execution provider: the forms CUDA runs fast or small, nothing else.
 
-What CUDA EP runs (targets.ort_kernels; measured on an H100 with onnxruntime-gpu 1.31.1, issue 31, MiniLM at
+What CUDA EP runs (targets.ort_kernels; measured on an H100 with onnxruntime-gpu 1.31.1, MiniLM at
 batch 32 × 128, float = 1): int8 QDQ runs as DequantizeLinear + float MatMul (0.76×: no fused int8 product on
 CUDA), and the integer operators (MatMulIntegerToFloat, DynamicQuantizeLinear, QGemm, QLinear*) have no CUDA
 kernel and fall back to the CPU with copies (dynamic 0.028×, per-token 0.028×, qoperator 0.034×). So int8

@@ -5,9 +5,9 @@ where it is present, the prediction is checked against the real session's profil
 reported, so a new onnxruntime that changes its registrations shows up as a finding, not a silent error.
 
 Source: onnxruntime's kernel registrations, `onnxruntime/core/providers/cuda/cuda_execution_provider.cc` and
-`onnxruntime/contrib_ops/cuda/cuda_contrib_kernels.cc` (main, commit 004b79e, read 2026-11-24; 1.31 registers the
-same for these ops), and the H100 run of issue 31 (onnxruntime-gpu 1.31.1): MatMulIntegerToFloat and
-DynamicQuantizeLinear fell back to the CPU with copies, MatMulNBits ran on CUDA, DequantizeLinear → MatMul ran
+`onnxruntime/contrib_ops/cuda/cuda_contrib_kernels.cc` (main, commit 004b79e; 1.31 registers the same
+for these ops), and a profiled run on an H100 (onnxruntime-gpu 1.31.1): MatMulIntegerToFloat and
+DynamicQuantizeLinear fall back to the CPU with copies, MatMulNBits runs on CUDA, DequantizeLinear → MatMul runs
 unfused on CUDA. The CPU provider registers every op onnxq writes for every type it writes (it is ORT's fallback).
 """
 

@@ -14,7 +14,7 @@ inequality on the same reference:
 A correct model therefore always meets the bound; a quantized model that runs differently on one provider (a
 kernel that saturates there, a scale rounded the other way in every sample) fails that provider's own gate and this
 one. The quantized model's agreement between providers is not held to anything tighter by default: a rounding flip
-of a run-time scale moves each provider's outputs as far from the other as from float (issue 31's H100 runs:
+of a run-time scale moves each provider's outputs as far from the other as from float (MiniLM on an H100:
 CPU vs CUDA cosine 0.9886 where each was 0.9927 from float). SQNR and top-k agreement have no bound of this kind
 here (the agreement's SQNR is measured against the CPU's quantized output, not float's power): reported, not gated.
 `verify.provider_agreement` set by the user replaces the derived bound.

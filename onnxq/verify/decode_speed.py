@@ -1,4 +1,4 @@
-"""A decoder's speed as it is used: one token at a time with its KV cache (issue 33). The default speed line times a
+"""A decoder's speed as it is used: one token at a time with its KV cache. The default speed line times a
 batch of whole windows — a prefill — where a 4-bit model reads 0.73x float while it decodes 4.3x faster: decoding
 reads every weight for one token, so it is bound by memory, which 4-bit weights cut by 8.
 

@@ -114,7 +114,7 @@ def _rounds(sessions: list, batch: Batch, rounds: int, budget_s: float) -> list[
 def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weight_only: bool = False) -> list[str]:
     """A note per provider where the quantized model is not faster than float, with what to do about it there:
     --check-speed (unless it ran: searched) where the target is deployed on that provider, the right target where
-    it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies: issue 31). A
+    it is not (int8 forms run on CUDA as DequantizeLinear + float, or on the CPU with copies). A
     weight-only model's blocks are for size and memory-bound decoding, which one batch's timing does not see:
     --check-speed does not trade them, so it is not offered for them. A timing too small to mean anything
     (SpeedCheck.meaningful) gets no note: its line says so."""

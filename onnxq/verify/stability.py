@@ -3,14 +3,13 @@ where the float model does not hold its decisions that finely, no quantized mode
 
 The step of an input is its data's own resolution: the smallest gap between its distinct values (1/255 for an image
 read from 8 bits, 1/32768 for 16-bit audio; for continuous data a gap of float32's rounding, which moves nothing).
-Each float input is moved by uniform noise of up to one step either way (one least-significant step of input noise,
-as issue 32 words it: the data could as well have been recorded one level up or down) and the float model's task
-answer is compared with its own (issue 32's acceptance: each output's task agreement at
-its bar, or, where the float model is less stable than that, at the agreement it keeps with itself). Integer inputs
-(ids, masks) and inputs fed whole with every batch are left alone, and so is data on fewer than COARSE_LEVELS
-levels over its range (counts, categories, scikit-learn's 17-level digits): one level there is another input, not a
-rounding of the same one — the float MLP of those digits kept 0.41 of its answers under it, which made 0.41 the
-gate's bar. Seeded: the same data gives the same figure.
+Each float input is moved by uniform noise of up to one step either way (one least-significant step of input noise:
+the data could as well have been recorded one level up or down) and the float model's task answer is compared
+with its own: each output's task agreement is held to its bar, or, where the float model is less stable than
+that, to the agreement it keeps with itself. Integer inputs (ids, masks) and inputs fed whole with every batch are
+left alone, and so is data on fewer than COARSE_LEVELS levels over its range (counts, categories, scikit-learn's
+17-level digits): one level there is another input, not a rounding of the same one — the float MLP of those digits
+keeps 0.41 of its answers under it, which would make 0.41 the gate's bar. Seeded: the same data gives the same figure.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ __all__ = ["OutputTask", "DetectionSet", "MEASURES", "TASK_BARS", "TASK_FLOOR", 
 
 # The share each kind must keep by default. A string of ~10 characters read off ~30 decision-carrying frames
 # changes when any one of them moves: at the 99 % per-decision bar of the other kinds, about 3 % of such strings
-# would change, so sequences are held to 0.97 (the acceptance bar issue 32 sets for strings).
+# would change, so sequences are held to 0.97.
 # Detections (verify.detection_sets): of the detections either model is confident of (score >= 0.5), the share both
 # are — the same box (IoU >= 0.5), label and side of the threshold. 0.95, not 0.99: an image holds a handful of
 # confident objects, and a score near the threshold crosses it with any change (the float model's own crossings
@@ -46,7 +46,7 @@ TASK_WORDS = {"top1": "top-1 agreement", "sequence": "decoded-sequence agreement
               "packed-detections": "detections kept", "decoded": "decoded-sequence agreement (to the end token)"}
 # A language model's next-token logits are gated on the perplexity ratio (quantized / float, on the verification
 # data's own next tokens), not on their top-1 agreement: among near-equal candidates a changed next token is no
-# wrong answer (SmolLM2-135M: a W8A8 model at 1.02x perplexity changes many). 1.15 passes what issue 33 calls good
+# wrong answer (SmolLM2-135M: a W8A8 model at 1.02x perplexity changes many). 1.15 passes good models
 # (W8A8 1.03x, 4-bit 1.10x, with room for the noise of a few windows) and fails the 1.6x static model.
 PERPLEXITY_BAR = 1.15
 

@@ -1,6 +1,6 @@
 """Which task metric each output gets, from what the output says it is: its producer in the float graph, its name,
 and the float model's values on the first verification batch. Cosine and SQNR on raw outputs do not see an answer
-change (issue 32: a captcha reader kept cosine 0.998 while 15 % of its strings changed), so an output that holds
+change (a captcha reader keeps cosine 0.998 while 15 % of its strings change), so an output that holds
 decisions is gated on the share of them the quantized model keeps (verify.task_measures).
 
 The rules, tried in order (a registry: a new kind of output is one function and one entry); the first that

@@ -1,4 +1,4 @@
-"""Calibration observes values inside If / Loop / Scan bodies (issue 19, scope 4): each is threaded out of its body
+"""Calibration observes values inside If / Loop / Scan bodies: each is threaded out of its body
 as a bag (calibration.bodies), and its observer must see exactly what the body computed — every execution, every
 iteration, nested too — and nothing where the body did not run. The graph's arithmetic is exact in float32 (×2,
 +1, ×0.5, negation), so the numpy reference is bit-equal."""

@@ -30,7 +30,7 @@ def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
 
 def test_onnx_runtime_s_reason_is_kept_whole_on_one_line(rng, tmp_path, capsys):
     """A batch the model cannot take: ORT names the shapes at fault past its message's first line ("Input
-    shape:{8,6}, requested shape:{5,-1}"); the one error line keeps all of it (issue 19, scope 7)."""
+    shape:{8,6}, requested shape:{5,-1}"); the one error line keeps all of it."""
     from onnxq.cli import main
     from onnxq.io import save_model
 

@@ -1,4 +1,4 @@
-"""Calibration sharded on Ray (issue 33, scope 5): a local cluster of 2 workers started by the test, each an actor
+"""Calibration sharded on Ray: a local cluster of 2 workers started by the test, each an actor
 with one ONNX Runtime session over its shards; the merged summary is the single-process one, bit for bit."""
 
 import json

@@ -1,7 +1,7 @@
 """Models that take one sample per run, with no batch axis (torchvision's detection models take one image
-[3, H, W]). Their first dimension used to be read as a fixed batch: data of N samples came back as "shape (3, 3,
-320, 320) but the model expects rank 3" — a shape the user never gave. Now the data's shapes say it (rank one more
-than the model's, the rest the model's own) and each run is fed one sample, as onnxruntime.quantization's readers
+[3, H, W]). Their first dimension is not a fixed batch (read as one, data of N samples would come back as "shape
+(3, 3, 320, 320) but the model expects rank 3" — a shape the user never gave): the data's shapes say it (rank one
+more than the model's, the rest the model's own) and each run is fed one sample, as onnxruntime.quantization's readers
 do; data that cannot say it (batches given one by one) gets one line naming the flag."""
 
 import json

@@ -1,4 +1,4 @@
-"""The corpus's second part (issue 17): outputs that would land on an input or on each other, paths that are not
+"""The corpus's second part: outputs that would land on an input or on each other, paths that are not
 regular files (FIFOs, devices, folders), unnamed and repeated node names, malformed tensors, values out of range,
 and valid models that were refused (small external tensors, sparse weights, fixed batch sizes).
 

@@ -1,5 +1,5 @@
 """A small decoder language model with a KV cache, in the I/O of Hugging Face Optimum's text-generation-with-past
-export (issue 33): inputs input_ids, attention_mask [batch, past + sequence], position_ids and, per layer,
+export: inputs input_ids, attention_mask [batch, past + sequence], position_ids and, per layer,
 past_key_values.L.key / .value [batch, heads, past_sequence_length, head_dim]; outputs logits [batch, sequence,
 vocab] and present.L.key / .value (the past with this step's keys and values appended). Causal attention over the
 cache, RMS norms, tied embedding and lm_head — built with onnx.helper, standard ops only."""

@@ -1,4 +1,4 @@
-"""An unrolled bidirectional RNN of the shape that broke GPTQ's memory (issue 17): every time step of each
+"""An unrolled bidirectional RNN of the shape that strains GPTQ's memory: every time step of each
 direction multiplies the step's input by W and the previous state by R, so 4 shared weights are read by 4 × steps
 Gemms (80 for 20 steps) — each with its own activation. Built with onnx.helper, as exporters unroll such cells."""
 

@@ -1,7 +1,6 @@
 """Task-level agreement: the share of argmax decisions kept, and the share of float answers among the quantized top
 k, as metrics and tolerances. A classifier whose two top classes are nearly tied keeps cosine ≈ 1 after int8
-quantization while its answers change; the cosine gate passes it, the argmax gate does not, a top-2 gate does
-(issue 19, scope 9)."""
+quantization while its answers change; the cosine gate passes it, the argmax gate does not, a top-2 gate does."""
 
 import numpy as np
 import onnx_ir as ir
@@ -58,7 +57,7 @@ def test_the_gate_fails_when_cosine_holds_but_answers_change(rng, tmp_path, caps
     [logits] = report.verification.outputs
     # Measured (seeded, AVX2): cosine 0.999999, yet 19 of the 40 held-out answers flip between the two tied classes
     # (agreement 0.525); bounded loosely since other CPUs' kernels round a few ties the other way. The default gate
-    # judges the logits' top-1 (issue 32) and fails it; one node: the fallback cannot keep "all but one" float.
+    # judges the logits' top-1 and fails it; one node: the fallback cannot keep "all but one" float.
     assert logits.metrics.cosine_mean > 0.9999 and not report.passed
     assert logits.metrics.task == "top1" and any("top-1 agreement" in f for f in logits.failures)
     assert logits.metrics.decisions == 200 and logits.metrics.argmax_agreement <= 0.75  # half of 400 held out

@@ -1,4 +1,4 @@
-"""Ops that onnxruntime runs but onnx.defs does not define (issue 33): onnxruntime-genai's model builder writes
+"""Ops that onnxruntime runs but onnx.defs does not define: onnxruntime-genai's model builder writes
 SimplifiedLayerNormalization (ONNX domain in ORT) and com.microsoft's SkipSimplifiedLayerNormalization into every
 model. onnxq asks ORT's own schemas, accepts them, leaves them float and quantizes around them; an op
 neither defines is still refused in one line."""
@@ -45,8 +45,8 @@ def test_ort_is_asked_which_ops_it_defines():
 
 def test_ort_s_kernel_definitions_are_never_asked(rng, tmp_path, monkeypatch):
     """onnxruntime-gpu 1.31.1's get_all_opkernel_def loads every provider library, and where TensorRT's cannot load
-    (pip's onnxruntime-gpu without libnvinfer) the process dies with SIGSEGV (an H100, 2026-11-27: every genai file
-    crashed onnxq there). Recorded here as a query that fails: a builder block still quantizes."""
+    (pip's onnxruntime-gpu without libnvinfer) the process dies with SIGSEGV (on an H100, every genai file
+    would crash onnxq). Recorded here as a query that fails: a builder block still quantizes."""
     def crash():
         raise AssertionError("get_all_opkernel_def called: it kills onnxruntime-gpu processes without TensorRT")
     monkeypatch.setattr(ort.capi.onnxruntime_pybind11_state, "get_all_opkernel_def", crash)

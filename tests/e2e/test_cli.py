@@ -72,9 +72,9 @@ def test_config_file_and_flags(work, capsys):
 
 
 def test_flags_apply_before_the_config_file_is_checked(work, capsys):
-    """Issue 33: a file's [blocks] (weight-only settings) with --weights int4 was refused — the file was checked
-    alone, in its int8 default — although flags override the file. The two together are a 4-bit config; and
-    --accuracy-level sets MatMulNBits' accuracy_level over the file's."""
+    """A file's [blocks] (weight-only settings) with --weights int4 is a 4-bit config, not a refusal: the file is
+    checked with the flags that override it, not alone in its int8 default; and --accuracy-level sets MatMulNBits'
+    accuracy_level over the file's."""
     (work / "q.toml").write_text("[blocks]\naccuracy_level = 1\nsize = 16\n")
     out = work / "out.onnx"
     code = main([str(work / "mlp.onnx"), "--config", str(work / "q.toml"), "--weights", "int4", "--accuracy-level",

@@ -1,6 +1,6 @@
 """Weights that come from Constant nodes (as exporters often write them), or through Identity or a Cast to float32 of
 an initializer, are quantized in every mode and format, with and without calibration data, and the result is
-verified for real (issue 19, scope 6: `--weights int4` used to crash on Constant weights)."""
+verified for real (`--weights int4` included)."""
 
 import numpy as np
 import onnx_ir as ir

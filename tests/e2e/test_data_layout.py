@@ -1,4 +1,4 @@
-"""Data as real models need it (issue 19, scope 7): a recurrent state whose samples lie on axis 1, a scalar input held
+"""Data as real models need it: a recurrent state whose samples lie on axis 1, a scalar input held
 constant, a fixed batch on the state's axis — inferred from the model's dimension names, or said in the config, on
 the command line and to the API."""
 
@@ -65,8 +65,9 @@ def test_a_state_on_axis_1_and_a_constant_scalar_quantize_and_verify(rng):
 
 
 def test_unnamed_dims_are_inferred_from_the_datas_lengths(rng, tmp_path, capsys):
-    """Issue 32's VAD: nothing in the model says where the state's samples are, but its data does — 80 samples of x
-    beside a state [2, 80, 8]: axis 1 is the only one of the state's axes holding 80 (and the model leaves it open)."""
+    """A voice-activity detector's layout: nothing in the model says where the state's samples are, but its data
+    does — 80 samples of x beside a state [2, 80, 8]: axis 1 is the only one of the state's axes holding 80 (and the
+    model leaves it open)."""
     model = _stateful(rng, batch="batch", state_batch="n")
     report = onnxq.quantize(model, _data(rng)).report
     assert report.calibration_samples == 72 and report.verification.samples == 8

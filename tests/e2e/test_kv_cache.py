@@ -1,4 +1,4 @@
-"""A decoder with a KV cache, fed what its users have — windows of token ids (issue 33): onnxq makes the empty
+"""A decoder with a KV cache, fed what its users have — windows of token ids: onnxq makes the empty
 caches and the position ids a first step takes, says so, and writes a file with the model's own inputs and outputs
 that decodes with its cache as the float model does. Errors stay one short line however many inputs the model has.
 """

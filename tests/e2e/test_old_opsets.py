@@ -1,5 +1,5 @@
 """A model below opset 13 is converted by onnx's version converter and quantized; the report says so, and the
-verification compares with the model as given (issue 19, scope 5). Softmax changed meaning at opset 13 (axis:
+verification compares with the model as given. Softmax changed meaning at opset 13 (axis:
 one axis instead of everything from it on), so a conversion that kept the attribute as it was would fail here."""
 
 import numpy as np

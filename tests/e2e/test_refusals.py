@@ -1,4 +1,4 @@
-"""Issue 32's refusals, each on a small model built here with the shape of the real one that hit it: a file with
+"""Refusals real models meet, each on a small model built here with the shape of the real one: a file with
 unused initializers (which ORT drops, then refuses the buffer handed over for), and 4-bit weights read inside an If
 branch that no calibration sample takes (its inputs are empty)."""
 
@@ -134,9 +134,9 @@ def _body_reads_outer_val_names(rng) -> onnx.ModelProto:
 
 
 def test_the_sensitivity_switch_model_stays_acyclic_when_outer_names_look_like_its_own(rng, tmp_path):
-    """The switch model's Where outputs were left to onnx_ir to name (val_N): a branch's reader of the outer val_N
-    then read the Where, after it — ORT: "the graph is not acyclic" (issue 32's unrolled VAD, whose exporter names
-    its values val_N). Now every added name is apart from the model's."""
+    """Every name the switch model adds is apart from the model's: left to onnx_ir (val_N), a branch's reader of an
+    outer val_N would read the Where, after it — ORT: "the graph is not acyclic" (an unrolled voice-activity
+    detector's exporter names its values val_N)."""
     path = tmp_path / "outer_names.onnx"
     onnx.save(_body_reads_outer_val_names(rng), path)
     report = onnxq.quantize(path, {"x": rng.normal(0, 1, (64, 32)).astype(np.float32)}).report

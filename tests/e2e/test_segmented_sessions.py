@@ -1,4 +1,4 @@
-"""A large model's sessions without optimizations run a segment of nodes at a time (issue 33's memory near the model's
+"""A large model's sessions without optimizations run a segment of nodes at a time (memory near the model's
 size, io.segments): the same outputs bit for bit as one session over the whole graph — a contrib op's outputs at a
 cut, a body reading a value from an earlier segment, a whole quantization run — with at most one segment's
 memory-mapped weights resident after a run."""

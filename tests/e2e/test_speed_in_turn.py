@@ -1,6 +1,6 @@
-"""A large model's speed is timed one model after the other (issue 33's memory near the model's size): the float and
-the quantized deployed sessions, each owning its weights, are never alive at once — both at once they were the peak of
-SmolLM2-135M's default run. Smaller models keep both sessions, timed in alternation."""
+"""A large model's speed is timed one model after the other (memory near the model's size): the float and
+the quantized deployed sessions, each owning its weights, are never alive at once — both at once they would be the
+peak of SmolLM2-135M's default run. Smaller models keep both sessions, timed in alternation."""
 
 from __future__ import annotations
 

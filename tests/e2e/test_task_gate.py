@@ -1,6 +1,6 @@
-"""The gate sees the task by default (issue 32): a classifier whose int8 form keeps cosine 0.998 on its logits while
+"""The gate sees the task by default: a classifier whose int8 form keeps cosine 0.998 on its logits while
 a fifth of its answers change fails the default gate, and the default fallback restores every answer with the fewest
-nodes kept float; cosine alone (the old default) passes it."""
+nodes kept float; cosine alone passes it."""
 
 import itertools
 
@@ -84,7 +84,7 @@ def test_the_command_line_fails_without_the_fallback_and_cosine_alone_misses_it(
     assert main([*common, "--no-fallback", "-o", str(tmp_path / "q1.onnx")]) == 1
     out = capsys.readouterr().out
     assert "FAIL: top-1 agreement" in out and "OUT OF TOLERANCE" in out
-    # The numeric bars alone (the old default) pass the model that changes a fifth of its answers.
+    # The numeric bars alone pass the model that changes a fifth of its answers.
     assert main([*common, "--no-fallback", "--task-metric", "numeric", "-o", str(tmp_path / "q2.onnx")]) == 0
     assert "result: within tolerance" in capsys.readouterr().out
 

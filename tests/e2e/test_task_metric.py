@@ -1,5 +1,5 @@
 """verify.task_metric: the user's own evaluation, gated beside the tolerances, ranked by sensitivity and met by the
-fallback (issue 19, scope 9). The model: a hidden layer, then a classifier whose two top classes are nearly tied, so
+fallback. The model: a hidden layer, then a classifier whose two top classes are nearly tied, so
 that int8 keeps cosine ≈ 1 while its answers change."""
 
 import json

@@ -1,4 +1,4 @@
-"""ConvTranspose, GRU and RNN stay float with the reason (issue 19, scope 1 and 3): ORT's CPU provider has no integer
+"""ConvTranspose, GRU and RNN stay float with the reason: ORT's CPU provider has no integer
 kernel for them. The premise is checked on the installed onnxruntime, so a release that adds one fails here."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""LSTM → com.microsoft DynamicQuantizeLSTM (issue 19, scope 3): int8 W and R per gate row, X and the hidden state
+"""LSTM → com.microsoft DynamicQuantizeLSTM: int8 W and R per gate row, X and the hidden state
 quantized at run time inside ORT's kernel; its U8S8 GEMMs saturate on AVX2 like MatMul's, so a saturating target
 gets pair-limited weights. Gate-reordering Slice → Concat → Unsqueeze chains (PyTorch's export) fold into weights."""
 

@@ -1,4 +1,4 @@
-"""Nothing skipped in silence (issue 32, scope 4): every node holding weights that no planner decided on is a skip
+"""Nothing skipped in silence: every node holding weights that no planner decided on is a skip
 with its reason — an op no planner knows, an op type left out of op_types (the fused ops of ORT's transformer
 optimizer, Attention and EmbedLayerNormalization, have planners: handlers/attention.py, embed_layer_norm.py) — and
 small constants (a LayerNorm's scales, a shape) are not weights."""

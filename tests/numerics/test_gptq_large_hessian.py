@@ -1,9 +1,9 @@
 """numpy 2.4's Cholesky (OpenBLAS 0.3.31) ends the process with SIGSEGV on a matrix of K ≈ 16000 or more under the
-default 8 MiB stack — the XᵀX of a 3×3 Conv over 2048 channels (torchvision's FCN-ResNet50 head, K = 18432) ended a
-static run that way (such a Conv is rounded to nearest now); a 4-bit MatMul's can be as wide (Llama-70B's down
+default 8 MiB stack — the XᵀX of a 3×3 Conv over 2048 channels (torchvision's FCN-ResNet50 head, K = 18432; a static
+run rounds such a Conv to nearest); a 4-bit MatMul's can be as wide (Llama-70B's down
 projections: K = 28672). GPTQ factors such a matrix by halves (numerics.gptq._cholesky_in_place). In a child
-process: a crash would end the test run. Two minutes and 6.4 GB of peak RSS on 2 cores (AMD EPYC family 25 model 1,
-the thirty-fifth session; H, its damped copy and the check's second copy are 2.1 GB each): slow step."""
+process: a crash would end the test run. Two minutes and 6.4 GB of peak RSS on 2 cores (AMD EPYC family 25 model 1;
+H, its damped copy and the check's second copy are 2.1 GB each): slow step."""
 
 import subprocess
 import sys

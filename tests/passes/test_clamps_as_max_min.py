@@ -58,7 +58,7 @@ def test_the_product_runs_on_an_integer_kernel(op, reader, config, clamp, rng, t
     written = [n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node]
     assert clamp not in written and "Max" in written and ("Min" in written) == (clamp == "Clip")
     ops = _deployed_ops(tmp_path / "q.onnx", tmp_path)
-    assert _INTEGER[op] in ops and "FusedGemm" not in ops  # before: DequantizeLinear + float MatMul / FusedGemm
+    assert _INTEGER[op] in ops and "FusedGemm" not in ops  # not DequantizeLinear + float MatMul / FusedGemm
     expected = _run(proto.SerializeToString(), x)
     got = _run(str(tmp_path / "q.onnx"), x)
     assert np.dot(got.ravel(), expected.ravel()) / (np.linalg.norm(got) * np.linalg.norm(expected)) > 0.999

@@ -1,4 +1,4 @@
-"""A kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace (passes/conv_transpose_as_conv.py, issue 32): the
+"""A kernel = stride ConvTranspose made a 1×1 Conv + DepthToSpace (passes/conv_transpose_as_conv.py): the
 same outputs under ORT, every other ConvTranspose untouched, and the rewritten one quantized as a Conv."""
 
 import numpy as np

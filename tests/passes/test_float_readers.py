@@ -49,7 +49,7 @@ def test_a_float_conv_after_a_requantized_output_runs_float_on_ort(between, rng,
     assert sorted(e.name for e in result.report.quantized) == ["conv1", "conv3"]
     _session(tmp_path / "q.onnx", ort.GraphOptimizationLevel.ORT_ENABLE_ALL, tmp_path / "deployed.onnx")
     ops = [n.op_type for n in onnx.load(tmp_path / "deployed.onnx").graph.node]
-    # Before: 3 QLinearConv — conv2 quantized per tensor by ORT.
+    # Not 3 QLinearConv: conv2, excluded, is not quantized per tensor by ORT either.
     assert ops.count("QLinearConv") == 2 and sum(op in ("Conv", "FusedConv") for op in ops) == 1
     held = x[:8]
     deployed = _session(tmp_path / "q.onnx", ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": held})[0]

@@ -58,8 +58,8 @@ def test_a_model_without_initializer_inputs_is_left_as_it_is(rng):
 
 
 def test_the_planners_see_the_weights_after_preparation(rng):
-    """Before: 'B is an initializer that is also a graph input', nothing to quantize (the Model Zoo's opset 7-9
-    CNNs, old PyTorch exports with keep_initializers_as_inputs)."""
+    """Initializers that are also graph inputs (the Model Zoo's opset 7-9 CNNs, old PyTorch exports with
+    keep_initializers_as_inputs) are weights to quantize, not 'B is an initializer that is also a graph input'."""
     model, notes = prepared(ir.serde.deserialize_model(_ir3_model(rng)))
     plans, skips = plan_model(model.graph, QuantConfig(), "static")
     assert sorted(p.node.name for p in plans) == ["gemm", "mm"] and skips == []

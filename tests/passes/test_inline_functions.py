@@ -71,7 +71,7 @@ def _planned(model: ir.Model) -> list[str]:
 def test_each_call_is_inlined_with_its_products_named_under_the_call(rng):
     proto = _model(rng)
     given = ir.serde.deserialize_model(proto)
-    assert _planned(given) == ["head"]  # before: the calls' four products were left float
+    assert _planned(given) == ["head"]  # the calls' four products are not seen before inlining
     inlined, note = inlined_functions(given)
     assert _planned(inlined) == ["blk1/fc1", "blk1/fc2", "blk2/fc1", "blk2/fc2", "head"]
     assert not inlined.functions

@@ -1,4 +1,4 @@
-"""MatMul / Gemm inside If branches and Loop bodies, nested too (issue 19, scope 4): planned per body in the run's
+"""MatMul / Gemm inside If branches and Loop bodies, nested too: planned per body in the run's
 mode (static: calibration observes a body's values through its outputs, tests/calibration/test_body_values.py),
 rewritten as a model of its own, the outer float weights they read dropped; ORT runs every body's product on an
 integer kernel."""

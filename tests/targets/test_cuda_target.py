@@ -1,4 +1,4 @@
-"""Target cuda (issue 31): only forms CUDA EP runs fast or small — weight-only MatMulNBits blocks with float16
+"""Target cuda: only forms CUDA EP runs fast or small — weight-only MatMulNBits blocks with float16
 compute — and why in the report; int8 activations refused with the measured reason; cpu+cuda, one file good on
 both. On a machine without CUDA the file is checked on this CPU and its CUDA placement predicted; on one with CUDA
 it runs there (the cuda-marked test)."""

@@ -1,8 +1,8 @@
-"""Placement per provider (issue 31): a quantized node counts as on an integer kernel of a provider only when it ran
+"""Placement per provider: a quantized node counts as on an integer kernel of a provider only when it ran
 there; where the provider is absent, ORT's kernel registrations predict it (targets.ort_kernels), and where it is
 present the prediction is checked against the session.
 
-The CUDA facts come from issue 31's H100 run (onnxruntime-gpu 1.31.1): a dynamic model's products ran as
+The CUDA facts come from an H100 run (onnxruntime-gpu 1.31.1): a dynamic model's products run as
 MatMulIntegerToFloat on the CPU with copies each way, a QDQ model's as DequantizeLinear + float MatMul on CUDA,
 an int4 model's as MatMulNBits on CUDA. The profiles below are ORT's event format with those placements."""
 
@@ -58,8 +58,8 @@ def _profile(ran: dict[str, tuple[str, str]], copies: int) -> list[dict]:
 
 
 def test_a_fallback_to_the_cpu_is_not_counted_as_a_cuda_integer_kernel(forms):
-    """Issue 31's summary said '36/36 quantized nodes on integer kernels' right above '74 node(s) fell back to
-    CPU: 36 MatMulIntegerToFloat': the CPU's kernels were counted for CUDA."""
+    """Never '36/36 quantized nodes on integer kernels' right above '74 node(s) fell back to CPU: 36
+    MatMulIntegerToFloat': the CPU's kernels are not counted for CUDA."""
     nodes = quantized_nodes(forms["dynamic"])
     ran = {n: ("MatMulIntegerToFloat", CPU) for n in nodes} | {"/attention/Softmax": ("Softmax", CUDA)}
     placement = placement_from_profile(CUDA, _profile(ran, copies=12), nodes)
@@ -113,9 +113,9 @@ def test_cuda_placement_matches_the_table(forms, samples_dir, form):
 
 
 def test_shape_arithmetic_left_on_the_cpu_is_not_a_fallback(forms):
-    """The H100 run of 2026-11-26 (MiniLM, onnxruntime-gpu 1.31.1): every form's CUDA session ran 13 Gather, 13
-    Unsqueeze and 12 Concat on the CPU — the shape computations ORT places there on purpose, with CUDA kernels of
-    their own — and the report warned '38 node(s) fell back to CPU'. A float node on the CPU still is one."""
+    """On an H100 (MiniLM, onnxruntime-gpu 1.31.1) every form's CUDA session runs 13 Gather, 13 Unsqueeze and 12
+    Concat on the CPU — the shape computations ORT places there on purpose, with CUDA kernels of their own — and
+    these are no '38 node(s) fell back to CPU'. A float node on the CPU still is one."""
     nodes = quantized_nodes(forms["qdq"])
     events = _profile({n: ("MatMul", CUDA) for n in nodes}, copies=0)
     shapes = {"Gather": [{"int64": []}], "Unsqueeze": [{"int64": [1]}], "Concat": [{"int64": [3]}]}

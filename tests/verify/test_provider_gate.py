@@ -1,8 +1,8 @@
-"""The gate per provider (issue 31): each provider's quantized outputs against the one float reference; the
+"""The gate per provider: each provider's quantized outputs against the one float reference; the
 agreement between providers held to the bound two in-tolerance providers always meet (verify.agreement).
 
-No GPU is needed: verify.comparisons takes arrays, so the rules run here on outputs shaped like the H100 run's
-(issue 31: all-MiniLM-L6-v2 dynamic, CPU 0.9927 and CUDA 0.9926 from float, 0.9886 from each other), and on a
+No GPU is needed: verify.comparisons takes arrays, so the rules run here on outputs shaped like an H100 run's
+(all-MiniLM-L6-v2 dynamic, CPU 0.9927 and CUDA 0.9926 from float, 0.9886 from each other), and on a
 provider whose kernel saturates."""
 
 import math
@@ -59,8 +59,8 @@ def test_every_pair_within_tolerance_meets_the_bound(rng, errors):
             assert (1 - agreement) >= 0.94 * (1 - bound)
 
 
-def _issue31_like(rng, samples: int = 500) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A float sentence embedding and two quantized runs at issue 31's distances: independent rounding on each
+def _h100_like(rng, samples: int = 500) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A float sentence embedding and two quantized runs at the H100 run's distances: independent rounding on each
     provider (a run-time scale rounded one way on the CPU, the other on CUDA)."""
     reference = rng.standard_normal((samples, 384))
     return reference, _noisy(rng, reference, 0.9927), _noisy(rng, reference, 0.9926)
@@ -73,10 +73,10 @@ def _compare(reference, cpu, cuda, cuda_float=None, config=VerifyConfig()):
     return comparisons.result(config)
 
 
-def test_issue31_runs_pass_each_provider_and_the_agreement(rng):
-    """The H100 run exited 1 on every int8-activation mode: its fixed bar (cosine 0.999 between providers) failed
-    models that were within tolerance on both. The derived bar (0.92 for cosine 0.98) passes them."""
-    reference, cpu, cuda = _issue31_like(rng)
+def test_runs_at_the_h100_s_distances_pass_each_provider_and_the_agreement(rng):
+    """A fixed bar (cosine 0.999 between providers) fails models within tolerance on both, MiniLM on an H100 in
+    every int8-activation mode; the derived bar (0.92 for cosine 0.98) passes them."""
+    reference, cpu, cuda = _h100_like(rng)
     found = _compare(reference, cpu, cuda)
     (cpu_check,), (cuda_check,) = found.outputs[CPU], found.outputs[CUDA]
     assert cpu_check.passed and cuda_check.passed
@@ -84,8 +84,8 @@ def test_issue31_runs_pass_each_provider_and_the_agreement(rng):
     (agreement,) = found.agreement[CUDA]
     assert agreement.metrics.cosine_mean == pytest.approx(0.9853, abs=0.003)  # as far apart as each from float
     assert agreement.passed and found.bounds["sentence_embedding"].min_cosine == pytest.approx(0.92)
-    old_bar = _compare(reference, cpu, cuda, config=VerifyConfig(provider_agreement=Tolerance(min_cosine=0.999)))
-    assert not old_bar.agreement[CUDA][0].passed  # what issue 31 saw
+    fixed_bar = _compare(reference, cpu, cuda, config=VerifyConfig(provider_agreement=Tolerance(min_cosine=0.999)))
+    assert not fixed_bar.agreement[CUDA][0].passed
 
 
 def test_a_provider_whose_kernel_saturates_fails_its_gate_and_the_agreement(rng):
@@ -93,7 +93,7 @@ def test_a_provider_whose_kernel_saturates_fails_its_gate_and_the_agreement(rng)
     against float while the CPU passes; once the defect moves it further from the CPU than two in-tolerance
     providers can be, the agreement fails too and names it. A milder defect fails the provider's own gate only:
     the bound is what correct models meet, so it never fails one of them."""
-    reference, cpu, _ = _issue31_like(rng)
+    reference, cpu, _ = _h100_like(rng)
     for quantile, agreement_fails in ((0.8, False), (0.4, True)):
         limit = np.quantile(np.abs(reference), quantile)
         saturated = np.clip(_noisy(rng, reference, 0.9926), -limit, limit)
@@ -107,7 +107,7 @@ def test_a_provider_whose_kernel_saturates_fails_its_gate_and_the_agreement(rng)
 def test_the_float_models_own_drift_is_reported_not_gated(rng):
     """The float model on the other provider against the reference: TF32-sized noise is a figure, never a
     failure, and it is inside each provider's own comparison with float."""
-    reference, cpu, cuda = _issue31_like(rng)
+    reference, cpu, cuda = _h100_like(rng)
     drift = _noisy(rng, reference, 0.999999)
     found = _compare(reference, cpu, cuda, cuda_float=drift)
     (float_check,) = found.float_drift[CUDA]

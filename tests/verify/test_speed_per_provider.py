@@ -1,5 +1,5 @@
-"""Speed per provider (issue 31, point 3): a note per provider where the quantized model is not faster, naming the
-way out there. The timings are issue 31's, measured on an H100 (onnxruntime-gpu 1.31.1) for all-MiniLM-L6-v2 at
+"""Speed per provider: a note per provider where the quantized model is not faster, naming the way out there.
+The timings were measured on an H100 (onnxruntime-gpu 1.31.1) for all-MiniLM-L6-v2 at
 batch 32 × 128: float 2.92 ms; static QDQ 0.76×, dynamic 0.028×, int4 MatMulNBits 0.92× of float's speed."""
 
 import pytest

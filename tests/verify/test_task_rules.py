@@ -332,7 +332,7 @@ def _old_softmax_model(shape: tuple[int, ...], opset: int) -> ir.Model:
 
 def test_a_classifiers_softmax_over_a_1x1_map_is_top1(rng):
     """SqueezeNet (opset 9): Softmax's default axis 1 on [N, 1000, 1, 1] normalizes the flattened block from axis 1
-    on, which is the classes alone. Before: judged by cosine only ("no rule matched")."""
+    on, which is the classes alone: top-1, not cosine alone ("no rule matched")."""
     shape = (SAMPLES, 20, 1, 1)
     logits = rng.normal(0, 1, shape).astype(np.float32)
     values = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
