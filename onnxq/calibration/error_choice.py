@@ -4,7 +4,7 @@ samples — the tensor quantized on it, and the error (tensor − its quantized 
 (by ONNX Runtime, the Conv's own attributes, no bias) — and the window whose relative output error energy is least
 kept. A narrower window clips outliers and gains a finer step; which wins is the layer's to say, not a percentile's.
 
-Measured before the fallback (README, "Calibration methods"): PP-OCRv4's recognizer strings 0.656 → 0.703, the
+Measured before the fallback (docs/methods/calibration.md): PP-OCRv4's recognizer strings 0.656 → 0.703, the
 direction classifier's SQNR 49.2 → 51.9 dB, the detector's IoU 0.9848 → 0.9860; with it, the fallback quantizes
 89 % of the detector's MACs instead of 66 %. Runs after the saturation clip (calibration.range_choice), whose window
 it narrows further or keeps."""

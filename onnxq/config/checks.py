@@ -1,4 +1,4 @@
-"""Every numeric setting has a stated range (README, "Configuration ranges"), checked when a config is made — from
+"""Every numeric setting has a stated range (docs/reference/config.md), checked when a config is made — from
 the API, the command line or a TOML file alike — so that a NaN tolerance, `--min-cosine 2` or a block of 2**40
 values is refused with one line instead of misbehaving later."""
 
@@ -97,7 +97,7 @@ def check_ranges(config: object) -> None:
 
 
 def setting_name(kind: str, field: str) -> str:
-    """How README and the messages name a setting: "calibration.percentile", "tolerance min_cosine"."""
+    """How the docs and the messages name a setting: "calibration.percentile", "tolerance min_cosine"."""
     return f"{_section(kind)}{field}"
 
 

@@ -3,7 +3,7 @@ model and one ONNX Runtime session for all its shards; their partial summaries (
 `python -m onnxq merge` reads) are merged exactly on the caller.
 
 The engine-neutral unit is shard_summary(model, shards, config): a Spark or Dask user maps it over partitions of
-shard paths and merges what comes back with onnxq.merge_calibrations (README, Calibration at scale)."""
+shard paths and merges what comes back with onnxq.merge_calibrations (docs/scale/distributed.md)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Per tensor: DynamicQuantizeLinear → MatMulInteger → Cast → Mul, the patter
 DynamicQuantizeMatMul. Per token (numerics.per_token): rows flattened to [rows, K], one symmetric scale per row
 (Abs → ReduceMax → Div 127 → Max), one QuantizeLinear with that run-time per-row scale and zero point 128, then
 com.microsoft MatMulIntegerToFloat (ORT's U8S8 kernel, weight scales in its epilogue) and a Mul by the row scales
-(README, "Language models": the forms measured). Weight-only plans (Gather) get the same DequantizeLinear as in
+(docs/guides/language-models.md: the forms measured). Weight-only plans (Gather) get the same DequantizeLinear as in
 static mode.
 """
 

@@ -1,7 +1,7 @@
 """recipe = "auto": per group of linear layers reading one activation, the cheapest scheme that meets the tolerance.
 
 Static per-tensor activations are the fastest (ORT fuses them into one U8S8 kernel); per-token activations with
-SmoothQuant are the most accurate and cost run-time scale computation (README, "Language models"). Starting from
+SmoothQuant are the most accurate and cost run-time scale computation (docs/guides/language-models.md). Starting from
 the all-static model that failed the tolerance, the groups are ranked by what per token + smoothing gains on their
 own output (calibration rows, numerics only); the number k of groups switched, most gain first, is found by
 bisection, each probe re-quantized from the same ranges and verified for real, on a quarter of the verification

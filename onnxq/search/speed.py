@@ -3,7 +3,7 @@ kept float, by measurement (never by a table that another CPU would contradict).
 
 The kinds are what ORT runs on different kernels: MatMul, Gemm, and Conv as depthwise, 1×1 and k×k (MLAS has a
 depthwise QLinearConv kernel and a GEMM one; on an AVX2 EPYC the depthwise one ran far slower than float NCHWc Conv,
-README, Conv). Each kind, most nodes first, is tried float on top of the decisions so far; the two models take
+docs/guides/cnns.md). Each kind, most nodes first, is tried float on top of the decisions so far; the two models take
 turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row.
 Then the model as chosen is timed against every kind float, and the kinds left quantized go float while it is
 slower by the same rule (WholeModel): costs within the noise one by one can add up. The chosen model is verified

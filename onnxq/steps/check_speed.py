@@ -31,7 +31,7 @@ __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S
 
 _CPU = "CPUExecutionProvider"
 # The default timing holds a float and a quantized deployed session at once, each owning a copy of its weights;
-# above 1 GB of float weights that would raise the run's peak memory (README, Large models: a 2.3 GB model), so
+# above 1 GB of float weights that would raise the run's peak memory (docs/scale/large-models.md: a 2.3 GB model), so
 # such models are timed only when asked. (The timing is what the user reads; the sensitivity's ranking, whose order
 # does not need the deployed copies, uses the exact kernels from a lower bound: steps.sensitivity.)
 SPEED_MAX_BYTES = 1_000_000_000

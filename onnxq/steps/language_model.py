@@ -4,7 +4,7 @@ choice open, and the summary says so:
 
 - activation_granularity auto → per-token activations (one scale per token row, at run time) with SmoothQuant's α
   search when smooth is off and calibration data is given: SmolLM2's static per-tensor model ran 1.57x float's
-  perplexity, per-token + SmoothQuant 1.02x (README, Language models);
+  perplexity, per-token + SmoothQuant 1.02x (docs/guides/language-models.md);
 - blocks.accuracy_level unset → 4 (int8 activations per block) for 4-bit weights on a CPU target: decode 4.3x
   float's speed instead of 2.7x at +0.003x perplexity (SmolLM2-135M); the gate checks the result on the deployed
   kernels. 0 for a GPU target.

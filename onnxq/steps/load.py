@@ -206,7 +206,7 @@ def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
     excluded = [s for s in skips if config.exclusion_reason(s.node.name or "", s.node.op_type) is not None]
     first = (excluded or skips)[0]
     # The exclude options are the fix only where they kept a node float; elsewhere the reason says what it is.
-    fix = "check the exclude options" if excluded else "README's Known limits list what stays float and why"
+    fix = "check the exclude options" if excluded else "docs/limits.md lists what stays float and why"
     return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
             f"{first.reason}) — {fix}")
 

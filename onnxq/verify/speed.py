@@ -132,6 +132,7 @@ def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weig
         else:
             hint = "" if searched else ("; --check-speed keeps float the kinds of node that run slower quantized on "
                                         + where)
+        guide = "gpus" if check.provider == "CUDAExecutionProvider" else "cpu-fleets"
         notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
-                     f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see README, Targets")
+                     f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see docs/guides/{guide}.md")
     return notes

@@ -323,4 +323,4 @@ def test_a_conv_weight_only_blocks_leave_float_names_the_way_that_quantizes_it(r
     assert hint in str(refused.value)
     if target != "portable":
         assert str(refused.value).endswith(  # no exclude option set: the line does not point there
-            "— --target portable quantizes it for CPUs)) — README's Known limits list what stays float and why")
+            "— --target portable quantizes it for CPUs)) — docs/limits.md lists what stays float and why")
