@@ -3,7 +3,7 @@
 MODEL.onnx: a CNN taking images (NCHW or NHWC, float or uint8); PHOTOS: a folder of .png / .jpg files (searched
 recursively). onnxq decodes them, scales each to cover the model's size and crops the centre, and normalizes them
 with ImageNet's mean and std (--normalize sets others). Without arguments the example makes a small CNN image
-encoder and 40 photos (examples/stand_ins.py). Needs Pillow (pip install "onnxq[vision]"). Writes into
+encoder and 40 photos (examples/stand_ins.py). Needs Pillow (pip install ".[vision]"). Writes into
 OUT_FOLDER only: photos.npz, the int8 model and its report.json.
 """
 

@@ -3,7 +3,7 @@
 MODEL.onnx: a transformer encoder exported to ONNX (input_ids, attention_mask, token_type_ids), its Hugging Face
 tokenizer.json beside it. TEXT: sentences, one a line (.txt), or JSON lines (.jsonl, the "text" field). Without
 them the example makes a small stand-in of each (examples/stand_ins.py). Needs the tokenizers package
-(pip install "onnxq[text]"). Writes into OUT_FOLDER only: the tokenized sentences.npz, the int8 model and its
+(pip install ".[text]"). Writes into OUT_FOLDER only: the tokenized sentences.npz, the int8 model and its
 report.json.
 """
 

@@ -81,8 +81,8 @@ def _language_models(g: Group) -> None:
                    help="activation scales: auto (default: per-token for a decoder language model, else "
                         "per-tensor), per-tensor, per-token")
     g.add_argument("--smooth", metavar="off|ALPHA|auto",
-                   help="SmoothQuant (needs --calib): off (default), α in [0, 1], or auto (per layer); with 4-bit "
-                        "weights, AWQ")
+                   help="SmoothQuant (needs --calib): off (default; a decoder language model with data gets auto), "
+                        "α in [0, 1], or auto (per layer); with 4-bit weights, AWQ")
     g.add_argument("--recipe", choices=["manual", "auto"],
                    help="auto: per layer group the cheapest of per-tensor and per-token + smoothing that meets the "
                         "tolerance (needs --calib); manual (default)")

@@ -48,7 +48,7 @@ class HoldoutPlan:
         if not self.chosen:
             return f"every {self.every}th, at most verify.max_samples = {self.most}"
         if not self.for_shares:
-            return f"every {ordinal(self.every)}, at most {self.most}: numeric bars only"
+            return f"every {ordinal(self.every)}, at most {self.most}: no output judged by a share of answers"
         need = f"{SHOWS_DEFAULT_BAR} that a {STRICTEST_DEFAULT_BAR:g} bar needs with no change"
         if held >= SHOWS_DEFAULT_BAR:
             return f"every {ordinal(self.every)}: at least the {need}"

@@ -286,7 +286,8 @@ class QuantConfig:
     activation_granularity: Literal["auto", "per-tensor", "per-token"] = "auto"
     # Nodes whose activation is per token whatever activation_granularity says (what recipe auto chose).
     per_token_nodes: tuple[str, ...] = ()
-    # SmoothQuant before quantizing (needs calibration data): "off"; a number α in [0, 1] for every smoothable
+    # SmoothQuant before quantizing (needs calibration data): "off" (a decoder language model with calibration data
+    # and activation_granularity auto gets the α search all the same); a number α in [0, 1] for every smoothable
     # activation; "auto": per activation the α of a grid (or none) with the least quantized output error. With
     # weight-only blocks (4-bit) the same setting is AWQ's activation-aware scaling (onnxq.awq).
     smooth: float | Literal["off", "auto"] = "off"

@@ -57,7 +57,8 @@ def _pillow(what: str) -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise CalibrationDataError(f"{what} data is images: reading them needs Pillow — pip install 'onnxq[vision]'"
+        raise CalibrationDataError(f"{what} data is images: reading them needs Pillow — pip install pillow (onnxq's "
+                                    "vision extra)"
                                    ) from None
     return Image
 

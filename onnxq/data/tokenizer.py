@@ -53,7 +53,7 @@ def load_tokenizer(config: DataConfig, model: SourceModel, what: str) -> TextTok
         import tokenizers
     except ImportError:
         raise CalibrationDataError(f"{what} data is text: reading it needs the tokenizers package — pip install "
-                                   "'onnxq[text]'") from None
+                                   "tokenizers (onnxq's text extra)") from None
     try:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as e:  # noqa: BLE001 — the Rust side raises plain Exception for any unreadable file

@@ -218,8 +218,8 @@ def not_shown_words(words: str, interval: ShareInterval, bar: float, units: str)
     """A share whose interval straddles its bar, and the count of units that would show it."""
     clean = units_to_show(1.0, bar)
     need = units_to_show(interval.share, bar)
-    way = (f"about {clean} {units} with no change would" if interval.kept == interval.units or need is None
-           else f"about {need} {units} at this agreement ({clean} with no change) would")
+    way = (f"about {clean} {units} with no change would show it" if interval.kept == interval.units or need is None
+           else f"about {need} {units} at this agreement ({clean} with no change) would show it")
     return (f"{words} {interval.share:.4f} on {interval.units} {units} (95% interval {interval.low:.3f}–"
             f"{interval.high:.3f}) cannot show the {bar:g} bar: {way}")
 

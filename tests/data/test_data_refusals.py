@@ -61,7 +61,7 @@ def test_text_without_the_tokenizers_package(work, capsys, monkeypatch):
     argv = ["data", str(work / "encoder.onnx"), str(work / "notes.txt"), "--tokenizer", str(work / "tok.json"), "-o",
             str(work / "d.npz")]
     assert _refused(argv, work, capsys) == (
-        "calibration data is text: reading it needs the tokenizers package — pip install 'onnxq[text]'")
+        "calibration data is text: reading it needs the tokenizers package — pip install tokenizers (onnxq's text extra)")
 
 
 def test_images_without_pillow(work, capsys, monkeypatch, rng):
@@ -69,7 +69,7 @@ def test_images_without_pillow(work, capsys, monkeypatch, rng):
     monkeypatch.setitem(sys.modules, "PIL", None)
     argv = ["data", str(work / "cnn.onnx"), str(work / "photos"), "-o", str(work / "d.npz")]
     assert _refused(argv, work, capsys) == (
-        "calibration data is images: reading them needs Pillow — pip install 'onnxq[vision]'")
+        "calibration data is images: reading them needs Pillow — pip install pillow (onnxq's vision extra)")
 
 
 @pytest.mark.parametrize("command", ["data", "quantize"])

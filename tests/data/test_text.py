@@ -93,8 +93,8 @@ def test_the_data_command_writes_the_inputs_the_encoder_takes(encoder, notes, tm
         f"  input_ids       int64 [20, {width}]",
         f"  attention_mask  int64 [20, {width}]  made: 1 over each sentence's tokens, 0 over the padding",
         f"  token_type_ids  int64 [20, {width}]  made: the tokenizer's type ids (0 for one sentence)",
-        "quantize --calib would calibrate on 18 and verify on 2 held back (every 10th, at most 64: numeric bars "
-        "only); with --verify-data it calibrates on all"]
+        "quantize --calib would calibrate on 18 and verify on 2 held back (every 10th, at most 64: no output judged "
+        "by a share of answers); with --verify-data it calibrates on all"]
 
 
 def test_text_calibrates_an_encoder_from_the_api_and_the_command_line(encoder, notes, tmp_path, capsys):

@@ -61,7 +61,7 @@ def test_64_samples_none_changed_is_not_shown_and_says_what_would_show_it(tmp_pa
     out = capsys.readouterr().out
     assert code == 4, out
     assert ("result: NOT SHOWN — top-1 agreement 1.0000 on 64 decisions (95% interval 0.943–1.000) cannot show "
-            "the 0.99 bar: about 381 decisions with no change would") in out
+            "the 0.99 bar: about 381 decisions with no change would show it") in out
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "not shown" and report["passed"] is False
     check = report["verification"]["providers"]["CPUExecutionProvider"]["outputs"]["probabilities"]
