@@ -7,7 +7,7 @@ batch 32 × 128 and 1 × 128), in one run.
 
 With --smollm2 (bash ../shared/models/smollm2/build.sh builds it), SmolLM2-135M for --target cuda, 8-bit and 4-bit
 (GPTQ on calib_windows): size, and perplexity on dev_windows against float's, on CUDA when present and by the
-exact float16 arithmetic on this CPU (passes.float16_emulation).
+exact float16 arithmetic on this CPU (passes.float16.emulation).
 
 Without CUDA it quantizes and verifies on the CPU, predicts the CUDA placement, and says that nothing was timed on
 a GPU. On a lent GPU machine: bash ../shared/tools/gpu-payload.sh ../shared/models/minilm/*.npz (its header gives
@@ -30,7 +30,7 @@ from common import (SHARED, Table, add_results_argument, file_mb, fresh, machine
                     session_perplexity, write_result)
 
 import onnxq  # noqa: E402
-from onnxq.verify.speed import check_speed  # noqa: E402
+from onnxq.verify.speed.latency import check_speed  # noqa: E402
 
 MINILM = SHARED / "minilm"
 MODEL = MINILM / "all-MiniLM-L6-v2.onnx"
@@ -81,7 +81,7 @@ def smollm2_rows(model: Path, out: Path, windows: int) -> dict:
     """SmolLM2 for CUDA, 8-bit and 4-bit blocks: size and perplexity (float's beside) where it is deployed."""
     from onnxq.io import OrtModel, load_model
     from onnxq.io.sessions import session_options
-    from onnxq.passes.float16_emulation import float16_emulation
+    from onnxq.passes.float16.emulation import float16_emulation
 
     data = SHARED / "smollm2"
     dev = dict(np.load(data / "dev_windows.npz"))

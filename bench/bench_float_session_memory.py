@@ -43,8 +43,8 @@ def _rss_mib() -> float:
 def make_feeds(model: Path, data: Path, feeds: Path) -> None:
     """In a child process (onnxq's graph and its memory stay out of the measured one): the data's first sample, with
     the inputs it leaves out made as onnxq makes them."""
-    from onnxq.calibration import input_specs
-    from onnxq.calibration.completion import completed
+    from onnxq.data.specs import input_specs
+    from onnxq.data.completion import completed
     from onnxq.io import load_model
     batch = {name: array[:1] for name, array in np.load(data).items()}
     np.savez(feeds, **completed(batch, input_specs(load_model(model))))

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED, Table, add_results_argument, machine, write_result  # noqa: E402
 
 import onnxq  # noqa: E402
-from onnxq.calibration import input_specs  # noqa: E402
+from onnxq.data.specs import input_specs  # noqa: E402
 from onnxq.io import load_model  # noqa: E402
-from onnxq.verify.decode_speed import decode_speed  # noqa: E402
+from onnxq.verify.speed.decode import decode_speed  # noqa: E402
 
 DATA = SHARED / "smollm2"
 # static: the gate's verdict on a naive W8A8 model (--no-fallback: with it, onnxq keeps the most sensitive

@@ -7,7 +7,7 @@ lines read as TextRecognizer batches them — string agreement, frame-argmax agr
 Variants: the default (no smoothing); `smooth = 1` on one chosen set of Conv activations (the first Conv →
 depthwise Conv pair; every activation read by depthwise Convs; every one read by 1×1 Convs); `--smooth auto`
 (every group, α searched); then, without smoothing, the other calibration methods. The chosen sets are made by
-narrowing onnxq.smoothing_steps' candidate groups, a measurement knob, not an option."""
+narrowing onnxq.smoothing.steps' candidate groups, a measurement knob, not an option."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ FIRST_PAIR = "batch_norm_2.tmp_2"  # the first Conv's output, read by a depthwis
 
 def _only(keep):
     """smoothable_groups narrowed to the Conv groups `keep(candidate)` accepts."""
-    import onnxq.smoothing_steps as steps
+    import onnxq.smoothing.steps as steps
     from onnxq.handlers.conv import is_depthwise
-    from onnxq.smoothing import smoothable_groups
+    from onnxq.smoothing.choice import smoothable_groups
 
     def narrowed(plans):
         return [c for c in smoothable_groups(plans) if c.channel_axis == 1 and keep(c, is_depthwise)]

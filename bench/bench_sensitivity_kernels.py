@@ -21,16 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED, Table, add_results_argument, write_result  # noqa: E402
 
 from onnxq import QuantConfig, VerifyConfig  # noqa: E402
-from onnxq.calibration import first_samples  # noqa: E402
+from onnxq.data.batching import first_samples  # noqa: E402
 from onnxq.io import run_files  # noqa: E402
-from onnxq.passes.builder import shared_weight_quantization  # noqa: E402
+from onnxq.passes.graph.builder import shared_weight_quantization  # noqa: E402
 from onnxq.search.build import Overrides  # noqa: E402
 from onnxq.search.sensitivity import _budgets, _harm, layer_sensitivity  # noqa: E402
 from onnxq.steps import RunInputs, RunState, run_steps  # noqa: E402
 from onnxq.steps.run import STEPS  # noqa: E402
 from onnxq.steps.sensitivity import _deployed_kernels  # noqa: E402
 from onnxq.verify.metrics import MetricsAccumulator  # noqa: E402
-from onnxq.verify.sessions import make_session  # noqa: E402
+from onnxq.io.model_sessions import make_session  # noqa: E402
 
 MINILM = SHARED / "minilm"
 

@@ -58,7 +58,7 @@ def quantize_variants(entry: ZooModel, model: Path, task: Task, out: Path) -> tu
                                     verify_data=task.verification, config=config).report
             paths[name] = out / f"{entry.name}.{name}.onnx"
             info[f"{name}_quantized"] = [e.name for e in report.quantized]
-            # The gate's own view: each output's task metric (verify.task_rules) and what the fallback kept float.
+            # The gate's own view: each output's task metric (verify.tasks.rules) and what the fallback kept float.
             info[f"{name}_gate"] = {"passed": report.passed, "tasks": {
                 o.name: [o.metrics.task, o.metrics.task_agreement] for o in report.verification.outputs},
                 "float_stability": report.verification.stability,

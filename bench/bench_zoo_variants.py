@@ -28,7 +28,7 @@ from zoo.flops import product_macs  # noqa: E402
 from zoo.models import ZOO  # noqa: E402
 
 import onnxq  # noqa: E402
-from onnxq.summary import format_summary  # noqa: E402
+from onnxq.report.summary import format_summary  # noqa: E402
 
 # name → (QuantConfig fields, VerifyConfig fields)
 VARIANTS = {"default": ({}, {}), "recipe-auto": ({"recipe": "auto"}, {}),

@@ -11,7 +11,7 @@ from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.config import BlockConfig, CalibrationConfig, DataConfig, QScheme, QuantConfig, Tolerance, VerifyConfig
 from onnxq.errors import OnnxqError
 from onnxq.pipeline import QuantResult, quantize
-from onnxq.report import QuantReport
+from onnxq.report.record import QuantReport
 from onnxq.verify.api import verify
 
 __version__ = "0.1.0"

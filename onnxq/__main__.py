@@ -1,5 +1,5 @@
 import sys
 
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 sys.exit(main())

@@ -12,24 +12,24 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.batching import SampleCounter
+from onnxq.data.batching import SampleCounter
 from onnxq.calibration.channels import ChannelStats
-from onnxq.calibration.data import validated_batches
+from onnxq.data.dataset import validated_batches
 from onnxq.calibration.runner import collect_observers
-from onnxq.calibration.specs import Batch, DataSource, InputSpec, input_specs
+from onnxq.data.specs import Batch, DataSource, InputSpec, input_specs
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
-from onnxq.calibration.axes import read_layout
+from onnxq.data.axes import read_layout
 from onnxq.config import QuantConfig
 from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError
 from onnxq.handlers import plan_model
-from onnxq.passes.quantize import needed_ranges
+from onnxq.passes.forms.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.passes import check_model
-from onnxq.passes.preparation import prepared
-from onnxq.smoothing import smoothable_groups
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.passes.preparation.steps import prepared
+from onnxq.smoothing.choice import smoothable_groups
+from onnxq.verify.tasks.rules import language_model_logits
 
 __all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations",
            "CalibrationJob", "calibration_job"]

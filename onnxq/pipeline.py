@@ -12,18 +12,20 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import CalibrationSummary, DataSource
+from onnxq.calibration import CalibrationSummary
+
+from onnxq.data.specs import DataSource
 from onnxq.config import QuantConfig
 from onnxq.errors import UnsupportedModelError
-from onnxq.html_report import render_html
+from onnxq.report.html import render_html
 from onnxq.io import model_size_bytes, run_files, save_model
 from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.io.model import inline_external_tensors, over_proto_limit, prepare_for_save
-from onnxq.passes.builder import shared_weight_quantization
-from onnxq.report import QuantReport
+from onnxq.passes.graph.builder import shared_weight_quantization
+from onnxq.report.record import QuantReport
 from onnxq.steps import RunInputs, RunState, build_report, run_steps
 from onnxq.steps.state import ModelInput
-from onnxq.summary import format_summary
+from onnxq.report.summary import format_summary
 
 __all__ = ["quantize", "QuantResult", "default_output_path"]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, model_fingerprint
-from onnxq.calibration.stream import DataStream, check_reusable
+from onnxq.data.stream import DataStream, check_reusable
 from onnxq.calibration_api import activations_to_observe, smoothable_activations, summarize
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
 from onnxq.handlers import NodePlan
-from onnxq.passes.quantize import needed_ranges
+from onnxq.passes.forms.quantize import needed_ranges
 from onnxq.numerics import qrange
 
 __all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "Ranges"]

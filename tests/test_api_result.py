@@ -79,7 +79,7 @@ def test_summary_and_html_are_the_cli_s(result, samples_dir):
     page = result.to_html()
     call = (f"onnxq.quantize({str(samples_dir / 'tiny_transformer.onnx')!r}, "
             f"{str(samples_dir / 'tiny_transformer_calib.npz')!r}, ...)")
-    assert result.report.command == call and f"<pre class='command'>{onnxq.report.escape(call)}</pre>" in page
+    assert result.report.command == call and f"<pre class='command'>{onnxq.report.record.escape(call)}</pre>" in page
     assert repr(result).startswith("QuantResult(output=") and len(repr(result)) < 200
 
 

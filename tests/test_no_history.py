@@ -88,7 +88,7 @@ def test_no_working_history_in_the_readme():
     "`--weights int4` used to crash on Constant weights",
     "cosine alone (the old default) passes it",
     "    # Before: 3 QLinearConv",
-    "what passes.insert_qdq now keeps from happening",
+    "what passes.forms.qdq now keeps from happening",
     "The H100 run of 2026-11-26",
 ])
 def test_the_patterns_catch_working_history(line):

@@ -1,4 +1,4 @@
-"""The package's shape, checked: small functions, and layers that import only downward
+"""The package's shape, checked: small functions, packages in tiers that import only downward, no import cycle
 (docs/contributing/architecture.md)."""
 
 from __future__ import annotations
@@ -8,11 +8,16 @@ import ast
 from conftest import REPO
 
 PACKAGE = REPO / "onnxq"
-# Lowest first: a module may import its own layer and those before it. The architecture page lists the same order.
-LAYERS = ("errors", "numerics", "targets", "irquery", "io", "config", "calibration", "data", "handlers", "passes",
-          "smoothing", "awq", "verify", "report", "search", "calibration_api", "distributed", "ranges", "smoothing_steps", "steps",
-          "summary", "html_report", "progress", "pipeline", "cli_parser", "cli_args", "data_command", "cli_flags",
-          "commands", "cli_help", "cli", "__init__", "__main__")
+# Packages (and the root's few modules) lowest first: a module imports from its own package and the tiers before
+# it, never after. The architecture page lists the same order.
+TIERS = ("errors", "numerics", "targets", "io", "config", "data", "calibration", "handlers", "passes", "verify",
+         "report", "search", "smoothing", "calibration_api", "distributed", "ranges", "steps", "pipeline", "__init__",
+         "cli", "__main__")
+
+
+def _module_name(path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _modules():
@@ -21,22 +26,76 @@ def _modules():
         yield path, parts[0] if parts[0] != "__init__" else "__init__", ast.parse(path.read_text())
 
 
-def _layer(module: str) -> int:
+def _tier(module: str) -> int:
     parts = module.split(".")
-    return LAYERS.index(parts[1] if len(parts) > 1 else "__init__")
+    return TIERS.index(parts[1] if len(parts) > 1 else "__init__")
 
 
-def test_every_module_has_a_layer_and_imports_only_downward():
+def _imported(node: ast.AST) -> list[str]:
+    """The onnxq modules an import statement reads: `from onnxq.a import b` reads onnxq.a.b where b is a module."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.startswith("onnxq")]
+    if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("onnxq")):
+        return []
+    base = PACKAGE.parent.joinpath(*node.module.split("."))
+    submodules = [f"{node.module}.{a.name}" for a in node.names
+                  if (base / f"{a.name}.py").is_file() or (base / a.name / "__init__.py").is_file()]
+    return submodules or [node.module]
+
+
+def _module_level_imports(tree: ast.Module) -> list[str]:
+    """Imports run when the module loads, and those under `if TYPE_CHECKING:` (a type is a dependency too); an
+    import inside a function is not among them."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            found += [n for statement in node.body for n in _imported(statement)]
+        found += _imported(node)
+    return found
+
+
+def test_every_module_has_a_tier_and_imports_only_downward():
     upward = []
     for path, top, tree in _modules():
-        assert top in LAYERS, f"{path} is in no layer: add it to LAYERS and to docs/contributing/architecture.md"
-        mine = LAYERS.index(top)
+        assert top in TIERS, f"{path} is in no tier: add it to TIERS and to docs/contributing/architecture.md"
+        mine = TIERS.index(top)
         for node in ast.walk(tree):
-            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            upward += [f"{path.relative_to(REPO)} imports {n}" for n in names
-                       if n.startswith("onnxq.") and _layer(n) > mine]
+            upward += [f"{path.relative_to(REPO)} imports {n}" for n in _imported(node) if _tier(n) > mine]
     assert not upward, upward
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of the graph, or []."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    path: list[str] = []
+
+    def walk(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            if state.get(imported) == 1:
+                return path[path.index(imported):] + [imported]
+            if imported not in state and (found := walk(imported)):
+                return found
+        state[module] = 2
+        path.pop()
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (found := walk(module)):
+            return found
+    return []
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = {_module_name(path): set(_module_level_imports(tree)) - {_module_name(path)}
+             for path, _, tree in _modules()}
+    assert _cycle(graph) == [], " → ".join(_cycle(graph))
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_numerics_are_pure_numpy():
@@ -63,6 +122,6 @@ def test_no_function_over_60_lines_or_7_parameters():
     assert not too_big, too_big
 
 
-def test_the_layer_order_is_the_architecture_page_s():
+def test_the_tier_order_is_the_architecture_page_s():
     page = (REPO / "docs" / "contributing" / "architecture.md").read_text()
-    assert " → ".join(LAYERS[:-2]) in " ".join(page.split())
+    assert " → ".join(TIERS) in " ".join(page.split())

@@ -18,7 +18,7 @@ COLUMNS = "100"  # the subcommands' usage lines, wrapped as they print at this t
 def reference() -> str:
     """The generated part: the first screen, the quantize command's flags by group, then each other command's usage
     and flags."""
-    from onnxq.cli_help import build_parser, command_names, first_screen
+    from onnxq.cli.help import build_parser, command_names, first_screen
 
     parts = ["## The first screen", "", "`python -m onnxq help` (and the start of `--help`):", "", "```text",
              first_screen().rstrip("\n"), "```", "", "## quantize: every flag, by group", ""]
@@ -68,7 +68,7 @@ def _prose(text: str) -> str:
 def _command_parser(name: str) -> argparse.ArgumentParser:
     """The parser a registered command builds: its function is called with --help, and the parser that would
     print the help is taken instead (any command, as the registry holds functions, not parsers)."""
-    from onnxq.commands import SUBCOMMANDS
+    from onnxq.cli.commands import SUBCOMMANDS
 
     taken: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.print_help

@@ -1,6 +1,6 @@
 """Which flags set which keys of QuantConfig, as the command line itself says: each flag of the quantize command
 is parsed with a value of each kind it may take, and the keys whose value changes in the QuantConfig it builds
-(cli_args.config_from_args) are the keys it sets. config_reference.py shows them beside each key."""
+(onnxq.cli.args.config_from_args) are the keys it sets. config_reference.py shows them beside each key."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ CONTEXTS = ((), ("--weights", "int4"))
 
 def flag_keys() -> dict[str, list[str]]:
     """Dotted config key → the flags that set it, as `--flag` or, where the value decides the key, `--flag VALUE`."""
-    from onnxq.cli_args import config_from_args
-    from onnxq.cli_help import build_parser
+    from onnxq.cli.args import config_from_args
+    from onnxq.cli.help import build_parser
     from onnxq.errors import OnnxqError
 
     parser = build_parser()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.irquery import Body, bodies, unique_name
+from onnxq.io.irquery import Body, bodies, unique_name
 
 __all__ = ["BodyValues", "REDUCTIONS"]
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import SampleRuns
-from onnxq.calibration.specs import Batch
-from onnxq.calibration.runner import Exposed
+from onnxq.data.batching import SampleRuns
+from onnxq.data.specs import Batch
+from onnxq.calibration.exposed import Exposed
 from onnxq.errors import CalibrationDataError
 
 __all__ = ["ChannelStats", "collect_channel_stats", "values_per_batch", "VALUES_BUDGET"]

@@ -14,7 +14,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxq.io.sessions import session_options
-from onnxq.irquery import constant_array
+from onnxq.io.irquery import constant_array
 
 __all__ = ["ElementwiseReader", "elementwise_reader", "PER_ELEMENT_OPS"]
 

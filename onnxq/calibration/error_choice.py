@@ -21,7 +21,7 @@ import onnxruntime as ort
 from onnxq.calibration.channels import values_per_batch
 from onnxq.config import QuantConfig
 from onnxq.io.sessions import session_options
-from onnxq.irquery import constant_array
+from onnxq.io.irquery import constant_array
 from onnxq.numerics import choose_qparams, dequantize, quantize
 
 __all__ = ["ErrorChoice", "SHRINKS", "ERROR_SAMPLES", "error_ranges"]

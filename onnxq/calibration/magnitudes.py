@@ -1,5 +1,5 @@
 """The largest magnitude each float value of a model reaches on some data: what float16 compute needs to know
-(passes.float16_plan keeps float32 where a value goes past float16's range).
+(passes.float16.plan keeps float32 where a value goes past float16's range).
 
 ORT reduces each value in the graph (|x| → its maximum, one scalar per value and batch), so the memory is one
 batch's activations at a time, however many values are watched. A value that is NaN or infinite somewhere (a mask
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.specs import Batch
+from onnxq.data.specs import Batch
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 

@@ -20,10 +20,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import values_per_batch
-from onnxq.calibration.specs import Batch
+from onnxq.data.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io.memory import page_out
-from onnxq.irquery import attribute
+from onnxq.io.irquery import attribute
 from onnxq.numerics.im2col import ConvGeometry, im2col_groups
 from onnxq.numerics.symmetric import add_upper, packed_upper, unpacked
 

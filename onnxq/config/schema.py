@@ -159,16 +159,16 @@ class Tolerance:
     min_topk_agreement: float | None = None
     # The K of min_topk_agreement.
     topk: int = 5
-    # The task metric gated for this output (verify.task_rules): "auto" lets the output say what it is (class scores
+    # The task metric gated for this output (verify.tasks.rules): "auto" lets the output say what it is (class scores
     # → top-1 agreement, per-step class scores → decoded-sequence agreement, a probability map → IoU, binary
     # decisions → frames kept); "numeric" keeps the numeric bars only; a kind forces it.
     task: TaskKind = "auto"
     # The share of the task's decisions (IoU for a mask) the quantized output must keep; None: the kind's default
-    # (verify.task_rules.TASK_BARS: 0.99, sequences 0.97).
+    # (verify.tasks.rules.TASK_BARS: 0.99, sequences 0.97).
     min_task_agreement: float | None = None
     # A language model's next-token logits (task next-token): the most the quantized model's perplexity on the
     # verification data's next tokens may be, as a multiple of the float model's; None: the kind's default
-    # (verify.task_measures.PERPLEXITY_BAR, 1.15), which replaces the numeric bars of those logits.
+    # (verify.tasks.measures.PERPLEXITY_BAR, 1.15), which replaces the numeric bars of those logits.
     max_perplexity_ratio: float | None = None
     # Where a probability map's mask (task iou) or a binary output's decisions (task frames) turn on: None is 0.5
     # for values in [0, 1] (else 0). A detector's own cut belongs here (DBNet thresholds its map at 0.3).
@@ -199,7 +199,7 @@ class VerifyConfig:
     # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
     providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back — by default at least the 381
-    # that show a 0.99 bar with no change, at most half the data (calibration.holdout).
+    # that show a 0.99 bar with no change, at most half the data (data.holdout).
     holdout_every: int = 10
     # Verify on at most this many samples (in dynamic mode, which verifies on the data itself: its first ones).
     max_samples: int | None = None
@@ -212,7 +212,7 @@ class VerifyConfig:
     # ranking.
     sensitivity_max_nodes: int = 64
     # Out of tolerance: keep the most sensitive nodes float, fewest first, until within tolerance. On by default: the
-    # gate judges the task (verify.task_rules), and a user who did not ask would otherwise ship a model that changes
+    # gate judges the task (verify.tasks.rules), and a user who did not ask would otherwise ship a model that changes
     # its answers. Off: only gate (the exit code fails the build).
     fallback: bool = True
     # After the fallback's bisection, try at most this many of its float nodes quantized again, costliest first,
@@ -289,7 +289,7 @@ class QuantConfig:
     # SmoothQuant before quantizing (needs calibration data): "off" (a decoder language model with calibration data
     # and activation_granularity auto gets the α search all the same); a number α in [0, 1] for every smoothable
     # activation; "auto": per activation the α of a grid (or none) with the least quantized output error. With
-    # weight-only blocks (4-bit) the same setting is AWQ's activation-aware scaling (onnxq.awq).
+    # weight-only blocks (4-bit) the same setting is AWQ's activation-aware scaling (onnxq.smoothing.awq).
     smooth: float | Literal["off", "auto"] = "off"
     # auto: per group of layers reading one activation, static per-tensor where the tolerance allows it, else
     # per-token with smoothing (α searched), else float (onnxq.search.recipe); needs calibration data.
@@ -311,8 +311,8 @@ class QuantConfig:
     # MatMul whose inputs are both activations (attention's Q·Kᵀ and scores·V): left float by default.
     quantize_activation_matmul: bool = False
     # A token table tied to an lm_head (its weight holds the table transposed) stored once: the Gather reads the
-    # lm_head's int8 codes, divided by its SmoothQuant scales (passes.tied_table), or its 4/8-bit blocks
-    # (passes.insert_blockwise). False: each its own form, a larger file (docs/guides/language-models.md).
+    # lm_head's int8 codes, divided by its SmoothQuant scales (passes.forms.tied_table), or its 4/8-bit blocks
+    # (passes.forms.blockwise). False: each its own form, a larger file (docs/guides/language-models.md).
     tie_tables: bool = True
     # Conv in dynamic mode as ConvInteger. Off by default: ORT's ConvInteger runs several times slower than float
     # Conv (docs/guides/cnns.md); static mode's QLinearConv is the fast path.
@@ -332,7 +332,7 @@ class QuantConfig:
     # What the data is when it is text or images, and which array feeds which input (config.data, onnxq.data).
     data: DataConfig = DataConfig()
     # The float arithmetic of what stays float: float16 halves CUDA's memory traffic and runs its products on
-    # tensor cores (passes.float16: float32 kept where float16 cannot hold the values); auto: the target's
+    # tensor cores (passes.float16.compute: float32 kept where float16 cannot hold the values); auto: the target's
     # (float16 for cuda, float32 for CPUs). float16 pairs with weight-only blocks.
     compute: Literal["auto", "float32", "float16"] = "auto"
     # Shared libraries of custom operators that every ONNX Runtime session of the run registers (io.custom_ops):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxq.calibration.specs import Batch
+from onnxq.data.specs import Batch
 from onnxq.config import DataConfig
 from onnxq.data.image_input import ImageInput, image_input
 from onnxq.data.reader import Opened, ReadData, SourceModel

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxq.calibration.axes import data_headers
-from onnxq.calibration.npz import open_npz
-from onnxq.calibration.specs import DataSource, InputSpec
+from onnxq.data.axes import data_headers
+from onnxq.data.npz import open_npz
+from onnxq.data.specs import DataSource, InputSpec
 from onnxq.errors import CalibrationDataError, ConfigError, one_line
 
 __all__ = ["array_headers", "mapped_source", "fits"]
@@ -20,7 +20,7 @@ Header = tuple[tuple[int, ...], np.dtype]
 
 
 def array_headers(source: DataSource) -> dict[str, Header] | None:
-    """Each array's (shape, dtype), read from headers only (calibration.axes.data_headers)."""
+    """Each array's (shape, dtype), read from headers only (data.axes.data_headers)."""
     return data_headers(source)
 
 

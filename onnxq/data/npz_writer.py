@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from onnxq.calibration.specs import Batch, sample_axis
+from onnxq.data.specs import Batch, sample_axis
 from onnxq.errors import CalibrationDataError
 
 __all__ = ["write_npz", "Written"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from onnxq.calibration.batching import fixed_batch_size
-from onnxq.calibration.specs import Batch, DataSource, InputSpec, input_specs
+from onnxq.data.batching import fixed_batch_size
+from onnxq.data.specs import Batch, DataSource, InputSpec, input_specs
 from onnxq.config import CalibrationConfig, DataConfig
 
 __all__ = ["SourceModel", "Opened", "ReadData", "Reader", "source_model"]

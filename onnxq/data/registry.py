@@ -1,6 +1,6 @@
 """The readers of the data a user has, by kind, tried in order: the first that claims a path reads it. A new kind
 of data is one entry here (and its test); a path none claims is an .npz or a folder of .npz / .npy, read as
-calibration.data reads them."""
+data.dataset reads them."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ READERS: dict[str, Reader] = {
 
 
 def reader_for(path: Path, what: str) -> Reader | None:
-    """The reader that claims the path; None for what calibration.data reads (an .npz, a folder of .npz / .npy, a
+    """The reader that claims the path; None for what data.dataset reads (an .npz, a folder of .npz / .npy, a
     path that does not exist: it says so); one line for a folder or a file that nothing reads."""
     for reader in READERS.values():
         if reader.claims(path):

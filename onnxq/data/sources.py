@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from onnxq.calibration.data import declare_data_files
-from onnxq.calibration.specs import DataSource
+from onnxq.data.dataset import declare_data_files
+from onnxq.data.specs import DataSource
 from onnxq.config import DataConfig
 from onnxq.data.names import mapped_source
 from onnxq.data.reader import ReadData, SourceModel
@@ -40,7 +40,7 @@ def resolve_source(source: DataSource | None, model: SourceModel, config: DataCo
 
 def declare_source(files: RunFiles, given: DataSource | None, resolved: DataSource | None, what: str) -> None:
     """Record what the data reads as inputs of the run (no output may overwrite them): a reader's files and folders,
-    else the path as calibration.data reads it. what: "the calibration data" / "the verification data"."""
+    else the path as data.dataset reads it. what: "the calibration data" / "the verification data"."""
     if not isinstance(resolved, ReadData):
         declare_data_files(files, given, what)
         return

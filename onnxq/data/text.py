@@ -5,7 +5,7 @@ An encoder (BERT, MiniLM) gets its sentences, each batch padded to its longest u
 the model fixes), with attention_mask and token_type_ids as the tokenizer makes them. A decoder language model gets
 windows of data.window tokens cut from all the text's tokens end to end (the causal-LM recipe: no padding, every
 token real); its attention_mask, position_ids and empty caches are made as its first step takes them
-(calibration.completion)."""
+(data.completion)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxq.calibration.completion import completable
-from onnxq.calibration.specs import Batch, InputSpec
+from onnxq.data.completion import completable
+from onnxq.data.specs import Batch, InputSpec
 from onnxq.config import DataConfig
 from onnxq.data.images import IMAGE_SUFFIXES
 from onnxq.data.reader import Opened, ReadData, SourceModel

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from onnxq.calibration.specs import DataSource
+from onnxq.data.specs import DataSource
 from onnxq.calibration.summary import CalibrationSummary
 from onnxq.calibration_api import calibration_job, merge_calibrations
 from onnxq.config import QuantConfig

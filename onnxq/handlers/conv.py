@@ -24,7 +24,7 @@ import onnx_ir as ir
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
                                  quantized_output, unusable_weight, weight_only_refusal)
 from onnxq.handlers.registry import register
-from onnxq.irquery import attribute, constant_array
+from onnxq.io.irquery import attribute, constant_array
 
 __all__ = ["plan_conv", "CONV_PAIR_AXIS", "is_depthwise", "output_is_squared"]
 

@@ -7,7 +7,7 @@ import onnx_ir as ir
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, constant_weight,
                                  unusable_weight)
 from onnxq.handlers.registry import register
-from onnxq.irquery import attribute
+from onnxq.io.irquery import attribute
 
 __all__ = ["plan_gemm"]
 

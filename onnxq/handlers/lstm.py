@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnxq.handlers.plan import (NodePlan, PlanContext, Skip, WeightSpec, constant_float, contrib_kernel_refusal,
                                  not_float32, unusable_weight)
 from onnxq.handlers.registry import register
-from onnxq.irquery import attribute
+from onnxq.io.irquery import attribute
 
 __all__ = ["plan_lstm", "LSTM_CHANNEL_AXIS", "LSTM_K_AXIS"]
 

@@ -43,7 +43,7 @@ class NodePlan:
     bias_note: str | None = None
     # Activation quantized per token (one scale per row, at run time) instead of per tensor.
     per_token: bool = False
-    # The rewrite that applies it (passes.forms): "" for the mode's own (default_form); a planner names another.
+    # The rewrite that applies it (passes.forms.registry): "" for the mode's own (default_form); a planner names another.
     form: str = ""
     # A value after the node requantized with its calibrated range (static Conv: ORT fuses DequantizeLinear → Conv →
     # QuantizeLinear into QLinearConv): the node's output, or the activation that alone reads it. None: float.

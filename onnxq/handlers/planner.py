@@ -13,7 +13,7 @@ from onnxq.handlers.plan import NodePlan, PlanContext, Skip, default_form
 from onnxq.handlers.registry import handler_for
 from onnxq.handlers.unplanned import unplanned_weights
 from onnxq.io.memory import page_out
-from onnxq.irquery import bodies
+from onnxq.io.irquery import bodies
 from onnxq.targets import int8_activations_refusal, needs_pair_limit
 
 __all__ = ["plan_model", "replan_dynamic"]

@@ -1,5 +1,5 @@
 """How one input of a planned node is quantized, as data: integer type, symmetry, granularity, and where its scale
-comes from (a constant weight's own values, calibrated ranges, or the run itself). passes.forms.plan_tensors
+comes from (a constant weight's own values, calibrated ranges, or the run itself). passes.forms.registry.plan_tensors
 derives them from a plan, its rewrite form and the config; calibration collects what the calibrated ones read."""
 
 from __future__ import annotations

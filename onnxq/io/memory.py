@@ -35,7 +35,7 @@ def page_out(source: ir.Model | ir.TensorProtocol | np.ndarray) -> None:
 def memory_map(tensor: ir.TensorProtocol | np.ndarray | None) -> mmap.mmap | None:
     """The memory map a tensor's bytes are read from: an external tensor's own (once read), or the one an in-memory
     tensor's array (or an array) is a view of (a weight the run's spill file holds, given to a graph through the
-    run's memo: passes.builder.remap_shared_weights); None for a tensor with memory of its own."""
+    run's memo: passes.graph.builder.remap_shared_weights); None for a tensor with memory of its own."""
     if isinstance(tensor, ir.ExternalTensor):
         return tensor.raw
     base = tensor if isinstance(tensor, np.ndarray) else getattr(tensor, "raw", None)
@@ -80,7 +80,7 @@ def raw_bytes(tensor: ir.TensorProtocol) -> bytes | np.ndarray:
     """The tensor's bytes as ONNX stores them (raw_data), without a copy where its array already is that layout (a
     whole copy per tensor was the load's peak: the 113 MB table a folded Transpose makes, +113 MB while written):
     what io.spill and io.streamed_proto write."""
-    # A lazy tensor (a float16 weight read as float32: passes.float16_model) evaluated once, its array taken whole:
+    # A lazy tensor (a float16 weight read as float32: passes.float16.model) evaluated once, its array taken whole:
     # tobytes() evaluates it and copies the result (+113 MB while SmolLM2's float16 table was spilled).
     array = (tensor.raw if isinstance(tensor, ir.Tensor) else tensor.numpy() if isinstance(tensor, ir.LazyTensor)
              else None)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
-from onnxq.irquery import unique_name
+from onnxq.io.irquery import unique_name
 
 __all__ = ["RenamedNode", "name_nodes", "name_body_values"]
 

@@ -63,7 +63,7 @@ class SpillFile:
         moves float ones, when the model holds at least SPILL_MIN_BYTES of them: paged out between phases, they are
         no longer anonymous memory beside every later step's sessions (SmolLM2's W8A8 weights: 157 MB through
         verification, sensitivity and timing). Returns id(the array each held) → its twin, for a memo that holds
-        the same arrays (passes.builder.remap_shared_weights)."""
+        the same arrays (passes.graph.builder.remap_shared_weights)."""
         holders = [(value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
                    if _spillable_quantized(value.const_value)]
         if _distinct_bytes(holders) < SPILL_MIN_BYTES:
@@ -117,7 +117,7 @@ class SpillFile:
         return self._appended(start, 4 * written, ir.DataType.FLOAT, shape, name)
 
     def stored_array(self, array: np.ndarray) -> np.ndarray:
-        """An array the run holds outside any model (its memo's 4-bit codes and scales: passes.builder.
+        """An array the run holds outside any model (its memo's 4-bit codes and scales: passes.graph.builder.
         spill_shared_blocks) moved to the file and read back memory-mapped, when it is in memory and at least
         SPILL_QUANTIZED_MIN_BYTES (else, or when the disk refuses it, the array as it is)."""
         if array.nbytes < SPILL_QUANTIZED_MIN_BYTES or memory_map(array) is not None:

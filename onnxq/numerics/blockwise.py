@@ -14,7 +14,7 @@ feeding k: E[(x · (w - ŵ))²] summed over independent channels), else plain sq
 
 Scales lie on float16's grid wherever float16 holds them as normal numbers (2^-14 … 65504 in magnitude): rounded
 there (relative 2^-11, a thousandth of a 4-bit step) before any code is chosen, so that a file can store them in two
-bytes instead of four without changing one value (passes.insert_blockwise; GGUF's Q4_0 stores its scales so).
+bytes instead of four without changing one value (passes.forms.blockwise; GGUF's Q4_0 stores its scales so).
 With a scale grid (ScaleSearch.grid), each output channel's scales then move onto an 8-bit grid of their own
 (numerics.scale_grid), a byte each in the file.
 """

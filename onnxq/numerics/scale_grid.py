@@ -1,7 +1,7 @@
 """Block scales on an 8-bit grid per output channel (double quantization, as QLoRA's and GGUF's k-quants store
 theirs): scale = low + step × code, code 0..255, low and step float16 values per output channel. A file stores a byte
 per block instead of float16's two — 4.25 bits a 4-bit weight at block 32 instead of 4.5 — and ORT folds the
-Cast · Mul · Add that decode them at load (passes.scale_storage), so its kernels read float32 scales as before.
+Cast · Mul · Add that decode them at load (passes.forms.scale_storage), so its kernels read float32 scales as before.
 
 Numerics: the grid spans the scales the clip search chose (numerics.blockwise, on float16's grid), and each block
 then takes the grid value of least (importance-weighted) reconstruction error among the five nearest its chosen

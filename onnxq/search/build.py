@@ -14,8 +14,8 @@ from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip, plan_model
 from onnxq.handlers.planner import replan_dynamic
-from onnxq.passes.apply import apply_plans
-from onnxq.passes.quantize import needed_ranges
+from onnxq.passes.graph.apply import apply_plans
+from onnxq.passes.forms.quantize import needed_ranges
 
 __all__ = ["Overrides", "Statistics", "Built", "Builder", "unobserved_bodies_dynamic"]
 
@@ -97,7 +97,7 @@ class Builder:
 
     def build(self, extra: Overrides = Overrides()) -> Built:
         """A clone of the float graph, planned and rewritten (clones share the float weights; each weight's
-        quantization is shared across builds: passes.builder.shared_weight_quantization)."""
+        quantization is shared across builds: passes.graph.builder.shared_weight_quantization)."""
         config = (self.overrides | extra).effective(self.config)
         model = self.float_model.clone()
         plans, skips = plan_model(model.graph, config, self.mode)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from onnxq.irquery import attribute
+from onnxq.io.irquery import attribute
 
 __all__ = ["product_costs"]
 

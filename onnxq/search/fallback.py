@@ -26,14 +26,12 @@ import math
 from collections.abc import Mapping
 
 from onnxq.handlers import Skip
-from onnxq.report import escape
 from onnxq.search.build import Builder, Built, Overrides
-from onnxq.search.fallback_story import fallback_story
-from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
+from onnxq.search.fallback_result import FallbackResult
+from onnxq.search.probing import CandidateCheck, Trials
 from onnxq.search.reclaim import reclaim
 from onnxq.search.sensitivity import Sensitivity
 from onnxq.verify.check import Verification
-from onnxq.verify.metrics import finite_or_none
 
 __all__ = ["FallbackResult", "Attempt", "fall_back", "fallback_ranking"]
 
@@ -51,64 +49,6 @@ class Attempt:
     def passed(self) -> bool:
         """Meets the tolerance: no bar measured below (the verdict may still be not shown)."""
         return not self.verification.failed
-
-
-@dataclasses.dataclass(frozen=True)
-class FallbackResult:
-    met: bool
-    kept_float: tuple[tuple[str, float], ...]  # (node, harm) in ranking order
-    before: Verification
-    after: Verification | None  # the chosen attempt's verification (None when not met)
-    log: ProbeLog  # the candidates verified, on how many samples, in how long
-    kept_int8: tuple[tuple[str, float], ...] = ()  # 4-bit weights: (node, harm) moved to 8-bit blocks
-    reclaimed: tuple[str, ...] = ()  # in the bisection's float prefix, quantized again (search.reclaim)
-    back_at_4: tuple[str, ...] = ()  # moved to 8 bits by the bisection, back at 4 bits (search.reclaim)
-    ranking: tuple[tuple[str, float], ...] = ()  # (node, harm), most harmful first: the order it tried them in
-    tiered: bool = False  # 4-bit weights: nodes went to 8 bits before float
-    key = "fallback"  # report.Section
-
-    @property
-    def probes(self) -> int:
-        """Candidate models verified, on part or all of the inputs."""
-        return self.log.probes + self.log.confirmations
-
-    def text(self) -> list[str]:
-        if not self.met:
-            return ["fallback: the tolerance cannot be met even with all but one node float"]
-        lines = []
-        if self.kept_int8:
-            lines.append(f"fallback: {len(self.kept_int8)} node(s) at 8 bits: "
-                         + ", ".join(n for n, _ in self.kept_int8))
-        if self.kept_float or not self.kept_int8:
-            lines.append(f"fallback: kept {len(self.kept_float)} node(s) float: "
-                         + ", ".join(n for n, _ in self.kept_float))
-        if self.reclaimed:
-            lines.append(f"fallback: {len(self.reclaimed)} node(s) of the ranking's float prefix quantized again, "
-                         "the tolerance still met: " + ", ".join(self.reclaimed))
-        if self.back_at_4:
-            lines.append(f"fallback: {len(self.back_at_4)} node(s) the bisection moved to 8 bits back at 4, the "
-                         "tolerance still met: " + ", ".join(self.back_at_4))
-        return lines + [f"fallback: verified {self.log.text()}"]
-
-    def html(self) -> str:
-        kept = "".join(f"<li>{escape(name)} (harm {harm:.4f}): float</li>" for name, harm in self.kept_float)
-        kept += "".join(f"<li>{escape(name)} (harm {harm:.4f}): 8 bits</li>" for name, harm in self.kept_int8)
-        status = "the tolerance cannot be met"
-        if self.met:
-            status = f"met by keeping {len(self.kept_float)} node(s) float" + (
-                f" and {len(self.kept_int8)} at 8 bits" if self.kept_int8 else "")
-        return (f"<h2>Fallback: {status}</h2>" + "".join(f"<p>{escape(p)}</p>" for p in fallback_story(self))
-                + (f"<ol>{kept}</ol>" if kept else ""))
-
-    def to_dict(self) -> dict:
-        def cpu(v: Verification | None):
-            return None if v is None else {o.name: o.to_dict() for o in v.outputs}
-
-        return {"met": self.met, "kept_float": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_float],
-                "kept_int8": [{"name": n, "harm": finite_or_none(h)} for n, h in self.kept_int8],
-                "reclaimed": list(self.reclaimed), "back_at_4": list(self.back_at_4),
-                "before": cpu(self.before), "after": cpu(self.after), "probes": self.probes,
-                "verification": self.log.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)

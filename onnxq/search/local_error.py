@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.passes.builder import GraphBuilder
+from onnxq.passes.graph.builder import GraphBuilder
 
 __all__ = ["LocalSums", "add_local_sums"]
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.passes.smooth import SmoothGroup, SmoothPass
-from onnxq.report import escape
+from onnxq.passes.smoothing.graph import SmoothGroup, SmoothPass
+from onnxq.report.record import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
 from onnxq.verify.check import Verification

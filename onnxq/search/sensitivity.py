@@ -23,26 +23,26 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import pieces, samples_in, take
-from onnxq.calibration.specs import Batch
+from onnxq.data.batching import pieces, samples_in, take
+from onnxq.data.specs import Batch
 from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
-from onnxq.irquery import bodies, model_names, unique_name
+from onnxq.io.irquery import bodies, model_names, unique_name
 from onnxq.io.sessions import session_options
-from onnxq.verify.placement import profiled_session
-from onnxq.passes.bodies import body_as_model
-from onnxq.passes.forms import RewriteInputs
-from onnxq.passes.quantize import QuantizePass
-from onnxq.report import bar_chart, escape, share_level
+from onnxq.verify.kernels.placement import profiled_session
+from onnxq.passes.graph.bodies import body_as_model
+from onnxq.passes.forms.registry import RewriteInputs
+from onnxq.passes.forms.quantize import QuantizePass
+from onnxq.report.record import bar_chart, escape, share_level
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
-from onnxq.verify.detection_sets import aligned_pairs, sets_of
+from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import Operand, OutputMetrics, SampleAxes, finite_or_none
 from onnxq.verify.outcome import NOT_ON_COSINE, task_bar
 from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
-from onnxq.verify.task import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
-from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import accumulator, choose_tasks, measured_kind, output_facts
+from onnxq.verify.tasks.user_metric import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
+from onnxq.verify.tasks.types import OutputTask
+from onnxq.verify.tasks.rules import accumulator, choose_tasks, measured_kind, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern", "ranked"]
 
@@ -58,7 +58,7 @@ _KEPT = "onnxq.sensitivity.kept_twin"  # value.meta: a twin's output held as a g
 def _harm(outputs: Mapping[str, OutputMetrics], budgets: Mapping[str, float], task: TaskMetrics | None) -> float:
     """The ranking key: the worst output's 1 - mean cosine, as a share of that output's budget (1 - its
     min_cosine tolerance) when one is given, so that the output with the tightest tolerance weighs most; an output's
-    task metric (verify.task_rules) as the share of its answer lost per unit of 1 - its bar, and the user's task
+    task metric (verify.tasks.rules) as the share of its answer lost per unit of 1 - its bar, and the user's task
     metric's drop per unit of task_max_drop, when worse. An output that is not finite (NaN, inf) is infinitely
     harmful."""
     if not all(m.finite for m in outputs.values()) or (task is not None and not math.isfinite(task.drop)):
@@ -196,7 +196,7 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     quantized node runs as in the real model on this CPU (its placement); given, the ranking runs on the deployed
     kernels when the switch model gets the same ones, else on the exact quantization (Sensitivity.kernels says
     which, and why; why_exact: the reason when deployed is None). tasks: each output's task metric as the
-    verification chose it (verify.task_rules); None: chosen here on the first batch."""
+    verification chose it (verify.tasks.rules); None: chosen here on the first batch."""
     model, twins = _switch_model(builder, plans)
     runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
                          (deployed, why_exact), task_metric(builder.effective_config.verify))
@@ -253,7 +253,7 @@ class _SwitchRuns:
                  batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str],
                  metric: TaskMetric | None) -> None:
         self.names, self.batches, self.metric = names, list(batches), metric
-        self.tasks: dict[str, OutputTask] = {}  # each output's task metric (verify.task_rules): set by the caller
+        self.tasks: dict[str, OutputTask] = {}  # each output's task metric (verify.tasks.rules): set by the caller
         self.sample_axes = SampleAxes()
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
@@ -327,7 +327,7 @@ def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Ba
 
 def _exact(model: ir.Model) -> ort.InferenceSession:
     # Exact float and QDQ arithmetic, no fusion: the same for every run, so only the switches differ. A wide
-    # MatMulNBits stays whole here: with verify.narrow_view's slices SmolLM2's 4-bit sensitivity peaked no lower
+    # MatMulNBits stays whole here: with verify.kernels.narrow_view's slices SmolLM2's 4-bit sensitivity peaked no lower
     # (983-985 MiB, against 948-966 whole; Optimum's file, its packed weights on file: 835 MiB with 16 MB slices,
     # 792 with 40 MB, 778 whole, one run each): the lm_head's 108 MiB buffer went, the heap grew as much (508 MiB
     # at the peak against 366). Measured before glibc's mmap threshold was held (io.memory.hold_mmap_threshold),
@@ -407,8 +407,8 @@ def _drop_kept_twins(model: ir.Model) -> None:
 
 
 def _quantize_twins(model: ir.Model, plans: list[NodePlan], builder: Builder) -> None:
-    """The quantize pass on each body's twins as a model of its own (passes.bodies), then on the main graph's — the
-    order passes.apply rewrites in."""
+    """The quantize pass on each body's twins as a model of its own (passes.graph.bodies), then on the main graph's — the
+    order passes.graph.apply rewrites in."""
     inputs = RewriteInputs(builder.stats.ranges, builder.effective_config, builder.stats.moments)
     by_graph: dict[int, list[NodePlan]] = {}
     for plan in sorted(plans, key=lambda p: p.node.graph is model.graph):

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from onnxq.calibration.specs import Batch
+from onnxq.data.specs import Batch
 from onnxq.handlers.conv import is_depthwise
 from onnxq.handlers.plan import NodePlan
 from onnxq.handlers.registry import product_op_types
-from onnxq.report import escape
+from onnxq.report.record import escape
 from onnxq.search.build import Builder, Built, Overrides
-from onnxq.verify.speed import check_speed
+from onnxq.verify.speed.latency import check_speed
 
 __all__ = ["MARGIN", "node_kind", "KindTiming", "WholeModel", "SpeedByKind", "choose_kinds", "ComputeTiming",
            "choose_compute"]
@@ -205,6 +205,6 @@ def _slower_twice(quantized: ir.Model, floating: ir.Model, batch: Batch, provide
 
 
 def _timed(quantized: ir.Model, floating: ir.Model, batch: Batch, provider: str, rounds: int) -> tuple[float, float]:
-    """(ms with the kind quantized, ms with it float): interleaved medians (verify.speed)."""
+    """(ms with the kind quantized, ms with it float): interleaved medians (verify.speed.latency)."""
     timing = check_speed(quantized, floating, batch, [provider], rounds)[0]
     return timing.float_ms, timing.quantized_ms  # check_speed names its first model "float"

@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
 
-from onnxq.calibration.batching import first_samples, fixed_batch_size
+from onnxq.data.batching import first_samples, fixed_batch_size
 from onnxq.calibration.error_choice import ERROR_SAMPLES, error_ranges
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.range_choice import saturated_ranges
-from onnxq.calibration.stream import check_reusable
+from onnxq.data.stream import check_reusable
 from onnxq.errors import ConfigError
 from onnxq.handlers.plan import NodePlan
-from onnxq.irquery import constant_array
+from onnxq.io.irquery import constant_array
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
 from onnxq.search.build import unobserved_bodies_dynamic
 from onnxq.steps.state import RunState

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxq.calibration import fixed_batch_size
-from onnxq.calibration.batching import concatenate, first_samples, samples_in
+from onnxq.data.batching import fixed_batch_size
+from onnxq.data.batching import concatenate, first_samples, samples_in
 from onnxq.errors import one_line, whole_message
 from onnxq.io.model import model_size_bytes
 from onnxq.io.sessions import ORT_ERRORS
@@ -21,11 +21,11 @@ from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
 from onnxq.targets import target_providers
 from onnxq.verify import resolve_providers
-from onnxq.verify.placement import short
-from onnxq.verify.speed import check_speed as time_both
-from onnxq.verify.speed import MEANINGFUL_MS, SpeedCheck, slower_notes
-from onnxq.verify.decode_speed import decode_speed as time_decoding
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.verify.kernels.placement import short
+from onnxq.verify.speed.latency import check_speed as time_both
+from onnxq.verify.speed.latency import MEANINGFUL_MS, SpeedCheck, slower_notes
+from onnxq.verify.speed.decode import decode_speed as time_decoding
+from onnxq.verify.tasks.rules import language_model_logits
 
 __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S"]
 
@@ -36,7 +36,7 @@ _CPU = "CPUExecutionProvider"
 # does not need the deployed copies, uses the exact kernels from a lower bound: steps.sensitivity.)
 SPEED_MAX_BYTES = 1_000_000_000
 # The default timing's rounds: enough for a median on a quiet machine, cheap beside verification; fewer (down to
-# verify.speed.MIN_ROUNDS) once DEFAULT_BUDGET_S has passed, for a model whose batch takes seconds.
+# verify.speed.latency.MIN_ROUNDS) once DEFAULT_BUDGET_S has passed, for a model whose batch takes seconds.
 DEFAULT_ROUNDS = 5
 DEFAULT_BUDGET_S = 10.0
 # The timed batch's float outputs, at most (_timed_batch): the verification's own batches are smaller.
@@ -92,7 +92,7 @@ def _timed_batch(state: RunState):
 
 
 def _in_turn(state: RunState) -> bool:
-    """Whether the float and the quantized model are timed one after the other (verify.speed.check_speed)."""
+    """Whether the float and the quantized model are timed one after the other (verify.speed.latency.check_speed)."""
     return model_size_bytes(state.as_given) >= IN_TURN_FROM_BYTES
 
 

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from onnxq.config import QuantConfig
 from onnxq.targets import int8_activations_refusal
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.verify.tasks.rules import language_model_logits
 
 __all__ = ["language_model_defaults"]
 

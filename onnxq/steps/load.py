@@ -7,12 +7,16 @@ import dataclasses
 import os
 from pathlib import Path
 
-from onnxq.calibration import Batches, CalibrationSummary, DataSource, input_specs
-from onnxq.calibration.axes import InferredLayout, read_layout
-from onnxq.calibration.data import reread_batches
-from onnxq.calibration.holdout import SHOWS_DEFAULT_BAR
-from onnxq.calibration.stream import DataStream
-from onnxq.calibration.specs import sample_axis
+from onnxq.calibration import CalibrationSummary
+
+from onnxq.data.batching import Batches
+
+from onnxq.data.specs import DataSource, input_specs
+from onnxq.data.axes import InferredLayout, read_layout
+from onnxq.data.dataset import reread_batches
+from onnxq.data.holdout import SHOWS_DEFAULT_BAR
+from onnxq.data.stream import DataStream
+from onnxq.data.specs import sample_axis
 from onnxq.config import CalibrationConfig, DataConfig, QuantConfig
 from onnxq.data import declare_source, described, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
@@ -21,14 +25,14 @@ from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.memory import page_out
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
-from onnxq.passes.preparation import prepared
-from onnxq.passes.prepare import onnx_opset
-from onnxq.passes.upgrade import ORT_MIN_OPSET
+from onnxq.passes.preparation.steps import prepared
+from onnxq.passes.preparation.checks import onnx_opset
+from onnxq.passes.preparation.upgrade import ORT_MIN_OPSET
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
-from onnxq.verify import synthetic_batches
+from onnxq.data.synthetic import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
-from onnxq.verify.task_rules import language_model_logits, may_hold_to_a_share
+from onnxq.verify.tasks.rules import language_model_logits, may_hold_to_a_share
 from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
 __all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
@@ -40,7 +44,7 @@ def load_and_plan(state: RunState) -> bool:
     if isinstance(given.model, (str, os.PathLike)):  # its state taken before it is read: a change while it loads
         active_run().add_input(given.model, "the input model")  # is seen right after (_declare_files)
     loaded = load_model(given.model)
-    # Prepared (passes.preparation: an old opset converted, weight casts and BatchNormalization folded): the model
+    # Prepared (passes.preparation.steps: an old opset converted, weight casts and BatchNormalization folded): the model
     # as given stays the verification's reference (state.unconverted), the prepared one is what is quantized.
     state.reference, notes = prepared(loaded)
     reference = state.reference
@@ -103,7 +107,7 @@ def _with_language_model_defaults(state: RunState) -> QuantConfig:
 
 def _with_inferred_layout(state: RunState) -> QuantConfig:
     """The config with the layout the data's shapes imply for inputs the model and the user leave open
-    (calibration.axes, calibration.unbatched): inputs given once held constant, samples axes inferred, inputs
+    (data.axes, data.unbatched): inputs given once held constant, samples axes inferred, inputs
     without a batch axis fed a sample a run, each said in a note; the specs (state.specs) follow."""
     given = state.given
     layout, inferred = read_layout(state.work, state.config.calibration, (given.calibration, given.verify_data))

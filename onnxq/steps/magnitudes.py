@@ -10,11 +10,11 @@ import itertools
 import onnx_ir as ir
 
 from onnxq.calibration.magnitudes import largest_magnitudes
-from onnxq.calibration.stream import check_reusable
+from onnxq.data.stream import check_reusable
 from onnxq.errors import ConfigError
-from onnxq.passes.float16_plan import element_types
+from onnxq.passes.float16.plan import element_types
 from onnxq.steps.state import RunState
-from onnxq.verify import synthetic_batches
+from onnxq.data.synthetic import synthetic_batches
 
 __all__ = ["magnitudes", "MAGNITUDE_BATCHES"]
 

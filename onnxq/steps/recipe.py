@@ -3,9 +3,9 @@ smoothing where the tolerance needs it (onnxq.search.recipe)."""
 
 from __future__ import annotations
 
-from onnxq.report import SmoothedActivation
+from onnxq.report.record import SmoothedActivation
 from onnxq.search.recipe import choose_recipe
-from onnxq.smoothing_steps import recipe_groups
+from onnxq.smoothing.steps import recipe_groups
 from onnxq.steps.state import RunState
 from onnxq.steps.verify import placed
 from onnxq.verify.result import SYNTHETIC

@@ -3,12 +3,12 @@ every result."""
 
 from __future__ import annotations
 
-from onnxq.calibration.completion import describe_made
+from onnxq.data.completion import describe_made
 from onnxq.handlers import NodePlan
 from onnxq.io import LOAD_NOTES, model_size_bytes
 from onnxq.io.outputs import active_run
-from onnxq.passes.forms import REWRITE_FORMS
-from onnxq.report import NodeEntry, QuantReport, Smoothing
+from onnxq.passes.forms.registry import REWRITE_FORMS
+from onnxq.report.record import NodeEntry, QuantReport, Smoothing
 from onnxq.steps.state import RunState
 from onnxq.targets import integer_types_reason
 

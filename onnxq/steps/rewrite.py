@@ -4,7 +4,7 @@ output format's lowering and the compute precision (its float16 section joins th
 from __future__ import annotations
 
 from onnxq.io.memory import trim_heap
-from onnxq.passes.apply import apply_plans
+from onnxq.passes.graph.apply import apply_plans
 from onnxq.steps.state import RunState
 
 __all__ = ["rewrite"]

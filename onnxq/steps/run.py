@@ -13,7 +13,7 @@ from onnxq.io import page_out, trim_heap
 from onnxq.io.outputs import active_run
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.io.spill import SPILL_MIN_BYTES
-from onnxq.passes.builder import remap_shared_weights, spill_shared_blocks
+from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back

@@ -1,5 +1,5 @@
 """Step save: the quantized model staged through the output guard (moved into place when the run ends). A float16
-model's weights left float are stored float16 first (passes.float16_storage), also in the model returned. A run
+model's weights left float are stored float16 first (passes.float16.storage), also in the model returned. A run
 that kept every node float (a search's choice) writes the float model as given — its own bytes where it is one
 file — never a rewritten copy, which could only be as large or larger."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 
 from onnxq.io import save_model, write_output
-from onnxq.passes.float16_storage import stored_as_float16
+from onnxq.passes.float16.storage import stored_as_float16
 from onnxq.steps.state import RunState
 
 __all__ = ["save"]

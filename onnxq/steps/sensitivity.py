@@ -4,7 +4,7 @@ quantization alone makes an output NaN or inf fails the gate."""
 
 from __future__ import annotations
 
-from onnxq.calibration import first_samples, fixed_batch_size
+from onnxq.data.batching import first_samples, fixed_batch_size
 from onnxq.errors import one_line, whole_message
 from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.io import model_size_bytes

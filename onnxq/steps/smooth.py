@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxq.ranges import smoothing_cache
-from onnxq.smoothing_steps import check_recipe, smooth_model
+from onnxq.smoothing.steps import check_recipe, smooth_model
 from onnxq.steps.state import RunState
 
 __all__ = ["smooth"]

@@ -10,13 +10,17 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration import Batches, CalibrationSummary, DataSource, InputSpec
+from onnxq.calibration import CalibrationSummary
+
+from onnxq.data.batching import Batches
+
+from onnxq.data.specs import DataSource, InputSpec
 from onnxq.calibration.moments import WeightMoments
-from onnxq.calibration.stream import DataStream
+from onnxq.data.stream import DataStream
 from onnxq.config import QuantConfig
 from onnxq.handlers import NodePlan, Skip
 from onnxq.io import SpillFile
-from onnxq.report import Section, SmoothedActivation
+from onnxq.report.record import Section, SmoothedActivation
 from onnxq.search.build import Builder, Built, Overrides, Statistics
 from onnxq.search.probing import CandidateCheck
 from onnxq.targets import covered_targets
@@ -62,7 +66,7 @@ class RunState:
     stream: DataStream | None = None
     # Verification inputs known before calibrating (given data, synthetic); else held back while calibrating.
     upfront_inputs: tuple[Batches, str] | None = None
-    # Inputs the verification data leaves out, made by onnxq (calibration.completion): name → how. The calibration
+    # Inputs the verification data leaves out, made by onnxq (data.completion): name → how. The calibration
     # stream keeps its own (stream.made).
     made_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     batches: Batches | None = None

@@ -3,8 +3,8 @@ of the run), then the quantized model against them on every provider, with place
 
 from __future__ import annotations
 
-from onnxq.calibration import Batches
-from onnxq.calibration.holdout import ordinal
+from onnxq.data.batching import Batches
+from onnxq.data.holdout import ordinal
 from onnxq.steps.load import synthetic_inputs
 from onnxq.steps.state import RunState
 from onnxq.verify import Reference, verify_models, with_placement

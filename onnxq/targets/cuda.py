@@ -6,9 +6,9 @@ CUDA), and the integer operators (MatMulIntegerToFloat, DynamicQuantizeLinear, Q
 kernel and fall back to the CPU with copies (dynamic 0.028×, per-token 0.028×, qoperator 0.034×). So int8
 activations are not planned for it. Its one low-bit product kernel is MatMulNBits (4 and 8 bits; weight-only,
 0.92× with float32 activations), and CUDA's float16 products run on tensor cores: models for it are weight-only
-blocks with float16 compute (passes.float16), as onnxruntime-genai's builder writes for CUDA.
+blocks with float16 compute (passes.float16.compute), as onnxruntime-genai's builder writes for CUDA.
 
-Off a GPU the file is checked by its exact arithmetic on this CPU (passes.float16_emulation: every float16 value
+Off a GPU the file is checked by its exact arithmetic on this CPU (passes.float16.emulation: every float16 value
 rounded where it is made, float32 accumulation, as CUDA computes) and its placement on CUDA is predicted from the
 kernel registrations.
 """

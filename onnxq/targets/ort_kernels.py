@@ -1,6 +1,6 @@
 """Which ONNX Runtime kernels exist per execution provider for the ops onnxq writes, and for which element types.
 
-Where a provider is absent (CI has no GPU), this table predicts where each quantized node runs (verify.predict);
+Where a provider is absent (CI has no GPU), this table predicts where each quantized node runs (verify.kernels.predict);
 where it is present, the prediction is checked against the real session's profile and every difference is
 reported, so a new onnxruntime that changes its registrations shows up as a finding, not a silent error.
 
@@ -38,7 +38,7 @@ class KernelTypes:
 
 
 # (domain, op type) → KernelTypes, or None: no kernel there for any type (the node falls back to the CPU). Ops
-# onnxq neither writes nor plans are not listed: verify.predict assumes they run on the provider.
+# onnxq neither writes nor plans are not listed: verify.kernels.predict assumes they run on the provider.
 CUDA_KERNELS: dict[tuple[str, str], KernelTypes | None] = {
     ("", "MatMul"): KernelTypes(_FLOATS),
     ("", "Gemm"): KernelTypes(_FLOATS),

@@ -18,7 +18,7 @@ from onnxq.targets.cpu import cpu_flags
 __all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
            "detect_target", "resolve_target", "target_providers", "int8_activations_refusal", "target_compute"]
 
-# How a target off this machine is checked (verify.coverage reads these). "provider": a GPU target, run on its
+# How a target off this machine is checked (verify.kernels.coverage reads these). "provider": a GPU target, run on its
 # execution provider where present, else by its exact arithmetic on this CPU (targets.cuda).
 CHECKS = ("exact", "emulated", "provider")
 
@@ -42,7 +42,7 @@ class Target:
     # such a target plans weight-only blocks in mode auto and refuses static / dynamic modes with this reason.
     no_int8_activations: str = ""
     # The float arithmetic its models compute in by default (QuantConfig.compute "auto"): float16 where the
-    # provider runs it faster (passes.float16), float32 on CPUs.
+    # provider runs it faster (passes.float16.compute), float32 on CPUs.
     compute: str = "float32"
 
     def __post_init__(self) -> None:

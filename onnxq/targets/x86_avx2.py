@@ -4,7 +4,7 @@ ORT's CPU integer GEMM (MLAS) multiplies uint8 activations by int8 weights (U8S8
 byte pairs with vpmaddubsw, which adds the two products of K indices 2i and 2i+1 in int16 *with saturation*, before
 widening to int32. U8U8 and S8S8 reach int32 exactly. Measured on ORT 1.31 (tests/verify/test_emulate.py,
 tests/numerics/test_pairs.py): only U8S8 saturates here, for M = 1 (GEMV) and M > 1 alike. Off such a CPU the
-saturation is emulated (verify.emulate). Every x86 CPU without a VNNI flag is detected as this target.
+saturation is emulated (verify.kernels.emulate). Every x86 CPU without a VNNI flag is detected as this target.
 """
 
 from onnxq.targets.cpu import VNNI_FLAGS

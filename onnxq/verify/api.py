@@ -10,9 +10,9 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxq.calibration.axes import read_layout
-from onnxq.calibration.data import reread_batches
-from onnxq.calibration.specs import DataSource, input_specs
+from onnxq.data.axes import read_layout
+from onnxq.data.dataset import reread_batches
+from onnxq.data.specs import DataSource, input_specs
 from onnxq.config import CalibrationConfig, DataConfig, QuantConfig, VerifyConfig
 from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, UnsupportedModelError, one_line
@@ -20,8 +20,8 @@ from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
 from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.verify.check import Reference, Verification, verify_models
 from onnxq.verify.outcome import check_output_tolerances
-from onnxq.verify.placement import quantized_nodes
-from onnxq.verify.task_rules import language_model_logits
+from onnxq.verify.kernels.placement import quantized_nodes
+from onnxq.verify.tasks.rules import language_model_logits
 
 __all__ = ["verify", "compare_models"]
 
@@ -94,8 +94,8 @@ def _checked(float_model: ModelInput, quant_model: ModelInput, data: DataSource,
         declare_source(files, data, source, "the verification data")
         data = source
         files.check_inputs_unchanged("right after loading")
-    # The data's shapes say which inputs it gives once, where an unnamed samples axis is (calibration.axes) and
-    # whether the model has a batch axis (calibration.unbatched).
+    # The data's shapes say which inputs it gives once, where an unnamed samples axis is (data.axes) and
+    # whether the model has a batch axis (data.unbatched).
     layout, _ = read_layout(float_ir, layout, (data,))
     specs = input_specs(float_ir, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     _check_same_interface(float_ir, quant_ir, specs)

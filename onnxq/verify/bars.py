@@ -13,7 +13,7 @@ import math
 
 from onnxq.config import Tolerance
 from onnxq.verify.metrics import OutputMetrics, finite_or_none
-from onnxq.verify.task_measures import TASK_BARS, TASK_WORDS
+from onnxq.verify.tasks.types import TASK_BARS, TASK_WORDS
 
 __all__ = ["Bar", "bars_for", "task_bar", "NEAR_SHARE"]
 

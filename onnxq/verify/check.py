@@ -14,21 +14,21 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxq.calibration.batching import samples_in
-from onnxq.calibration.specs import Batch
+from onnxq.data.batching import samples_in
+from onnxq.data.specs import Batch
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.io import load_model, trim_heap
-from onnxq.verify.coverage import Coverage, CoverageRun
+from onnxq.verify.kernels.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import JudgedChecks, OutputCheck, failures_for, task_tolerances
-from onnxq.verify.placement import Placement, profile_placement
+from onnxq.verify.kernels.placement import Placement, profile_placement
 from onnxq.verify.providers import absent_providers, resolve_providers
-from onnxq.verify.predict import predict_placement, predictable, with_mismatches
+from onnxq.verify.kernels.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import OutputStore, Reference
-from onnxq.verify.sessions import ModelSource, make_session
-from onnxq.verify.task import TaskAccumulator, TaskMetrics, task_metric
-from onnxq.verify.task_measures import OutputTask
+from onnxq.io.model_sessions import ModelSource, make_session
+from onnxq.verify.tasks.user_metric import TaskAccumulator, TaskMetrics, task_metric
+from onnxq.verify.tasks.types import OutputTask
 from onnxq.verify.verdict import verdict_of
 
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
@@ -69,7 +69,7 @@ class Verification:
     agreement_bounds: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
     # Placements predicted from ORT's kernel registrations for providers asked for (or the target's) but absent.
     predicted: tuple[Placement, ...] = ()
-    # Each output's task metric and the rule that chose it (verify.task_rules; kind "numeric": none).
+    # Each output's task metric and the rule that chose it (verify.tasks.rules; kind "numeric": none).
     tasks: dict[str, OutputTask] = dataclasses.field(default_factory=dict)
     # Per output with a task metric, the float model's own agreement under input rounding (verify.stability): the
     # bar where it is below the kind's default.
@@ -135,7 +135,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     predict it on the providers asked for (or the target's) that are absent here.
 
     target: the CPUs and providers the model is meant for; each CPU is checked by running, by the exact
-    quantization or by emulation (verify.coverage), and gates like the providers do. None: the providers only (a
+    quantization or by emulation (verify.kernels.coverage), and gates like the providers do. None: the providers only (a
     search's probe, which its confirmation checks in full)."""
     providers, unavailable = resolve_providers(config.providers)
     reference.prefetch()

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.verify.agreement import implied_agreement
-from onnxq.verify.detection_sets import aligned_pairs, sets_of
+from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
-from onnxq.verify.task_measures import OutputTask
-from onnxq.verify.task_rules import accumulator, measured_kind
+from onnxq.verify.tasks.types import OutputTask
+from onnxq.verify.tasks.rules import accumulator, measured_kind
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from onnxq.config.checks import TOPK_MAX
 from onnxq.errors import UnsupportedModelError
-from onnxq.verify.task_measures import OutputTask, measure_task, next_token_nll
+from onnxq.verify.tasks.measures import measure_task, next_token_nll
+from onnxq.verify.tasks.types import OutputTask
 
 __all__ = ["OutputMetrics", "MetricsAccumulator", "Operand", "SampleAxes", "finite_or_none", "operand", "sample_axis"]
 
@@ -37,7 +38,7 @@ class OutputMetrics:
     # Entry k - 1: the share of decisions whose float answer (argmax) is among the quantized output's k highest
     # classes (ties in its favour), k = 1 … TOPK_MAX: a top-5 classifier or a beam search needs no more.
     topk_agreement: tuple[float, ...] = (1.0,) * TOPK_MAX
-    # The output's task metric (verify.task_rules: chosen by what the output is), None for a numeric output: the
+    # The output's task metric (verify.tasks.rules: chosen by what the output is), None for a numeric output: the
     # share of the float model's task answer kept (IoU for a mask) over `task_units` decisions (pixels of the union).
     task: str | None = None
     task_agreement: float = 1.0
@@ -144,7 +145,7 @@ class Operand:
 
 def _rows_padded(ref: Operand, got: Operand, open_lengths: bool = False) -> tuple[Operand, Operand]:
     """Two outputs whose lengths the data chooses and that differ — rows on the first axis (a NonZero's, a TopK's of
-    a computed k, an NMS's outside a detection set: verify.detection_sets), and with open_lengths steps on another
+    a computed k, an NMS's outside a detection set: verify.tasks.detection_sets), and with open_lengths steps on another
     (a decoder Loop's iterations): the shorter padded with zeros along each such axis, so what one model lacks
     counts as missing. Any other difference of shape is two different models."""
     a, b = ref.values, got.values
@@ -185,7 +186,7 @@ class SampleAxes:
 
 
 class MetricsAccumulator:
-    """One output's figures over the batches; with a task (verify.task_rules), its task agreement too."""
+    """One output's figures over the batches; with a task (verify.tasks.rules), its task agreement too."""
 
     def __init__(self, task: OutputTask | None = None, open_lengths: bool = False) -> None:
         """open_lengths: the output has axes past the first whose length the data decides (a decoder Loop's steps):

@@ -11,7 +11,7 @@ from onnxq.errors import ConfigError, one_line
 from onnxq.verify.bars import Bar, bars_for, task_bar
 from onnxq.numerics.interval import ShareInterval, units_to_show, wilson
 from onnxq.verify.metrics import MetricsAccumulator, OutputMetrics
-from onnxq.verify.task_measures import PERPLEXITY_BAR, TASK_BARS, TASK_FLOOR, TASK_WORDS, OutputTask
+from onnxq.verify.tasks.types import OutputTask, PERPLEXITY_BAR, TASK_BARS, TASK_FLOOR, TASK_WORDS
 from onnxq.verify.verdict import verdict_of
 
 __all__ = ["OutputCheck", "JudgedChecks", "NOT_ON_COSINE", "failures_for", "unshown_for", "checks_of", "check_output_tolerances",
@@ -140,7 +140,7 @@ def _task_alone(tolerance: Tolerance) -> Tolerance:
 
 
 # Outputs judged by their task in place of the numeric bars, unless they have a tolerance of their own: a language
-# model's logits and its cache; a detection set's rows (verify.detection_sets), whose figures count a detection one
+# model's logits and its cache; a detection set's rows (verify.tasks.detection_sets), whose figures count a detection one
 # model lacks against rows of zeros — the detections kept judge them, the set's other outputs are reported; packed
 # detections, rows in score order.
 _JUDGED_AS_A_WHOLE = {

@@ -9,7 +9,7 @@ import onnxruntime as ort
 
 from onnxq.config import PROVIDER_ALIASES
 from onnxq.targets import target_providers
-from onnxq.verify.predict import predictable
+from onnxq.verify.kernels.predict import predictable
 
 __all__ = ["resolve_providers", "absent_providers"]
 

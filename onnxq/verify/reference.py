@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnxq.calibration.batching import Batches, pieces, samples_in, take
-from onnxq.calibration.specs import Batch
+from onnxq.data.batching import Batches, pieces, samples_in, take
+from onnxq.data.specs import Batch
 from onnxq.config import VerifyConfig
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import model_size_bytes, page_out
-from onnxq.verify.task_measures import TASK_BARS, OutputTask
+from onnxq.verify.tasks.types import OutputTask, TASK_BARS
 from onnxq.verify.stability import float_stability
-from onnxq.verify.task_rules import choose_tasks, output_facts
-from onnxq.verify.sessions import ModelSource, make_session
+from onnxq.verify.tasks.rules import choose_tasks, output_facts
+from onnxq.io.model_sessions import ModelSource, make_session
 
 __all__ = ["Reference", "OutputStore", "store_budget"]
 
@@ -121,7 +121,7 @@ class Reference:
 
     def __init__(self, float_model: ModelSource, batches: Batches | Sequence[Batch],
                  memory_bytes: int | None = None, graph: ir.Model | None = None, synthetic: bool = False) -> None:
-        """graph: the float model loaded, when float_model is a path (what its outputs are: verify.task_rules).
+        """graph: the float model loaded, when float_model is a path (what its outputs are: verify.tasks.rules).
         synthetic: the inputs are made up (no data given): no task metric is chosen on them.
         memory_bytes: outputs kept in memory (the rest spill to disk); None: store_budget of the model."""
         self.float_model = float_model
@@ -223,7 +223,7 @@ class Reference:
         return view
 
     def tasks(self, config: VerifyConfig) -> dict[str, OutputTask]:
-        """Each output's task metric (verify.task_rules), from the graph and the first batch's outputs."""
+        """Each output's task metric (verify.tasks.rules), from the graph and the first batch's outputs."""
         for batch, outputs in self:
             return choose_tasks(config, output_facts(self.graph, self.names, outputs, samples_in(batch)),
                                 self.synthetic)

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from onnxq.calibration.batching import samples_in
-from onnxq.calibration.specs import Batch, LaidOutBatch
-from onnxq.verify.detection_sets import aligned_pairs, sets_of
+from onnxq.data.batching import samples_in
+from onnxq.data.specs import Batch, LaidOutBatch
+from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import Operand, SampleAxes
-from onnxq.verify.task_measures import TASK_BARS, OutputTask
-from onnxq.verify.task_rules import accumulator
+from onnxq.verify.tasks.types import OutputTask, TASK_BARS
+from onnxq.verify.tasks.rules import accumulator
 
 __all__ = ["input_steps", "noisy_batch", "float_stability"]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.errors import CalibrationDataError
 
 

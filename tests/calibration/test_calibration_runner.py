@@ -4,7 +4,9 @@ import numpy as np
 import onnx_ir as ir
 from conftest import to_model, weight
 
-from onnxq.calibration import collect_observers, iter_batches
+from onnxq.calibration import collect_observers
+
+from onnxq.data.dataset import iter_batches
 
 
 def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
@@ -31,7 +33,7 @@ def test_minmax_ranges_equal_brute_force_over_all_batches(rng):
 def test_onnx_runtime_s_reason_is_kept_whole_on_one_line(rng, tmp_path, capsys):
     """A batch the model cannot take: ORT names the shapes at fault past its message's first line ("Input
     shape:{8,6}, requested shape:{5,-1}"); the one error line keeps all of it."""
-    from onnxq.cli import main
+    from onnxq.cli.main import main
     from onnxq.io import save_model
 
     tape = ir.tape.Tape()

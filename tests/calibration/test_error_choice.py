@@ -11,7 +11,7 @@ from conftest import to_model, weight
 import onnxq
 from onnxq.calibration.error_choice import SHRINKS, error_ranges
 from onnxq.numerics import choose_qparams, dequantize, quantize
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 C = 16
 
@@ -84,8 +84,8 @@ def test_a_one_shot_iterator_skips_it_with_a_note(rng, tmp_path):
 
 
 def test_it_is_the_default_and_the_command_line_chooses_another():
-    from onnxq.cli import build_parser
-    from onnxq.cli_args import config_from_args
+    from onnxq.cli.main import build_parser
+    from onnxq.cli.args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
     assert parse().calibration.range_choice == "output-error"
     assert parse("--range-choice", "saturation").calibration.range_choice == "saturation"

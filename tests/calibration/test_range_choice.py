@@ -13,7 +13,7 @@ from conftest import to_model, weight
 
 import onnxq
 from onnxq.calibration.elementwise import elementwise_reader
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 C = 8
 
@@ -91,8 +91,8 @@ def test_a_tensor_also_read_as_it_is_keeps_its_window(rng, tmp_path, residual):
 
 
 def test_the_command_line_chooses_the_method_window():
-    from onnxq.cli import build_parser
-    from onnxq.cli_args import config_from_args
+    from onnxq.cli.main import build_parser
+    from onnxq.cli.args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
     assert parse().calibration.range_choice == "output-error"
     assert parse("--range-choice", "method").calibration.range_choice == "method"

@@ -24,7 +24,7 @@ def test_docs_cli_md_matches_the_parsers():
 
 
 def test_the_reference_names_every_flag_and_command():
-    from onnxq.cli_help import build_parser, command_names
+    from onnxq.cli.help import build_parser, command_names
 
     reference = _generator().reference()
     for action in build_parser()._actions:

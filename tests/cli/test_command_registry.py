@@ -1,4 +1,4 @@
-"""A new command is one entry in onnxq.commands.SUBCOMMANDS (its function takes the arguments after its name and
+"""A new command is one entry in onnxq.cli.commands.SUBCOMMANDS (its function takes the arguments after its name and
 returns the exit status) and its line in cli_help.COMMAND_SUMMARIES: python -m onnxq dispatches to it, the first
 screen lists it, `help COMMAND` prints its --help, a misspelling names it, and the CLI reference documents it."""
 
@@ -7,9 +7,11 @@ import collections
 import onnx_ir as ir
 import pytest
 
-from onnxq import cli_help, commands
-from onnxq.cli import main
-from onnxq.cli_parser import Parser, path_arg
+from onnxq.cli import help as cli_help
+
+from onnxq.cli import commands
+from onnxq.cli.main import main
+from onnxq.cli.parser import Parser, path_arg
 
 
 def _ops_command(argv: list[str]) -> int:

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 import onnxq
-from onnxq.cli import main
-from onnxq.cli_help import command_names
+from onnxq.cli.main import main
+from onnxq.cli.help import command_names
 from onnxq.errors import ConfigError
 
 

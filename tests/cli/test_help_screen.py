@@ -12,10 +12,10 @@ import sys
 import pytest
 from conftest import REPO
 
-from onnxq.cli import main
-from onnxq.cli_flags import GROUPS
-from onnxq.cli_help import COMMON_FLAGS, EXAMPLES, build_parser, command_names, first_screen
-from onnxq.commands import SUBCOMMANDS, build_verify_parser
+from onnxq.cli.main import main
+from onnxq.cli.flags import GROUPS
+from onnxq.cli.help import COMMON_FLAGS, EXAMPLES, build_parser, command_names, first_screen
+from onnxq.cli.commands import SUBCOMMANDS, build_verify_parser
 
 GROUP_TITLES = ["input and output", "data and calibration", "quantization", "language models",
                 "targets and providers", "verification and tolerance", "speed", "reports", "messages"]

@@ -8,7 +8,7 @@ import sys
 
 from conftest import REPO
 
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 
 def test_quantize_word_gives_the_same_model_and_report(samples_dir, tmp_path, capsys):

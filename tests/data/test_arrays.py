@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import onnxq
-from onnxq.calibration.batching import Holdout
-from onnxq.cli import main
+from onnxq.data.batching import Holdout
+from onnxq.cli.main import main
 
 INPUT_MAP_LINE = (
     "calibration data has arrays x_train [40, 32] float32, y_train [40] int64, x_test [24, 32] float32, y_test [24] "

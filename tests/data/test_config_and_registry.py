@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import onnxq
-from onnxq.cli import build_parser, main
-from onnxq.cli_args import config_from_args
-from onnxq.commands import build_calibrate_parser, build_verify_parser
+from onnxq.cli.main import build_parser, main
+from onnxq.cli.args import config_from_args
+from onnxq.cli.commands import build_calibrate_parser, build_verify_parser
 from onnxq.config import DataConfig, QuantConfig
 from onnxq.data import READERS, Reader
-from onnxq.data_command import build_data_parser
+from onnxq.cli.data_command import build_data_parser
 from onnxq.errors import CalibrationDataError, ConfigError
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))

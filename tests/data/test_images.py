@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.config import CalibrationConfig, DataConfig
 from onnxq.data import resolve_source, source_model
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 pytestmark = pytest.mark.shared_models
 pytest.importorskip("tokenizers", reason="the text reader needs onnxq[text]")

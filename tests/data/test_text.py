@@ -12,7 +12,7 @@ import onnx_ir as ir
 import pytest
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.config import CalibrationConfig, DataConfig
 from onnxq.data import ReadData, resolve_source, source_model
 

@@ -232,7 +232,7 @@ def _typed_model(elem: int, np_dtype) -> onnx.ModelProto:
 
 
 def _float16_io(path: Path) -> None:
-    """A float16 model comes out quantized with its float16 input and output (passes.float16_model)."""
+    """A float16 model comes out quantized with its float16 input and output (passes.float16.model)."""
     _runs({"MatMul": 0})(path)
     graph = onnx.load(path).graph
     assert [v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)] == [TensorProto.FLOAT16] * 2
@@ -291,7 +291,7 @@ def _read_only_folder(work: Path) -> list[str]:
 
 
 def _cache_of_another_model(work: Path) -> list[str]:
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     other = save(_two_matmuls(), work / "other.onnx")
     calib = _npz(work, "c.npz", x=_weight((8, K), seed=6))
@@ -364,7 +364,7 @@ CASES: dict[str, Case] = {
         more_nodes=[helper.make_node("NoSuchKernel", ["z"], ["q"], domain="com.microsoft")],
         outputs=[helper.make_tensor_value_info("q", 1, None)], domains=["com.microsoft"]), w / "m.onnx")],
         "onnxruntime cannot run the model"),
-    # Keras' EinsumDense through tf2onnx: the projection into heads, made a MatMul (passes.einsum_as_matmul).
+    # Keras' EinsumDense through tf2onnx: the projection into heads, made a MatMul (passes.preparation.einsum_as_matmul).
     "Einsum projection into heads": Case(lambda w: [save(helper.make_model(helper.make_graph(
         [helper.make_node("Einsum", ["x", "w"], ["y"], equation="bk,khd->bhd", name="proj")], "g",
         [helper.make_tensor_value_info("x", 1, ["batch", K])], [helper.make_tensor_value_info("y", 1, None)],
@@ -418,7 +418,7 @@ CASES: dict[str, Case] = {
                                            _npz(w, x=_weight((8, K), seed=7))], check=_runs({"Gemm": 1})),
     "Gemm alpha beta, static": Case(lambda w: [save(_gemm(0, 0.5, 2.0), w / "m.onnx"), "--calib",
                                                _npz(w, x=_weight((8, K), seed=7))], check=_runs({"Gemm": 1})),
-    # Made standard first (passes.gemm_standard_form): the dynamic form quantizes them too, no float Gemm left.
+    # Made standard first (passes.preparation.gemm_standard_form): the dynamic form quantizes them too, no float Gemm left.
     "Gemm transA, dynamic": Case(lambda w: [save(_gemm(1, 1.0, 1.0), w / "m.onnx")], check=_runs({"Gemm": 0})),
     "Gemm alpha beta, dynamic": Case(lambda w: [save(_gemm(0, 0.5, 2.0), w / "m.onnx")], check=_runs({"Gemm": 0})),
     # -- subgraphs

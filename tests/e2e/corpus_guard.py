@@ -68,7 +68,7 @@ def _other_output_shape(work: Path) -> list[str]:
 
 
 def _summaries(work: Path) -> list[str]:
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     model, data = _good_model(work), _npz(work, x=_x())
     for name in ("s1.json", "s2.json"):

@@ -7,7 +7,7 @@ import onnx_ir as ir
 from conftest import tied_classes, to_model
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.io import save_model
 from onnxq.verify.metrics import MetricsAccumulator
 

@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.cli import main
-from onnxq.passes.op_signatures import defined
+from onnxq.cli.main import main
+from onnxq.passes.graph.op_signatures import defined
 
 D = 64
 

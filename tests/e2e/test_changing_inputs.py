@@ -19,7 +19,7 @@ from conftest import REPO, to_model
 import onnxq
 import onnxq.steps.load
 import onnxq.steps.rewrite
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.errors import InputChangedError
 from onnxq.io.faults import SIGBUS_MESSAGE
 
@@ -42,13 +42,13 @@ def _external_model(folder: Path) -> Path:
 
 CHILD = textwrap.dedent("""
     import os, sys
-    import onnxq.progress
-    from onnxq.cli import main
+    import onnxq.cli.progress
+    from onnxq.cli.main import main
 
     data = sys.argv[1]
     def cut(self, samples):  # after the first calibration batch: the data file loses all but its first page
         os.truncate(data, 4096)
-    onnxq.progress.ProgressBar.__call__ = cut
+    onnxq.cli.progress.ProgressBar.__call__ = cut
     sys.exit(main(sys.argv[2:]))
 """)
 

@@ -16,11 +16,11 @@ import pytest
 from conftest import REPO, to_model
 
 import onnxq
-from onnxq.cli import main
-from onnxq.progress import ProgressBar as _Progress
-from onnxq.progress import count_samples as _count_samples
+from onnxq.cli.main import main
+from onnxq.cli.progress import ProgressBar as _Progress
+from onnxq.cli.progress import count_samples as _count_samples
 from onnxq.verify import resolve_providers
-from onnxq.verify.speed import MEANINGFUL_MS
+from onnxq.verify.speed.latency import MEANINGFUL_MS
 
 NOT_SHOWN = 4
 
@@ -287,7 +287,7 @@ def test_every_command_takes_v_and_v_never_changes_the_exit_code(work, capsys, m
     def broken(*args, **kwargs):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr("onnxq.cli.quantize", broken)
+    monkeypatch.setattr("onnxq.cli.main.quantize", broken)
     assert main([model, "-o", str(work / "q2.onnx")]) == 3
     err = capsys.readouterr().err.splitlines()
     assert err == ["onnxq: internal error: RuntimeError: a bug — rerun with -v for the traceback and report it"]

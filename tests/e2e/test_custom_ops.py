@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 EXTENSIONS = "onnxruntime_extensions"
 

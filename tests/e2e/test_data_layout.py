@@ -10,10 +10,10 @@ import pytest
 from conftest import to_model
 
 import onnxq
-from onnxq.calibration.axes import inferred_constants, inferred_sample_axes
-from onnxq.calibration.batching import Holdout, concatenate, fixed_batch_size, samples_in, take
-from onnxq.calibration.specs import input_specs, laid_out
-from onnxq.cli import main
+from onnxq.data.axes import inferred_constants, inferred_sample_axes
+from onnxq.data.batching import Holdout, concatenate, fixed_batch_size, samples_in, take
+from onnxq.data.specs import input_specs, laid_out
+from onnxq.cli.main import main
 from onnxq.errors import CalibrationDataError, ConfigError
 from onnxq.io import save_model
 

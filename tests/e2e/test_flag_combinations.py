@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from decoder_model import kv_decoder, token_windows
 
-from onnxq.cli import build_parser, main
+from onnxq.cli.main import build_parser, main
 
 DRAWS = 100
 # Options whose values are numbers or words the parser does not list: a few sensible ones each.

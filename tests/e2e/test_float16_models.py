@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto
 
 import onnxq
-from onnxq.calibration import input_specs
+from onnxq.data.specs import input_specs
 from onnxq.io import load_model
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decoder_model import HEAD_DIM, HEADS, kv_decoder, token_windows  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 from corpus import CASES as FIRST
 from corpus_guard import CASES as GUARD
 
-from onnxq.cli import main
-from onnxq.commands import SUBCOMMANDS
+from onnxq.cli.main import main
+from onnxq.cli.commands import SUBCOMMANDS
 
 CASES = {**FIRST, **GUARD}
 assert len(CASES) == len(FIRST) + len(GUARD)  # no name used twice

@@ -10,8 +10,8 @@ import onnx_ir as ir
 import pytest
 
 import onnxq
-from onnxq.cli import main
-from onnxq.summary import format_summary
+from onnxq.cli.main import main
+from onnxq.report.summary import format_summary
 
 INT4 = onnxq.QScheme("int4", symmetric=True)
 UINT4 = onnxq.QScheme("uint4", symmetric=False)
@@ -57,7 +57,7 @@ def test_qdq_form_is_standard_onnx_and_computes_what_matmulnbits_does(samples_di
     assert sum(n.inputs[0].dtype == ir.DataType.INT8 for n in dq) == len(eight_bit)
     assert sum(n.inputs[0].dtype == ir.DataType.INT4 for n in dq) == len(dq) - len(eight_bit)
     assert "MatMulNBits" not in _ops(qdq)
-    from onnxq.verify.sessions import make_session
+    from onnxq.io.model_sessions import make_session
     data = np.load(samples_dir / "tiny_transformer_calib.npz")
     feed = {k: data[k][:4] for k in data.files}
     a = make_session(nbits, optimize=True, provider="CPUExecutionProvider").run(None, feed)
@@ -248,7 +248,7 @@ def test_float16_scales_compute_what_float32_scales_do_in_half_the_bytes(samples
     """Scales lie on float16's grid (numerics.blockwise), so the default storage, float16 behind a Cast, changes no
     value: the outputs equal those of float32 storage bit for bit, deployed (ORT folds the Cast at load) and exact
     (ORT_DISABLE_ALL runs it), and the file holds 2 bytes a block instead of 4."""
-    from onnxq.verify.sessions import make_session
+    from onnxq.io.model_sessions import make_session
     config = onnxq.QuantConfig(weights=weights, verify=onnxq.VerifyConfig(enabled=False))
     half = onnxq.quantize(samples_dir / "tiny_transformer.onnx", config=config).model
     full = onnxq.quantize(samples_dir / "tiny_transformer.onnx",

@@ -18,8 +18,8 @@ from conftest import REPO
 CHILD = textwrap.dedent("""
     import signal, sys, time
     import onnxq.io.model
-    import onnxq.progress
-    from onnxq.cli import main
+    import onnxq.cli.progress
+    from onnxq.cli.main import main
 
     # A terminal's Ctrl-C: a test runner started in the background (CI's `cmd &`) passes SIGINT on ignored, and
     # Python then installs no KeyboardInterrupt for it; a runner may also pass the signals on blocked (a CI run
@@ -34,7 +34,7 @@ CHILD = textwrap.dedent("""
                 _first.clear()
                 time.sleep(60)
             time.sleep(0.2)
-        onnxq.progress.ProgressBar.__call__ = slow
+        onnxq.cli.progress.ProgressBar.__call__ = slow
     else:
         def stuck(model, path, **kwargs):
             with open(path, "wb") as f:

@@ -14,13 +14,13 @@ from onnx import helper, numpy_helper
 from decoder_model import HEAD_DIM, HEADS, LAYERS, genai_decoder, kv_decoder, sampled_windows, token_windows
 
 import onnxq
-from onnxq.calibration import input_specs
-from onnxq.calibration.completion import completed
-from onnxq.cli import main
+from onnxq.data.specs import input_specs
+from onnxq.data.completion import completed
+from onnxq.cli.main import main
 from onnxq.io import load_model
-from onnxq.verify.decode_speed import cache_pairs, decode_speed, decode_window
+from onnxq.verify.speed.decode import cache_pairs, decode_speed, decode_window
 from onnxq.steps.language_model import language_model_defaults
-from onnxq.summary import format_summary
+from onnxq.report.summary import format_summary
 
 CACHES = [f"past_key_values.{layer}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
 # These decoders are a few hundred kB: per-token quantization's run-time scales cost more than their products save,

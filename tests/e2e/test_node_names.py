@@ -12,7 +12,7 @@ import pytest
 from corpus import _two_matmuls, _weight, save
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.io import LOAD_NOTES, load_model
 
 

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx_operator_models import operator_models, save
 
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import onnx_ir as ir
 import pytest
 
 import onnxq
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from float16_models import as_float16  # noqa: E402

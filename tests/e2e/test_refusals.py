@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.cli import main
-from onnxq.verify.sessions import make_session
+from onnxq.cli.main import main
+from onnxq.io.model_sessions import make_session
 
 
 def _with_unused_initializers(rng) -> onnx.ModelProto:
@@ -149,7 +149,7 @@ def test_a_model_past_onnxruntime_s_opsets_is_refused_by_its_opset(rng, tmp_path
     source location: now before any work, by its opset, in onnxruntime's words."""
     import onnxruntime as ort
 
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     newest = onnx.defs.onnx_opset_version()
     w = numpy_helper.from_array(rng.normal(0, 1, (6, 4)).astype(np.float32), "w")
@@ -178,7 +178,7 @@ def test_a_model_past_onnxruntime_s_opsets_is_refused_by_its_opset(rng, tmp_path
 def test_made_up_inputs_the_model_cannot_run_on_ask_for_real_ones(rng, tmp_path, capsys):
     """No data: onnxq makes random inputs (ones for integers), and a Reshape's shape input of ones cannot reshape
     [4, 8]: the line blamed "the model" (onnxruntime cannot run the model); it blames the made-up inputs now."""
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     w = numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
@@ -202,7 +202,7 @@ def test_made_up_inputs_the_model_cannot_run_on_ask_for_real_ones(rng, tmp_path,
 def test_made_up_inputs_outside_the_models_domain_ask_for_real_ones(rng, tmp_path, capsys):
     """No data: N(0, 1) inputs into a Log give the float model NaN; that was "OUT OF TOLERANCE" (exit 1) after the
     sensitivity and the fallback searched for what to keep float. The made-up inputs are at fault: exit 2."""
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     w = numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("Log", ["x"], ["logs"], name="log"),

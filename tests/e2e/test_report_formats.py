@@ -7,14 +7,14 @@ from pathlib import Path
 import jsonschema
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 
 SCHEMA = json.loads((Path(onnxq.__file__).parent / "report_schema.json").read_text())
 
 
 def test_schema_is_valid_json_schema():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["properties"]["schema_version"]["const"] == onnxq.report.SCHEMA_VERSION
+    assert SCHEMA["properties"]["schema_version"]["const"] == onnxq.report.record.SCHEMA_VERSION
 
 
 def test_reports_of_every_kind_validate(samples_dir, tmp_path):

@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 import onnxq
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 
 def _cosine(a, b):

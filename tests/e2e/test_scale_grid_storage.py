@@ -12,7 +12,7 @@ from decoder_model import genai_decoder, token_windows
 from onnx import numpy_helper
 
 import onnxq
-from onnxq.verify.sessions import make_session
+from onnxq.io.model_sessions import make_session
 
 INT4 = onnxq.QScheme("int4", symmetric=True)
 UINT4 = onnxq.QScheme("uint4", symmetric=False)

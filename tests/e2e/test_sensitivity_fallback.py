@@ -9,8 +9,8 @@ import pytest
 
 import onnxq
 import onnxq.steps.sensitivity
-from onnxq.cli import main
-from onnxq.summary import format_summary
+from onnxq.cli.main import main
+from onnxq.report.summary import format_summary
 
 
 def _config(**verify):

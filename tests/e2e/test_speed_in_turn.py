@@ -9,10 +9,11 @@ import onnx_ir as ir
 import pytest
 from decoder_model import kv_decoder, token_windows
 
-from onnxq.calibration import input_specs
-from onnxq.calibration.completion import completed
+from onnxq.data.specs import input_specs
+from onnxq.data.completion import completed
 from onnxq.io import load_model
-from onnxq.verify import decode_speed, speed  # modules (onnxq.verify is also the function of that name)
+from onnxq.verify.speed import decode as decode_speed# modules (onnxq.verify is also the function of that name)
+from onnxq.verify.speed import latency as speed# modules (onnxq.verify is also the function of that name)
 
 
 class _Counted:

@@ -111,7 +111,7 @@ def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tm
     sensitivity's twins and every probe are built from — are memory maps of the spill file, paged out between
     steps like the float weights (SmolLM2 W8A8: 157 MB no longer held beside every later step's sessions)."""
     from onnxq.io.memory import memory_map
-    from onnxq.passes import builder
+    from onnxq.passes.graph import builder
     from onnxq.steps import run as run_module
 
     path = tmp_path / "model.onnx"
@@ -146,7 +146,7 @@ def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_
     through the sensitivity's runs); the sensitivity's twins and the fallback's probes built from them give the
     same model and figures."""
     from onnxq.io.memory import memory_map
-    from onnxq.passes import builder
+    from onnxq.passes.graph import builder
     from onnxq.steps import run as run_module
 
     path = tmp_path / "model.onnx"
@@ -209,7 +209,7 @@ def test_weights_on_file_already_are_not_spilled_again(tmp_path, monkeypatch):
     lambda a: ir.Tensor(a.view(np.dtype(np.float32).newbyteorder("<"))),  # as read from a file ('<' said outright)
     lambda a: ir.Tensor(np.asfortranarray(a)),  # not C-contiguous: tobytes' copy in ONNX's order
     lambda a: ir.Tensor(a.astype(ml_dtypes.bfloat16), dtype=ir.DataType.BFLOAT16),
-    # a float16 weight read as float32 (passes.float16_model): evaluated once, written from the result's memory
+    # a float16 weight read as float32 (passes.float16.model): evaluated once, written from the result's memory
     lambda a: ir.LazyTensor(lambda: ir.Tensor(a), ir.DataType.FLOAT, ir.Shape(a.shape)),
 ], ids=["float32", "float16", "little-endian", "fortran", "bfloat16", "lazy"])
 def test_a_stored_tensor_reads_back_its_values_whatever_its_layout(rng, monkeypatch, make):

@@ -10,7 +10,7 @@ import pytest
 from conftest import to_model
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.io import save_model
 
 
@@ -92,8 +92,8 @@ def test_the_command_line_fails_without_the_fallback_and_cosine_alone_misses_it(
 def test_the_command_line_sets_the_task_per_output_and_for_every_output():
     """--task-metric KIND for every output (the per-output tolerances included), --tolerance OUT:task=KIND or
     OUT:task=SHARE for one; a kind that is no kind is refused in one line."""
-    from onnxq.cli import build_parser
-    from onnxq.cli_args import config_from_args
+    from onnxq.cli.main import build_parser
+    from onnxq.cli.args import config_from_args
     from onnxq.errors import ConfigError
 
     def verify(*flags):

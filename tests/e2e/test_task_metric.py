@@ -12,12 +12,12 @@ import pytest
 from conftest import tied_classes, to_model
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.config.hooks import resolve_hook
 from onnxq.errors import ConfigError
 from onnxq.io import save_model
-from onnxq.summary import format_summary
-from onnxq.verify.task import TaskAccumulator, TaskMetric
+from onnxq.report.summary import format_summary
+from onnxq.verify.tasks.user_metric import TaskAccumulator, TaskMetric
 
 
 def _tied_classifier(rng) -> ir.Model:

@@ -12,10 +12,10 @@ from conftest import to_model
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.calibration.holdout import SHOWS_DEFAULT_BAR, plan_holdout
-from onnxq.cli import main
+from onnxq.data.holdout import SHOWS_DEFAULT_BAR, plan_holdout
+from onnxq.cli.main import main
 from onnxq.verify.api import compare_models
-from onnxq.verify.task_rules import choose_tasks, output_facts
+from onnxq.verify.tasks.rules import choose_tasks, output_facts
 
 WIDTH = 16
 

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from conftest import to_model, weight
 
 import onnxq
-from onnxq.calibration import samples_in
+from onnxq.data.batching import samples_in
 
 WIDTH = 64
 WIDE = 1 << 17  # 512 KiB of float32 outputs a sample: 32 MiB hold 64 samples, 64 MiB 128

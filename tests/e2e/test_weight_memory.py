@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxq.config import QScheme
 from onnxq.io import OrtModel, load_model, page_out
-from onnxq.passes.builder import GraphBuilder, shared_weight_quantization
+from onnxq.passes.graph.builder import GraphBuilder, shared_weight_quantization
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 
@@ -153,7 +153,7 @@ def test_exact_sessions_give_their_run_memory_back():
     """A session without optimizations (the reference, the exact quantization, the sensitivity) returns its
     arena's buffers when a run ends: a language model's logits are fetched batch after batch (measured: 72 MB kept
     after SmolLM2 runs that kept 221 MB with ORT's default)."""
-    from onnxq.verify import make_session
+    from onnxq.io.model_sessions import make_session
 
     width = 4096
     tape = ir.tape.Tape()
@@ -313,9 +313,9 @@ def test_small_memory_mapped_weights_are_written_from_their_buffers(tmp_path):
 _SMOOTH_LARGE = _PEAK + """
 import numpy as np
 import onnx_ir as ir
-import onnxq.passes.smooth as smooth_module
+import onnxq.passes.smoothing.graph as smooth_module
 from onnxq.io.spill import SpillFile
-from onnxq.passes.smooth import SmoothGroup, SmoothPass
+from onnxq.passes.smoothing.graph import SmoothGroup, SmoothPass
 
 folder, piece_bytes = sys.argv[1], int(sys.argv[2])
 smooth_module._PIECE_BYTES = piece_bytes
@@ -395,7 +395,7 @@ def _float16_chain(folder, layers: int, width: int):
 
 
 def test_a_float16_model_s_file_is_not_held_resident_once_made_float32(tmp_path, monkeypatch):
-    """A float16 model is quantized from float32 copies of its weights (passes.float16_model), which the run's
+    """A float16 model is quantized from float32 copies of its weights (passes.float16.model), which the run's
     spill file takes at load: each float16 source is paged out once converted, so the float16 file is not held
     resident beside its float32 form (SmolLM2's float16 export: 316 MiB of file pages after loading, then 45)."""
     import onnxq

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
 from onnxq.errors import UnsupportedModelError
-from onnxq.passes.preparation import prepared
-from onnxq.verify import make_session
-from onnxq.verify.emulate import SaturationEmulator, this_cpu_saturates
+from onnxq.passes.preparation.steps import prepared
+from onnxq.io.model_sessions import make_session
+from onnxq.verify.kernels.emulate import SaturationEmulator, this_cpu_saturates
 
 # (name, input shape [N, C, *spatial], weight shape [M, C/group, *kernel], Conv attributes)
 SHAPES = [
@@ -259,7 +259,7 @@ def test_unknown_image_size_gets_synthetic_inputs_a_cnn_can_take(tmp_path, rng):
 def test_conv_writing_a_model_output_stays_float_and_is_no_integer_product(tmp_path, rng):
     """A Conv whose output is the model's keeps it float: ORT runs it as DequantizeLinear + float Conv (said in the
     placement), so the emulator counts no U8S8 product for it."""
-    from onnxq.verify.emulate import integer_products
+    from onnxq.verify.kernels.emulate import integer_products
 
     model, data = _cnn((2, 8, 9, 9), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}, rng)
     graph = model.graph

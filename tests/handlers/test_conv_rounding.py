@@ -13,7 +13,7 @@ import onnxq
 from onnxq.calibration.moments import WeightMoments
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 
 def _inputs(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -105,7 +105,7 @@ def test_gptq_rounding_keeps_the_scales_and_lowers_the_error_on_held_out_inputs(
 def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_path):
     import json
 
-    from onnxq.cli import main
+    from onnxq.cli.main import main
 
     model = tmp_path / "cnn.onnx"
     ir.save(_cnn(1), model)

@@ -11,7 +11,7 @@ from conftest import to_model
 
 import onnxq
 from onnxq.handlers import plan_model
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 VOCAB, SEQ, HIDDEN = 1000, 16, 64
 

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxq
 from onnxq.errors import UnsupportedModelError
 from onnxq.numerics.pairs import pair_sum_violations
-from onnxq.verify.emulate import this_cpu_saturates
+from onnxq.verify.kernels.emulate import this_cpu_saturates
 
 I, H = 32, 24
 

@@ -7,7 +7,7 @@ from conftest import to_model, weight
 
 from onnxq import QuantConfig, VerifyConfig, quantize
 from onnxq.numerics.per_token import per_token_quantize
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 
 def test_per_token_is_the_seed_formula(rng):

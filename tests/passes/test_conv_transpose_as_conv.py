@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.passes.conv_transpose_as_conv import conv_transposes_as_convs
+from onnxq.passes.preparation.conv_transpose_as_conv import conv_transposes_as_convs
 
 
 def _model(attributes: dict, weight: np.ndarray, bias: np.ndarray | None, channels: int = 6) -> onnx.ModelProto:

@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxq.passes.einsum_as_matmul import einsums_as_matmuls
+from onnxq.passes.preparation.einsum_as_matmul import einsums_as_matmuls
 
 # equation, activation shape, weight shape, weight first, (Transposes, Reshapes) of the MatMul form
 PRODUCTS = {

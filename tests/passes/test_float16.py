@@ -1,4 +1,4 @@
-"""passes.float16: float16 compute with float32 kept where float16 cannot hold the values, the model's inputs and
+"""passes.float16.compute: float16 compute with float32 kept where float16 cannot hold the values, the model's inputs and
 outputs unchanged. Checked by running the rewritten model in ONNX Runtime (the CPU casts float16 operators it has
 no kernel for to float32 and back: float16 storage, float32 arithmetic)."""
 
@@ -8,9 +8,9 @@ import onnxruntime as ort
 from conftest import to_model, weight
 
 from onnxq.io import OrtModel
-from onnxq.passes.float16 import to_float16
-from onnxq.passes.float16_emulation import float16_emulation, holds_float16
-from onnxq.passes.float16_plan import plan_float16
+from onnxq.passes.float16.compute import to_float16
+from onnxq.passes.float16.emulation import float16_emulation, holds_float16
+from onnxq.passes.float16.plan import plan_float16
 
 FLOAT, HALF = ir.DataType.FLOAT, ir.DataType.FLOAT16
 

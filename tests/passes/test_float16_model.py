@@ -1,4 +1,4 @@
-"""A float16 model made float32 inside (passes.float16_model): exact — the clone computes what the float32 model with
+"""A float16 model made float32 inside (passes.float16.model): exact — the clone computes what the float32 model with
 the float16 weights computes, bit for bit, and rounds its outputs to float16 — with the float16 inputs and outputs
 kept, subgraphs and constants included, the model as given unchanged, and a float32 model left as it is."""
 
@@ -11,7 +11,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxq.passes.float16_model import computed_in_float32
+from onnxq.passes.float16.model import computed_in_float32
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from float16_models import as_float16  # noqa: E402

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxq.passes.fold_constant_weights import folded_constant_weights
+from onnxq.passes.preparation.fold_constant_weights import folded_constant_weights
 
 K, N = 8, 6
 

@@ -9,8 +9,8 @@ import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.passes.fold_matmul_add import folded_matmul_adds
-from onnxq.verify import make_session
+from onnxq.passes.preparation.fold_matmul_add import folded_matmul_adds
+from onnxq.io.model_sessions import make_session
 
 
 def _mlp(rng: np.random.Generator, rank: int = 2):

@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.passes.gemm_standard_form import gemms_in_standard_form
-from onnxq.verify import make_session
+from onnxq.passes.preparation.gemm_standard_form import gemms_in_standard_form
+from onnxq.io.model_sessions import make_session
 
 K, N = 64, 32
 # (transA, transB, alpha, beta, C: "constant" | "computed" | None)

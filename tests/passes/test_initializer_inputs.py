@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxq import QuantConfig
 from onnxq.handlers import plan_model
-from onnxq.passes.initializer_inputs import initializers_as_constants
-from onnxq.passes.preparation import prepared
+from onnxq.passes.preparation.initializer_inputs import initializers_as_constants
+from onnxq.passes.preparation.steps import prepared
 
 
 def _ir3_model(rng) -> onnx.ModelProto:

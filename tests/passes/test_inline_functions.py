@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxq
 from onnxq import QuantConfig
 from onnxq.handlers import plan_model
-from onnxq.passes.inline_functions import inlined_functions
-from onnxq.passes.preparation import prepared
+from onnxq.passes.preparation.inline_functions import inlined_functions
+from onnxq.passes.preparation.steps import prepared
 
 _WIDTH = 16
 

@@ -11,9 +11,9 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxq
 from onnxq.errors import ConfigError
-from onnxq.verify import make_session
-from onnxq.verify.emulate import integer_products
-from onnxq.verify.qdq_view import qdq_view
+from onnxq.io.model_sessions import make_session
+from onnxq.verify.kernels.emulate import integer_products
+from onnxq.verify.kernels.qdq_view import qdq_view
 
 
 def _cnn_mlp(rng: np.random.Generator, opset: int = 21):

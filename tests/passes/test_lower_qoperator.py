@@ -9,8 +9,8 @@ import onnxq
 from onnxq import QuantConfig, VerifyConfig
 from onnxq.handlers import plan_model
 from onnxq.passes import InsertQdqPass
-from onnxq.passes.lower_qoperator import LowerToQOperatorPass
-from onnxq.verify import make_session
+from onnxq.passes.formats.qoperator import LowerToQOperatorPass
+from onnxq.io.model_sessions import make_session
 
 _OFF = VerifyConfig(enabled=False)
 

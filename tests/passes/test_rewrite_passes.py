@@ -9,7 +9,7 @@ from onnxq import QuantConfig
 from onnxq.handlers import plan_model
 from onnxq.numerics import choose_qparams
 from onnxq.passes import InsertDynamicPass, InsertQdqPass
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 
 def _two_matmuls_sharing(rng):

@@ -1,4 +1,4 @@
-"""A new rewrite form and a new output format are one registration each (passes.forms.rewrite_form,
+"""A new rewrite form and a new output format are one registration each (passes.forms.registry.rewrite_form,
 config.formats.register_format): the quantize pass and quantize() use them. The quantize pass's requires / ensures
 catch a plan it cannot apply and a form that leaves a planned weight float."""
 
@@ -13,11 +13,11 @@ from conftest import to_model, weight
 
 import onnxq
 from onnxq import QuantConfig, VerifyConfig
-from onnxq.cli import build_parser
+from onnxq.cli.main import build_parser
 from onnxq.config.formats import FORMATS, OutputFormat, register_format
 from onnxq.handlers import plan_model
 from onnxq.passes import REWRITE_FORMS, QuantizePass, RewriteInputs, rewrite_form
-from onnxq.verify import make_session
+from onnxq.io.model_sessions import make_session
 
 
 def _two_layers(rng) -> ir.Model:
@@ -116,7 +116,7 @@ def test_a_registered_format_is_usable_end_to_end(samples_dir, tagged_format):
 def test_calibration_collects_the_ranges_the_plans_forms_read(rng, float16_weights):
     """What calibration observes comes from the plans' schemes under their forms: a calibrated form (qdq) reads its
     activations' ranges, a run-time one (dynamic) or a weight-only one reads none."""
-    from onnxq.passes.quantize import needed_ranges
+    from onnxq.passes.forms.quantize import needed_ranges
 
     model, config = _two_layers(rng), QuantConfig()
     assert needed_ranges(_plans(model, "qdq"), config) == ["x", "h"]
@@ -128,7 +128,7 @@ def test_calibration_collects_the_ranges_the_plans_forms_read(rng, float16_weigh
 
 def test_each_quantized_input_has_a_scheme(rng):
     from onnxq.handlers.scheme import PerAxis, PerBlock, PerTensor, PerToken, Scheme, TensorQuant
-    from onnxq.passes.forms import plan_tensors
+    from onnxq.passes.forms.registry import plan_tensors
 
     model, config = _two_layers(rng), QuantConfig()
     static = _plans(model, "qdq")[0]

@@ -1,6 +1,6 @@
 """A QDQ MatMul of a 2-D activation whose output an Add of another activation alone reads (an RNN cell's x·Wx +
 h·Wh, a residual): ORT's MatMulAddFusion made them one float Gemm before its QDQ fusion, so one product of each such
-pair ran as DequantizeLinear + float Gemm. onnxq writes that Add as Sum (passes.separate_matmul_add)."""
+pair ran as DequantizeLinear + float Gemm. onnxq writes that Add as Sum (passes.formats.separate_matmul_add)."""
 
 import numpy as np
 import onnx
@@ -78,7 +78,7 @@ def test_the_rank_is_read_through_the_quantizelinear_when_the_product_has_no_sha
     import onnx_ir as ir
 
     from onnxq.handlers.plan import NodePlan
-    from onnxq.passes.separate_matmul_add import separate_matmul_adds
+    from onnxq.passes.formats.separate_matmul_add import separate_matmul_adds
 
     dims = [4, K] if rank == 2 else [4, 5, K]
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(dims))

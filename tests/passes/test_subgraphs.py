@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
-from onnxq.irquery import model_names
+from onnxq.io.irquery import model_names
 
 K = 32
 

@@ -1,5 +1,5 @@
 """A token table tied to an lm_head is stored once in int8: the Gather reads the lm_head's codes through a Transpose
-(passes.tied_table), whichever way the export ties them — a Transpose of the table (torch.onnx's dynamo exporter,
+(passes.forms.tied_table), whichever way the export ties them — a Transpose of the table (torch.onnx's dynamo exporter,
 folded by preparation), a Gemm with transB on the table itself, or a second initializer holding the same values
 (TorchScript). A table that differs from the lm_head's weight keeps its own codes."""
 
@@ -128,8 +128,8 @@ def test_untied_tables_keep_their_own_int8_form(rng, tmp_path):
 
 
 def test_the_untie_flag_sets_the_config():
-    from onnxq.cli import build_parser
-    from onnxq.cli_args import config_from_args
+    from onnxq.cli.main import build_parser
+    from onnxq.cli.args import config_from_args
 
     assert config_from_args(build_parser().parse_args(["m.onnx", "--untie-tables"])).tie_tables is False
     assert config_from_args(build_parser().parse_args(["m.onnx"])).tie_tables is True

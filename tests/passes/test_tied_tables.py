@@ -1,4 +1,4 @@
-"""A token table and an lm_head found equal (passes.tied_table.transposes) a piece of rows at a time, as compared
+"""A token table and an lm_head found equal (passes.forms.tied_table.transposes) a piece of rows at a time, as compared
 whole, so that one table serves both — transposed (a MatMul's weight) or as it is (a Gemm's with transB)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnxq.passes import tied_table
+from onnxq.passes.forms import tied_table
 
 
 @pytest.mark.parametrize("transposed", [True, False])

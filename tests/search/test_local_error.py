@@ -10,7 +10,7 @@ import onnx_ir as ir
 import pytest
 
 import onnxq
-from onnxq.calibration.batching import samples_in
+from onnxq.data.batching import samples_in
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.search.local_error import LocalSums, add_local_sums

@@ -159,7 +159,7 @@ def test_the_defaults_search_the_kinds_when_the_default_timing_finds_the_model_s
     on this CPU (2.0 vs 1.0 ms), twice in a row, so the kinds are searched as --check-speed does (depthwise slower in
     both measurements: kept float), and the model as chosen is timed again; with --allow-slower it is only said."""
     from onnxq.steps import check_speed as step
-    from onnxq.verify.speed import SpeedCheck
+    from onnxq.verify.speed.latency import SpeedCheck
 
     path, data = _model(tmp_path, rng)
     timings = iter([2.0, 2.0, 0.8])  # the default timing's quantized ms: twice before the search, then after it
@@ -191,7 +191,7 @@ def test_a_slower_timing_that_the_next_one_does_not_confirm_changes_nothing(tmp_
     """One timing on a loaded machine swings past a tie: the defaults act only on a model clearly slower (under
     0.95x float) in two timings in a row, so the written model does not depend on the machine's load."""
     from onnxq.steps import check_speed as step
-    from onnxq.verify.speed import SpeedCheck
+    from onnxq.verify.speed.latency import SpeedCheck
 
     path, data = _model(tmp_path, rng)
     for quantized_ms in ([2.0, 0.9], [1.04, 1.04]):  # not confirmed; within 5 % of float (0.96x): a tie

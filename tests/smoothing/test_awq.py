@@ -1,4 +1,4 @@
-"""AWQ's activation-aware scales for 4-bit blocks (onnxq.awq): the scales, the search's error on an activation with
+"""AWQ's activation-aware scales for 4-bit blocks (onnxq.smoothing.awq): the scales, the search's error on an activation with
 salient channels, and a decoder quantized with --weights int4 --smooth auto — scales absorbed by the norms and the
 up projection, never an inserted Mul, the lm_head tied to the embeddings left alone, the float model unchanged."""
 
@@ -11,11 +11,11 @@ import onnx_ir as ir
 import pytest
 
 import onnxq
-from onnxq.awq import BlockForm, _block_error, choose_awq
+from onnxq.smoothing.awq import BlockForm, _block_error, choose_awq
 from onnxq.calibration.channels import ChannelStats
 from onnxq.numerics.smoothing import awq_scales
-from onnxq.passes.smooth import NOT_ABSORBED
-from onnxq.smoothing import Candidate
+from onnxq.passes.smoothing.graph import NOT_ABSORBED
+from onnxq.smoothing.choice import Candidate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from decoder_model import genai_decoder, kv_decoder, sampled_windows, token_windows  # noqa: E402

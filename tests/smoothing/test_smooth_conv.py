@@ -13,10 +13,10 @@ import onnxq
 from onnxq import QuantConfig
 from onnxq.calibration.channels import ChannelStats, collect_channel_stats
 from onnxq.handlers import plan_model
-from onnxq.passes.smooth import NOT_ABSORBED, SmoothPass
-from onnxq.passes.smooth_weights import scale_input_channels, weight_by_input_channel
-from onnxq.smoothing import choose_smoothing, smoothable_groups
-from onnxq.verify import make_session
+from onnxq.passes.smoothing.graph import NOT_ABSORBED, SmoothPass
+from onnxq.passes.smoothing.weights import scale_input_channels, weight_by_input_channel
+from onnxq.smoothing.choice import choose_smoothing, smoothable_groups
+from onnxq.io.model_sessions import make_session
 
 C = 8
 

@@ -11,9 +11,9 @@ from onnxq import QuantConfig
 from onnxq.calibration.channels import collect_channel_stats
 from onnxq.handlers import plan_model
 from onnxq.numerics.smoothing import smoothing_scales
-from onnxq.passes.smooth import SmoothPass
-from onnxq.smoothing import choose_smoothing, smoothable_groups
-from onnxq.verify import make_session
+from onnxq.passes.smoothing.graph import SmoothPass
+from onnxq.smoothing.choice import choose_smoothing, smoothable_groups
+from onnxq.io.model_sessions import make_session
 
 K = 16
 
@@ -220,7 +220,7 @@ def test_scaled_weights_go_to_the_spill_file_as_they_are_made(rng, monkeypatch, 
     """A large model's scaled weights (a second copy of its products') are written to the run's spill file one by
     one, a piece of rows at a time (300 kB: seven pieces of each 2 MiB weight), not held until the next spill; the
     model computes exactly what the in-memory smoothing gives."""
-    import onnxq.passes.smooth as smooth_module
+    import onnxq.passes.smoothing.graph as smooth_module
     from onnxq.io.spill import SPILL_TENSOR_MIN_BYTES, SpillFile
 
     monkeypatch.setattr(smooth_module, "_PIECE_BYTES", piece_bytes)
@@ -261,7 +261,7 @@ def test_a_weight_scaled_in_pieces_is_the_weight_scaled_whole(rng, op, shape, at
     """scaled_pieces: the rows of s · W a few at a time (3 rows' bytes a piece), concatenated, bit for bit the
     whole product — each piece takes the factor of its own rows (MatMul's K, a Conv's output channels) or all of
     it (Gemm transB's K along the columns)."""
-    from onnxq.passes.smooth_weights import scale_input_channels, scaled_pieces
+    from onnxq.passes.smoothing.weights import scale_input_channels, scaled_pieces
 
     w = rng.normal(0, 1, shape).astype(np.float32)
     node = ir.node(op, [ir.val("x"), ir.Value(name="w", const_value=ir.tensor(w))], attributes)
@@ -310,7 +310,7 @@ def test_a_weight_the_disk_refuses_midway_stays_in_memory_whole(tmp_path):
 
 def _rebound(groups, model):
     """The groups with their activation and nodes looked up by name in `model` (a clone of the one planned)."""
-    from onnxq.passes.smooth import SmoothGroup
+    from onnxq.passes.smoothing.graph import SmoothGroup
 
     values = {v.name: v for n in model.graph for v in n.outputs}
     nodes = {n.name: n for n in model.graph}
@@ -320,7 +320,7 @@ def _rebound(groups, model):
 def test_the_alpha_search_error_is_the_same_a_slice_of_channels_at_a_time(rng, monkeypatch):
     """The output error of a choice, summed over slices of output channels (each its own scale), equals the error
     of the whole weight at once (float32 sums in another order: within 1e-5 relative)."""
-    import onnxq.smoothing as smoothing
+    import onnxq.smoothing.choice as smoothing
 
     model, x = _layer_norm_qkv(rng), _input(rng)
     plans, _ = plan_model(model.graph, QuantConfig(), "static")

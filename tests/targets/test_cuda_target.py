@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.errors import ConfigError
 from onnxq.search import speed
 from onnxq.targets import target_providers

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import onnxq
-from onnxq.cli import build_parser
+from onnxq.cli.main import build_parser
 from onnxq.targets import Target, register_target, target_names, unregister_target
 
 

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 _CHILD = """
 import sys, numpy as np, onnx_ir as ir
-from onnxq.verify.sessions import make_session
+from onnxq.io.model_sessions import make_session
 session = make_session(ir.load(sys.argv[1]), optimize=True)
 x = np.load(sys.argv[2])
 np.save(sys.argv[3], session.run(None, {"x": x})[0])

@@ -16,10 +16,10 @@ from head_model import end_to_end, head, images
 import onnxq
 from onnxq.config import VerifyConfig
 from onnxq.verify.api import compare_models
-from onnxq.verify.boxes import nms
-from onnxq.verify.detection_heads import decoded
-from onnxq.verify.task_measures import MEASURES
-from onnxq.verify.task_rules import choose_tasks, output_facts
+from onnxq.verify.tasks.boxes import nms
+from onnxq.verify.tasks.detection_heads import decoded
+from onnxq.verify.tasks.measures import MEASURES
+from onnxq.verify.tasks.rules import choose_tasks, output_facts
 
 
 def _tasks(model: onnx.ModelProto):

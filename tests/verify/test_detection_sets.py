@@ -16,14 +16,15 @@ import pytest
 from detector_model import detector, images
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.verify.api import compare_models
-from onnxq.verify.boxes import box_iou, matched_rows
-from onnxq.verify.detection_sets import aligned_outputs
+from onnxq.verify.tasks.boxes import box_iou, matched_rows
+from onnxq.verify.tasks.detection_sets import aligned_outputs
 from onnxq.verify.metrics import Operand
-from onnxq.verify.task_measures import MEASURES, DetectionSet, OutputTask
-from onnxq.verify.task_rules import choose_tasks, output_facts
+from onnxq.verify.tasks.measures import MEASURES
+from onnxq.verify.tasks.types import DetectionSet, OutputTask
+from onnxq.verify.tasks.rules import choose_tasks, output_facts
 
 SET = DetectionSet("boxes", "labels", ("boxes", "scores", "labels"))
 

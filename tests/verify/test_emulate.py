@@ -6,8 +6,8 @@ import pytest
 from conftest import matmul_integer_session
 
 import onnxq
-from onnxq.verify import make_session
-from onnxq.verify.emulate import SaturationEmulator, integer_products, saturation_error
+from onnxq.io.model_sessions import make_session
+from onnxq.verify.kernels.emulate import SaturationEmulator, integer_products, saturation_error
 
 
 def _this_cpu_saturates() -> bool:

@@ -11,7 +11,8 @@ import pytest
 import onnxq
 from onnxq.verify.metrics import MetricsAccumulator, Operand, OutputMetrics
 from onnxq.verify.outcome import failures_for, task_tolerances
-from onnxq.verify.task_measures import PERPLEXITY_BAR, OutputTask, next_token_nll
+from onnxq.verify.tasks.measures import next_token_nll
+from onnxq.verify.tasks.types import OutputTask, PERPLEXITY_BAR
 
 TASKS = {"logits": OutputTask("next-token", "test", labels="input_ids"), "present.0.key": OutputTask("state", "test")}
 

@@ -11,9 +11,9 @@ import pytest
 from loop_decoder_model import decoder, features
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.errors import UnsupportedModelError
-from onnxq.verify.task_measures import TASK_BARS
+from onnxq.verify.tasks.types import TASK_BARS
 
 COARSE_PACE = 0.25  # a pace weight's int8 scale that moves every sample's pace: 17 steps where float runs 16
 

@@ -12,10 +12,10 @@ import pytest
 from conftest import to_model, weight
 
 import onnxq
-from onnxq.verify.narrow_view import narrow_view
-from onnxq.verify.sessions import make_session
+from onnxq.verify.kernels.narrow_view import narrow_view
+from onnxq.io.model_sessions import make_session
 
-narrow_module = importlib.import_module("onnxq.verify.narrow_view")
+narrow_module = importlib.import_module("onnxq.verify.kernels.narrow_view")
 
 K, N = 64, 1000
 

@@ -9,10 +9,10 @@ import pytest
 from conftest import to_model, weight
 
 import onnxq
-from onnxq.cli import main
-from onnxq.calibration import input_specs
-from onnxq.calibration.batching import samples_in
-from onnxq.calibration.data import reread_batches
+from onnxq.cli.main import main
+from onnxq.data.specs import input_specs
+from onnxq.data.batching import samples_in
+from onnxq.data.dataset import reread_batches
 from onnxq.io import load_model
 from onnxq.verify import profile_placement, quantized_nodes, resolve_providers
 from onnxq.verify.reference import Reference
@@ -65,7 +65,7 @@ def test_unfused_qdq_is_flagged_as_running_in_float(rng, tmp_path):
 
 def test_an_integer_kernel_for_a_node_left_float_is_flagged(rng, tmp_path):
     """A float Conv between a per-tensor DequantizeLinear and a QuantizeLinear: ORT's WeightBiasQuantization
-    quantizes its weight itself and runs it as QLinearConv (what passes.insert_qdq keeps from happening)."""
+    quantizes its weight itself and runs it as QLinearConv (what passes.forms.qdq keeps from happening)."""
     tape = ir.tape.Tape()
     x = ir.val("x", ir.DataType.FLOAT, ["batch", 4, 8, 8])
     scale = tape.initializer(ir.tensor(np.array(0.05, np.float32), name="x_scale"))

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.verify import profile_placement, quantized_nodes
-from onnxq.verify.placement import placement_from_profile
-from onnxq.verify.predict import predict_placement, with_mismatches
+from onnxq.verify.kernels.placement import placement_from_profile
+from onnxq.verify.kernels.predict import predict_placement, with_mismatches
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 OFF = onnxq.VerifyConfig(enabled=False)

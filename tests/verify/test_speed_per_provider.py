@@ -4,7 +4,7 @@ batch 32 × 128: float 2.92 ms; static QDQ 0.76×, dynamic 0.028×, int4 MatMulN
 
 import pytest
 
-from onnxq.verify.speed import SpeedCheck, slower_notes
+from onnxq.verify.speed.latency import SpeedCheck, slower_notes
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 FLOAT_MS = 2.92

@@ -11,9 +11,9 @@ import pytest
 from conftest import to_model
 
 import onnxq
-from onnxq.cli import main
+from onnxq.cli.main import main
 from onnxq.numerics.interval import units_to_show, wilson
-from onnxq.verify.task_measures import TASK_BARS
+from onnxq.verify.tasks.types import TASK_BARS
 
 
 def test_the_wilson_interval_and_the_count_that_shows_a_bar():
@@ -26,7 +26,7 @@ def test_the_wilson_interval_and_the_count_that_shows_a_bar():
     assert units_to_show(1.0, 0.97) == 125
     assert units_to_show(0.99, 0.99) is None and units_to_show(0.98, 0.99) is None  # at or below: never shown
     assert wilson(round(0.995 * units_to_show(0.995, 0.99)), units_to_show(0.995, 0.99)).low >= 0.99
-    assert max(TASK_BARS.values()) == 0.99  # calibration.holdout's SHOWS_DEFAULT_BAR is this bar's
+    assert max(TASK_BARS.values()) == 0.99  # data.holdout's SHOWS_DEFAULT_BAR is this bar's
 
 
 PROTOTYPES = np.random.default_rng(7).normal(0, 1, (5, 16)).astype(np.float32)

@@ -1,6 +1,6 @@
-"""A new kind of output is one rule and one measure: the rule in verify.task_rules.RULES picks it, its measure in
-verify.task_measures.MEASURES counts what the quantized output keeps, beside its words (TASK_WORDS), its default
-bar (TASK_BARS) and its unit (verify.outcome.UNITS). quantize() then gates the output on that measure, and the
+"""A new kind of output is one rule and one measure: the rule in verify.tasks.rules.RULES picks it, its measure in
+verify.tasks.measures.MEASURES counts what the quantized output keeps, beside its words (verify.tasks.types.TASK_WORDS),
+its default bar (TASK_BARS) and its unit (verify.outcome.UNITS). quantize() then gates the output on that measure, and the
 report names the rule that chose it."""
 
 import numpy as np
@@ -10,8 +10,11 @@ import pytest
 from conftest import to_model
 
 import onnxq
-from onnxq.verify import outcome, task_measures, task_rules
-from onnxq.verify.task_measures import OutputTask
+from onnxq.verify import outcome
+from onnxq.verify.tasks import measures as task_measures
+from onnxq.verify.tasks import rules as task_rules
+from onnxq.verify.tasks import types as task_types
+from onnxq.verify.tasks.types import OutputFacts, OutputTask
 
 
 def _signs_kept(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int, int]:
@@ -20,7 +23,7 @@ def _signs_kept(ref: np.ndarray, got: np.ndarray, task: OutputTask) -> tuple[int
     return int(np.count_nonzero(same)), int(same.size)
 
 
-def _named_direction(facts: task_rules.OutputFacts) -> OutputTask | None:
+def _named_direction(facts: OutputFacts) -> OutputTask | None:
     """An output named as a direction is judged by its signs."""
     if "direction" in facts.said and not facts.integer:
         return OutputTask("signs", "named as a direction: the sign of each value", class_axis=None)
@@ -30,8 +33,8 @@ def _named_direction(facts: task_rules.OutputFacts) -> OutputTask | None:
 @pytest.fixture
 def signs_kind(monkeypatch):
     monkeypatch.setitem(task_measures.MEASURES, "signs", _signs_kept)
-    monkeypatch.setitem(task_measures.TASK_WORDS, "signs", "signs kept")
-    monkeypatch.setitem(task_measures.TASK_BARS, "signs", 0.97)
+    monkeypatch.setitem(task_types.TASK_WORDS, "signs", "signs kept")
+    monkeypatch.setitem(task_types.TASK_BARS, "signs", 0.97)
     monkeypatch.setitem(outcome.UNITS, "signs", "values")
     monkeypatch.setattr(task_rules, "RULES", [("direction", _named_direction), *task_rules.RULES])
 

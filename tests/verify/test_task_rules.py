@@ -1,4 +1,4 @@
-"""Which task metric each output gets (verify.task_rules), what each measures (verify.task_measures), and the float
+"""Which task metric each output gets (verify.tasks.rules), what each measures (verify.tasks.measures), and the float
 model's own stability under its data's rounding (verify.stability)."""
 
 import numpy as np
@@ -12,8 +12,9 @@ from onnxq.errors import ConfigError
 from onnxq.verify.comparisons import agreement_bound
 from onnxq.verify.reference import Reference
 from onnxq.verify.stability import input_steps
-from onnxq.verify.task_measures import OutputTask, measure_task
-from onnxq.verify.task_rules import choose_tasks, language_model_logits, output_facts
+from onnxq.verify.tasks.measures import measure_task
+from onnxq.verify.tasks.types import OutputTask
+from onnxq.verify.tasks.rules import choose_tasks, language_model_logits, output_facts
 
 SAMPLES = 4
 
@@ -114,8 +115,8 @@ def test_mask_iou_and_frames_count_what_they_say():
 def test_a_tolerance_sets_where_a_map_and_binary_decisions_turn_on(rng):
     """DBNet thresholds its probability map at 0.3, not 0.5: `--tolerance segmap:threshold=0.3` (TOML
     task_threshold) moves the mask's IoU there; class scores are not thresholded and keep their task."""
-    from onnxq.cli import build_parser
-    from onnxq.cli_args import config_from_args
+    from onnxq.cli.main import build_parser
+    from onnxq.cli.args import config_from_args
 
     model = _heads(rng)
     outputs = _outputs(model, rng)

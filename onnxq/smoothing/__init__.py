@@ -1,0 +1,1 @@
+"""Which activations to smooth and by how much: SmoothQuant's groups and α (choice), AWQ-class scales for 4-bit blocks (awq), and the quantize() steps that run either on data or a calibration cache (steps). The graph rewrite itself is passes.smoothing."""

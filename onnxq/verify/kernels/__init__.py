@@ -1,0 +1,1 @@
+"""Which kernels a quantized model runs on, here and on the targets it is meant for: the profiled placement, the placement predicted from ORT's kernel registrations, the integer arithmetic emulated for a CPU not here, and where a verification holds (coverage)."""

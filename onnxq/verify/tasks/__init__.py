@@ -1,0 +1,1 @@
+"""What a model's outputs mean to its task: the rules that pick each output's measure (rules), the measures themselves (measures), detections as heads or sets (detection_heads, detection_sets, boxes), and the user's own metric (user_metric)."""
