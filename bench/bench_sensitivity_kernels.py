@@ -63,7 +63,7 @@ def main() -> None:
     calib = {k: data[k] for k in data.files}
     config = QuantConfig(verify=VerifyConfig(sensitivity_samples=0))
     given = RunInputs(str(MINILM / "all-MiniLM-L6-v2.onnx"), calib, None, None, None, None)
-    until_verified = tuple(s for s in STEPS if s.name in ("load_and_plan", "smooth", "calibrate", "rewrite", "verify"))
+    until_verified = tuple(s for s in STEPS if s.name in ("load", "resolve", "plan", "smooth", "calibrate", "rewrite", "verify"))
     with shared_weight_quantization(), run_files():
         state = run_steps(RunState(given, config), until_verified)
         samples = first_samples(state.batches, args.samples, None)

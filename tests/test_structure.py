@@ -125,3 +125,23 @@ def test_no_function_over_60_lines_or_7_parameters():
 def test_the_tier_order_is_the_architecture_page_s():
     page = (REPO / "docs" / "contributing" / "architecture.md").read_text()
     assert " → ".join(TIERS) in " ".join(page.split())
+
+
+def _written_fields(tree: ast.Module) -> set[str]:
+    """The RunState fields a module assigns (state.x = …, state.x, state.y = …)."""
+    written = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for one in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(one, ast.Attribute) and isinstance(one.value, ast.Name) and one.value.id == "state":
+                    written.add(one.attr)
+    return written
+
+
+def test_the_configuration_is_resolved_in_one_step():
+    """state.config and state.mode are written by steps/resolve.py alone: every later step reads the one
+    configuration the report shows."""
+    writers = {path.name for path, top, tree in _modules() if {"config", "mode"} & _written_fields(tree)}
+    assert writers == {"resolve.py"}

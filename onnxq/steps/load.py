@@ -1,5 +1,6 @@
-"""Step load_and_plan: load and check the model, declare every file the run reads and writes, resolve the mode,
-plan every node, and read the verification inputs known before calibrating."""
+"""Steps load and plan: load and check the model and declare every file the run reads and writes; then (after the
+configuration is resolved, steps.resolve) plan every node and read the verification inputs known before
+calibrating."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from onnxq.calibration import CalibrationSummary
 from onnxq.data.batching import Batches
 
 from onnxq.data.specs import DataSource, input_specs
-from onnxq.data.axes import InferredLayout, read_layout
+from onnxq.data.axes import InferredLayout
 from onnxq.data.dataset import reread_batches
 from onnxq.data.holdout import SHOWS_DEFAULT_BAR
 from onnxq.data.stream import DataStream
 from onnxq.data.specs import sample_axis
-from onnxq.config import CalibrationConfig, DataConfig, QuantConfig
+from onnxq.config import DataConfig, QuantConfig
 from onnxq.data import declare_source, described, resolve_source, source_model
-from onnxq.errors import CalibrationDataError, ConfigError, UnsupportedModelError
+from onnxq.errors import CalibrationDataError, UnsupportedModelError
 from onnxq.handlers import Skip, plan_model
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.memory import page_out
@@ -28,18 +29,19 @@ from onnxq.passes import check_model
 from onnxq.passes.preparation.steps import prepared
 from onnxq.passes.preparation.checks import onnx_opset
 from onnxq.passes.preparation.upgrade import ORT_MIN_OPSET
-from onnxq.steps.language_model import language_model_defaults
+from onnxq.steps.resolve import layout_notes
 from onnxq.steps.state import RunState
 from onnxq.data.synthetic import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
 from onnxq.verify.tasks.rules import language_model_logits, may_hold_to_a_share
 from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
-__all__ = ["load_and_plan", "synthetic_inputs", "SYNTHETIC"]
+__all__ = ["load", "plan", "synthetic_inputs", "SYNTHETIC"]
 
 
 
-def load_and_plan(state: RunState) -> bool:
+def load(state: RunState) -> bool:
+    """The model loaded, prepared and checked; the data read as the pipeline reads it; every file declared."""
     given, config = state.given, state.config
     if isinstance(given.model, (str, os.PathLike)):  # its state taken before it is read: a change while it loads
         active_run().add_input(given.model, "the input model")  # is seen right after (_declare_files)
@@ -73,18 +75,7 @@ def load_and_plan(state: RunState) -> bool:
         page_out(loaded)  # what spilling read of the given weights leaves resident memory (a float16 model's file)
     state.work = reference.clone()
     state.quantized_from = reference
-    state.mode = _resolve_mode(config, given.calibration, given.cache)
-    if state.mode == "weight-only":
-        state.config = config = _resolve_block_method(config, given.calibration)
-    state.config = config = _with_language_model_defaults(state)
-    state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
-    if not state.plans:
-        raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
-    state.config = config = _with_inferred_layout(state)
-    state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
-    holds_back = given.verify_data is None and config.verify.enabled
-    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back,
-                                      may_hold_to_a_share(reference, config.verify))
+    state.verifies_on_calibration_data = _same_data(given_data, config.data)
     densified = reference.meta[LOAD_NOTES]["densified"]
     if densified:
         state.notes.append(f"{len(densified)} sparse initializer(s) made dense to be quantized "
@@ -93,46 +84,22 @@ def load_and_plan(state: RunState) -> bool:
     if repeated:
         state.notes.append(f"{len(repeated)} value name(s) repeated across subgraphs renamed in the output "
                            f"(e.g. {repeated[0]!r}): calibration keys values by name")
-    state.upfront_inputs = _upfront_verification_inputs(state, _same_data(given_data, config.data))
     return True
 
 
-def _with_language_model_defaults(state: RunState) -> QuantConfig:
-    has_data = state.given.calibration is not None
-    config, note = language_model_defaults(state.reference, state.config, state.mode, has_data)
-    if note is not None:
-        state.notes.append(note)
-    return config
-
-
-def _with_inferred_layout(state: RunState) -> QuantConfig:
-    """The config with the layout the data's shapes imply for inputs the model and the user leave open
-    (data.axes, data.unbatched): inputs given once held constant, samples axes inferred, inputs
-    without a batch axis fed a sample a run, each said in a note; the specs (state.specs) follow."""
-    given = state.given
-    layout, inferred = read_layout(state.work, state.config.calibration, (given.calibration, given.verify_data))
-    return _applied_layout(state, layout, inferred)
-
-
-def _applied_layout(state: RunState, layout: CalibrationConfig, inferred: InferredLayout) -> QuantConfig:
-    state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
-    state.notes.extend(_layout_notes(inferred))
-    return state.config.replace(calibration=layout)
-
-
-def _layout_notes(inferred: InferredLayout) -> list[str]:
-    notes = []
-    if inferred.unbatched:
-        notes.append(f"inputs without a batch axis, fed one sample per run: {', '.join(inferred.unbatched)} (the "
-                     "data stacks samples of the model's whole input on a first axis of its own)")
-    if inferred.once:
-        notes.append(f"inputs given once, held constant with every batch: {', '.join(inferred.once)} (their data is "
-                     "the whole shape the model fixes; --sample-axis to read samples from them)")
-    if inferred.axes:
-        said = ", ".join(f"{name}={axis}" for name, axis in inferred.axes.items())
-        notes.append(f"sample axes inferred from the data's lengths: {said} (the only axis holding the other "
-                     "inputs' sample count; --sample-axis to set another)")
-    return notes
+def plan(state: RunState) -> bool:
+    """Every node planned under the resolved config; the calibration stream defined; the verification inputs known
+    before calibrating read."""
+    config, given = state.config, state.given
+    state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
+    if not state.plans:
+        raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
+    state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
+    holds_back = given.verify_data is None and config.verify.enabled
+    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back,
+                                      may_hold_to_a_share(state.reference, config.verify))
+    state.upfront_inputs = _upfront_verification_inputs(state, state.verifies_on_calibration_data)
+    return True
 
 
 def _read_data(state: RunState) -> tuple[DataSource | None, DataSource | None]:
@@ -178,31 +145,6 @@ def _declare_files(state: RunState, given_data: tuple[DataSource | None, DataSou
         files.claim(output, "output", also=[output.with_name(output.name + ".data")])
 
 
-def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) -> str:
-    if config.weight_only:
-        return "weight-only"
-    has_ranges = calibration is not None or isinstance(cache, CalibrationSummary) or (
-        cache is not None and Path(cache).is_file())
-    if config.mode == "auto":
-        return "static" if has_ranges else "dynamic"
-    if config.mode == "static" and not has_ranges:
-        raise ConfigError("static mode needs calibration data — pass --calib DATA (or an existing --calib-cache), "
-                          "or use --mode dynamic")
-    return config.mode
-
-
-def _resolve_block_method(config: QuantConfig, calibration: DataSource | None) -> QuantConfig:
-    blocks = config.blocks
-    if blocks.method == "auto":
-        blocks = dataclasses.replace(blocks, method="gptq" if calibration is not None else "rtn")
-    needs = "blocks.method = gptq" if blocks.method == "gptq" else (
-        "blocks.clip = activation" if blocks.clip == "activation" else None)
-    if needs and calibration is None:
-        raise ConfigError(f"{needs} fits the weights to their activations, so it needs calibration data: pass "
-                          "--calib DATA, or use blocks.method = rtn with blocks.clip = mse")
-    return config.replace(blocks=blocks)
-
-
 def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
     if not skips:
         return (f"nothing to quantize: the model has no {'/'.join(config.op_types)} node with a constant float32 "
@@ -242,6 +184,8 @@ def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
                        "with real inputs for meaningful figures")
     batches = synthetic_batches(state.reference, state.specs)
     held = tuple(s.name for s in state.specs if s.sample_axis is not None and sample_axis(batches[0], s.name) is None)
-    made_once = InferredLayout(once=held)  # the inputs made once beside the others' samples
-    state.config = _applied_layout(state, made_once.applied(state.config.calibration), made_once)
+    if held:  # the inputs made once beside the others' samples: how the made-up batches are laid out, not the config
+        layout = InferredLayout(once=held).applied(state.config.calibration)
+        state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+        state.notes.extend(layout_notes(InferredLayout(once=held)))
     return Batches.held(batches), SYNTHETIC

@@ -17,11 +17,12 @@ from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
-from onnxq.steps.load import load_and_plan
+from onnxq.steps.load import load, plan
 from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
 from onnxq.steps.report import float_model_bytes
+from onnxq.steps.resolve import resolve
 from onnxq.steps.rewrite import rewrite
 from onnxq.steps.save import save
 from onnxq.steps.sensitivity import sensitivity
@@ -50,7 +51,9 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("load_and_plan", load_and_plan),
+    Step("load", load),
+    Step("resolve", resolve),
+    Step("plan", plan),
     Step("smooth", smooth),
     Step("calibrate", calibrate),
     Step("magnitudes", magnitudes),

@@ -53,6 +53,8 @@ class RunState:
     reference: ir.Model | None = None
     unconverted: ir.Model | None = None  # the model as given, when preparing changed it: the float reference
     given_runs: bool = True  # onnxruntime runs the model as given (not below its opsets): a file to write as it is
+    # The verification data is the calibration data (one file read through the same arrays): its figures flatter.
+    verifies_on_calibration_data: bool = False
     work: ir.Model | None = None  # the model being quantized: smoothed, then rewritten
     quantized_from: ir.Model | None = None  # the float graph the quantization starts from (smoothed, when asked)
     input_path: Path | None = None

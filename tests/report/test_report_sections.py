@@ -89,7 +89,7 @@ def test_the_run_reports_its_peak_memory_step_by_step(samples_dir, tmp_path):
                             output=tmp_path / "q.onnx").report
     memory = report.section("memory")
     peaks = list(memory.peak_after.values())
-    assert list(memory.peak_after)[0] == "load_and_plan" and peaks == sorted(peaks) and peaks[0] > 10_000_000
+    assert list(memory.peak_after)[0] == "load" and peaks == sorted(peaks) and peaks[0] > 10_000_000
     assert memory.peak == peaks[-1] and memory.peak_after[memory.peak_step] == memory.peak
     assert memory.text()[0].startswith(f"memory:      peak RSS {memory.peak / 1e6:.0f} MB, reached in ")
     assert report.to_dict()["memory"]["peak_bytes"] == memory.peak
@@ -100,13 +100,13 @@ def test_a_peak_set_by_the_speed_line_says_what_the_quantization_took_before_it(
     a process doing nothing else), so a run that times it peaks there; the line says the peak before it too."""
     from onnxq.steps.memory import MemoryUse
 
-    peaks = {"load_and_plan": 300_000_000, "verify": 790_000_000, "check_speed": 1_070_000_000,
+    peaks = {"load": 300_000_000, "verify": 790_000_000, "check_speed": 1_070_000_000,
              "save": 1_070_000_000}
     memory = MemoryUse(peaks, 540_000_000)
     assert memory.peak_before_speed == 790_000_000
     assert memory.text() == ["memory:      peak RSS 1070 MB, 1.98x the float model's 540 MB, reached in check_speed "
                              "(ORT's float and quantized sessions timed as deployed); 790 MB (1.46x) before it "
                              "(--no-speed)"]
-    quantization = MemoryUse({"load_and_plan": 300_000_000, "verify": 790_000_000, "check_speed": 790_000_000},
+    quantization = MemoryUse({"load": 300_000_000, "verify": 790_000_000, "check_speed": 790_000_000},
                              540_000_000)
     assert quantization.peak_before_speed is None and quantization.text()[0].endswith("reached in verify")
