@@ -145,3 +145,17 @@ def test_the_configuration_is_resolved_in_one_step():
     configuration the report shows."""
     writers = {path.name for path, top, tree in _modules() if {"config", "mode"} & _written_fields(tree)}
     assert writers == {"resolve.py"}
+
+
+# What the searches may read of verification: its face, the runner API, the verdict words, the task types and the
+# timing of two models. Everything else in verify/ is the gate's own.
+VERIFY_FACE = {"onnxq.verify", "onnxq.verify.runner", "onnxq.verify.result", "onnxq.verify.tasks.types",
+               "onnxq.verify.speed.latency"}
+
+
+def test_the_searches_use_verification_through_its_runner_api():
+    searches = [(path, tree) for path, top, tree in _modules()
+                if top == "search" or path.name in ("sensitivity.py", "fallback.py", "recipe.py") and top == "steps"]
+    inner = [f"{path.relative_to(REPO)} imports {name}" for path, tree in searches for node in ast.walk(tree)
+             for name in _imported(node) if name.startswith("onnxq.verify") and name not in VERIFY_FACE]
+    assert len(searches) > 10 and not inner, inner

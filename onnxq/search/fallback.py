@@ -31,7 +31,7 @@ from onnxq.search.fallback_result import FallbackResult
 from onnxq.search.probing import CandidateCheck, Trials
 from onnxq.search.reclaim import reclaim
 from onnxq.search.sensitivity import Sensitivity
-from onnxq.verify.check import Verification
+from onnxq.verify import Verification
 
 __all__ = ["FallbackResult", "Attempt", "fall_back", "fallback_ranking"]
 

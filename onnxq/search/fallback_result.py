@@ -7,8 +7,8 @@ import dataclasses
 
 from onnxq.report.record import escape
 from onnxq.search.probing import ProbeLog
-from onnxq.verify.check import Verification
-from onnxq.verify.metrics import finite_or_none
+from onnxq.verify import Verification
+from onnxq.verify.runner import finite_or_none
 
 __all__ = ["FallbackResult", "fallback_story", "worst_figures"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxq.verify.check import Verification
-from onnxq.verify.reference import Reference
+from onnxq.verify import Verification
+from onnxq.verify import Reference
 
 __all__ = ["smallest_passing", "smallest_confirmed", "ProbeLog", "CandidateCheck", "Trials", "PROBE_SHARE",
            "PROBE_MIN_SAMPLES"]

@@ -22,7 +22,7 @@ from onnxq.passes.smoothing.graph import SmoothGroup, SmoothPass
 from onnxq.report.record import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.search.probing import CandidateCheck, ProbeLog, Trials
-from onnxq.verify.check import Verification
+from onnxq.verify import Verification
 
 __all__ = ["RecipeGroup", "RecipeResult", "RecipeAttempt", "choose_recipe"]
 

@@ -29,20 +29,16 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.irquery import bodies, model_names, unique_name
 from onnxq.io.sessions import session_options
-from onnxq.verify.kernels.placement import profiled_session
 from onnxq.passes.graph.bodies import body_as_model
 from onnxq.passes.forms.registry import RewriteInputs
 from onnxq.passes.forms.quantize import QuantizePass
 from onnxq.report.record import bar_chart, escape, share_level
 from onnxq.search.build import Builder
 from onnxq.search.local_error import LocalSums, add_local_sums
-from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
-from onnxq.verify.metrics import Operand, OutputMetrics, SampleAxes, finite_or_none
-from onnxq.verify.outcome import NOT_ON_COSINE, task_bar
-from onnxq.verify.reference import OUTPUT_BUDGET, OutputStore, store_budget
-from onnxq.verify.tasks.user_metric import TaskAccumulator, TaskMetric, TaskMetrics, task_metric
+from onnxq.verify.runner import (OUTPUT_BUDGET, OutputComparison, OutputMetrics, TaskMetric, TaskMetrics,
+                                 bar_budgets, finite_or_none, gate_tasks, profiled_session, reference_store,
+                                 task_metric)
 from onnxq.verify.tasks.types import OutputTask
-from onnxq.verify.tasks.rules import accumulator, choose_tasks, measured_kind, output_facts
 
 __all__ = ["NodeSensitivity", "Sensitivity", "layer_sensitivity", "group_pattern", "ranked"]
 
@@ -200,10 +196,10 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
     model, twins = _switch_model(builder, plans)
     runner = _SwitchRuns(model, [o.name for o in builder.float_model.graph.outputs], twins, batches,
                          (deployed, why_exact), task_metric(builder.effective_config.verify))
-    runner.tasks = dict(tasks) if tasks is not None else choose_tasks(
-        builder.effective_config.verify,
-        output_facts(builder.float_model, runner.names, runner.references[0], samples_in(runner.batches[0])))
-    budgets = _budgets(builder, runner.tasks)
+    verify = builder.effective_config.verify
+    runner.use_tasks(dict(tasks) if tasks is not None else gate_tasks(
+        verify, builder.float_model, runner.names, runner.references[0], samples_in(runner.batches[0])))
+    budgets = bar_budgets(verify, runner.names, runner.comparison.tasks)
     members: dict[str, list[int]] = {}
     for i, (node_name, *_) in enumerate(twins):
         members.setdefault(group_pattern(node_name), []).append(i)
@@ -227,23 +223,6 @@ def layer_sensitivity(builder: Builder, plans: Sequence[NodePlan], batches: Sequ
                        local_sqnr_db={twin[0]: sqnr for twin, sqnr in zip(twins, local)})
 
 
-def _budgets(builder: Builder, tasks: Mapping[str, OutputTask]) -> dict[str, float]:
-    """Per output with a cosine tolerance, 1 - min_cosine: the unit harm is counted in; per output with a task
-    metric ("task:" + its name), 1 - its bar."""
-    config, budgets = builder.effective_config, {}
-    for output in builder.float_model.graph.outputs:
-        tolerance = config.verify.tolerance_for(output.name)
-        task = tasks.get(output.name)
-        if task is not None and task.kind in NOT_ON_COSINE and output.name not in config.verify.output_tolerances:
-            budgets[output.name] = math.inf  # judged through another output, or its task alone: not ranked on cosine
-        elif tolerance.min_cosine is not None and tolerance.min_cosine < 1.0:
-            budgets[output.name] = 1.0 - tolerance.min_cosine
-        bar = task_bar(tolerance, measured_kind(tasks.get(output.name)))
-        if bar is not None and bar < 1.0:
-            budgets[f"task:{output.name}"] = 1.0 - bar
-    return budgets
-
-
 class _SwitchRuns:
     """One session over the switch model: the all-off run (each model output's reference and every twin pair's
     local error), then one run per set of switches on. Both sides of every comparison come from the same session,
@@ -253,15 +232,15 @@ class _SwitchRuns:
                  batches: Sequence[Batch], kernels: tuple[Mapping[str, str] | None, str],
                  metric: TaskMetric | None) -> None:
         self.names, self.batches, self.metric = names, list(batches), metric
-        self.tasks: dict[str, OutputTask] = {}  # each output's task metric (verify.tasks.rules): set by the caller
-        self.sample_axes = SampleAxes()
+        # Compared as the gate compares, by each output's task metric (set by the caller: use_tasks).
+        self.comparison = OutputComparison(names, {}, metric)
         self.switches = [_SWITCH.format(i) for i in range(len(twins))]
         all_on = self._feed(batches[0], set(range(len(twins))))
         self.session, self.kernels, self.kernels_reason = _session(model, twins, all_on, kernels)
         local_outputs = [name for twin in twins if twin[2] for name in twin[2:]]
         self.batches = self._fitted(names + local_outputs)
         # The all-off outputs, on disk beyond the float reference's budget (a decoder's logits: 25 MB a window).
-        self.references, self.task_references = OutputStore(store_budget(model), recomputable=False), []
+        self.references, self.task_references = reference_store(model), []
         # A body's twins have no local error (their sums are not graph outputs): None.
         self.local = [LocalSums() if twin[2] else None for twin in twins]
         measured = [sums for sums in self.local if sums is not None]
@@ -290,20 +269,17 @@ class _SwitchRuns:
     def _feed(self, batch: Batch, on: set[int]) -> dict:
         return {**batch, **{s: np.array(i in on) for i, s in enumerate(self.switches)}}
 
+    def use_tasks(self, tasks: Mapping[str, OutputTask]) -> None:
+        self.comparison = OutputComparison(self.names, tasks, self.metric)
+
     def errors(self, on: set[int]) -> tuple[dict[str, OutputMetrics], TaskMetrics | None]:
         """Every model output's error with the switches `on` quantized, and the task metric's (None without one)."""
-        accumulators = {n: accumulator(self.tasks.get(n)) for n in self.names}
-        task = None if self.metric is None else TaskAccumulator(self.metric)
+        self.comparison.start()
         for i, (batch, reference) in enumerate(zip(self.batches, self.references)):
             values = self.session.run(self.names, self._feed(batch, on))
-            expected = [Operand(ref, self.sample_axes.of(n, ref, samples_in(batch))) for n, ref in zip(self.names,
-                                                                                                     reference)]
-            for n, ref, got in aligned_pairs(self.names, expected, values, sets_of(self.tasks)):
-                accumulators[n].add(ref, got)
-            if task is not None:
-                samples = samples_in(batch)
-                task.add(self.task_references[i], self.metric(self.names, values, samples), samples)
-        return {n: a.result() for n, a in accumulators.items()}, None if task is None else task.result()
+            self.comparison.add(reference, values, samples_in(batch),
+                                self.task_references[i] if self.metric is not None else None)
+        return self.comparison.result()
 
 
 def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Batch,
