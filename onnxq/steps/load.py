@@ -24,6 +24,7 @@ from onnxq.passes import check_model
 from onnxq.passes.preparation import prepared
 from onnxq.passes.prepare import onnx_opset
 from onnxq.passes.upgrade import ORT_MIN_OPSET
+from onnxq.ranges import cached_moments
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 from onnxq.verify import synthetic_batches
@@ -71,7 +72,8 @@ def load_and_plan(state: RunState) -> bool:
     state.quantized_from = reference
     state.mode = _resolve_mode(config, given.calibration, given.cache)
     if state.mode == "weight-only":
-        state.config = config = _resolve_block_method(config, given.calibration)
+        state.cached_moments = cached_moments(given.cache, reference)
+        state.config = config = _resolve_block_method(config, given.calibration, state)
     state.config = config = _with_language_model_defaults(state)
     state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
     if not state.plans:
@@ -187,15 +189,21 @@ def _resolve_mode(config: QuantConfig, calibration: DataSource | None, cache) ->
     return config.mode
 
 
-def _resolve_block_method(config: QuantConfig, calibration: DataSource | None) -> QuantConfig:
-    blocks = config.blocks
+def _resolve_block_method(config: QuantConfig, calibration: DataSource | None, state: RunState) -> QuantConfig:
+    """blocks.method auto: GPTQ where there is data, or a calibration cache holding its XᵀX moments."""
+    blocks, stored = config.blocks, state.cached_moments
+    fitted = calibration is not None or stored is not None and stored.full
     if blocks.method == "auto":
-        blocks = dataclasses.replace(blocks, method="gptq" if calibration is not None else "rtn")
+        blocks = dataclasses.replace(blocks, method="gptq" if fitted else "rtn")
+        if stored is None and state.given.cache is not None and calibration is None:
+            state.notes.append("weights: rounded to nearest — the calibration cache holds no second moments "
+                               "(onnxq calibrate --weights int4 keeps them)")
     needs = "blocks.method = gptq" if blocks.method == "gptq" else (
         "blocks.clip = activation" if blocks.clip == "activation" else None)
-    if needs and calibration is None:
+    if needs and calibration is None and stored is None:
         raise ConfigError(f"{needs} fits the weights to their activations, so it needs calibration data: pass "
-                          "--calib DATA, or use blocks.method = rtn with blocks.clip = mse")
+                          "--calib DATA (or a --calib-cache that onnxq calibrate wrote with this config), or use "
+                          "blocks.method = rtn with blocks.clip = mse")
     return config.replace(blocks=blocks)
 
 

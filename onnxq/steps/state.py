@@ -11,6 +11,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxq.calibration import Batches, CalibrationSummary, DataSource, InputSpec
+from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.calibration.moments import WeightMoments
 from onnxq.calibration.stream import DataStream
 from onnxq.config import QuantConfig
@@ -74,6 +75,8 @@ class RunState:
     calibration: CalibrationSummary | None = None  # what the ranges came from (not after smoothing)
     range_choices: tuple = ()  # calibration.range_choice.RangeChoice: ranges narrowed where their reader saturates
     moments: WeightMoments | None = None
+    # The calibration cache's second moments of 4-bit weights (read when the config fits weights to data).
+    cached_moments: StoredMoments | None = None
     magnitudes: dict[str, float] | None = None  # float16 compute: max |x| per float value on the data
     bias_notes: dict[str, str] = dataclasses.field(default_factory=dict)
     verification: Verification | None = None
