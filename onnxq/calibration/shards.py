@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from onnxq.calibration.axes import data_shapes
 from onnxq.calibration.batching import samples_in
-from onnxq.calibration.data import validated_batches
+from onnxq.calibration.data import data_files, validated_batches
 from onnxq.calibration.specs import Batch, DataSource, InputSpec
 from onnxq.errors import ConfigError, one_line
 
@@ -48,6 +49,10 @@ def shard_batches(shards: Sequence[Shard], specs: list[InputSpec], batch_size: i
 def shard_samples(source: DataSource, specs: list[InputSpec]) -> int | None:
     """The samples a shard holds, from its arrays' shapes (nothing read): an input's length on its samples axis (the
     data's first axis for an input without a batch axis). None where the shapes are not known beforehand."""
+    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):  # a folder of shards: their sum
+        files, arrays = data_files(Path(source), "calibration")
+        counts = [shard_samples(file, specs) for file in files]
+        return None if arrays or None in counts else sum(counts)
     sole = specs[0].name if len(specs) == 1 else None
     shapes = data_shapes(source, sole)
     for spec in specs if shapes is not None else ():
