@@ -4,7 +4,6 @@ calibration/ (it plans the model to know what to observe), beside pipeline.py.""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -12,11 +11,11 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxq.data.batching import SampleCounter
-from onnxq.calibration.channels import ChannelStats
-from onnxq.data.dataset import validated_batches
-from onnxq.calibration.runner import collect_observers
+from onnxq.calibration.moments import WeightKey, weight_key
+from onnxq.calibration.request import CalibrationRequest, observe
+from onnxq.calibration.shards import Shard, as_shard, shard_batches
 from onnxq.data.specs import Batch, DataSource, InputSpec, input_specs
+from onnxq.data.stream import check_reusable
 from onnxq.calibration.summary import CalibrationSummary, model_fingerprint
 from onnxq.data.axes import read_layout
 from onnxq.config import QuantConfig
@@ -31,8 +30,8 @@ from onnxq.passes.preparation.steps import prepared
 from onnxq.smoothing.choice import smoothable_groups
 from onnxq.verify.tasks.rules import language_model_logits
 
-__all__ = ["calibrate", "merge_calibrations", "activations_to_observe", "summarize", "smoothable_activations",
-           "CalibrationJob", "calibration_job"]
+__all__ = ["calibrate", "calibrate_shards", "merge_calibrations", "activations_to_observe", "moments_to_observe",
+           "summarize", "smoothable_activations", "CalibrationJob", "calibration_job"]
 
 
 def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
@@ -52,9 +51,22 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, dat
 
     Save it (summary.save(path)) to reuse it with any method or setting (quantize(calibration_cache=...)), or
     run this on shards of the data — in separate processes or machines — and merge the files. With config.smooth
-    set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable).
+    set, it also holds the per-channel statistics smoothing needs (of the float model, mergeable); with 4-bit
+    weights fitted to the data (GPTQ, activation-aware clipping), each weight's second moments.
     """
+    return calibrate_shards(model, [data], config=config, progress=progress)
+
+
+def calibrate_shards(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes,
+                     shards: Sequence[Shard | DataSource], *, config: QuantConfig | Mapping[str, Any] | None = None,
+                     progress: Callable[[int], None] | None = None) -> CalibrationSummary:
+    """calibrate() over shards of data read one after another as one stream, each read as calibrate() reads its
+    data (text, images, arrays renamed; the layout its shapes say): calibration.max_samples bounds them all, a
+    Shard's samples bound it alone (calibration.shards.split_samples cuts a run's shards to max_samples)."""
     config = QuantConfig.of(config)
+    shards = [as_shard(s) for s in shards]
+    if not shards:
+        raise CalibrationDataError("nothing to calibrate on — pass at least one shard of data")
     with custom_op_libraries(config.custom_op_libraries):
         with run_files() as files:  # what it reads, so that no output of the run lands on it
             float_model = load_model(model)
@@ -66,33 +78,38 @@ def calibrate(model: str | os.PathLike | onnx.ModelProto | ir.Model | bytes, dat
             path = model if isinstance(model, (str, os.PathLike)) else None
             decoder = language_model_logits(float_model) is not None
             reads = source_model(float_model, config.calibration, decoder, path)
-            source = resolve_source(data, reads, config.data, "calibration")
-            declare_source(files, data, source, "the calibration data")
-        # The layout the data's shapes say, as quantize() reads it: a cache made here is the one it would make.
-        config = config.replace(calibration=read_layout(float_model, config.calibration, (source,))[0])
-        return calibration_job(float_model, config).run([source], config.calibration.max_samples, progress)
+            read = []
+            for shard in shards:
+                source = resolve_source(shard.source, reads, config.data, "calibration")
+                declare_source(files, shard.source, source, "the calibration data")
+                read.append(Shard(source, shard.samples))
+        # The layout the data's shapes say (its first shard's, as of a folder of shards), as quantize() reads it: a
+        # cache made here is the one it would make.
+        layout = read_layout(float_model, config.calibration, tuple(s.source for s in read))[0]
+        config = config.replace(calibration=layout)
+        return calibration_job(float_model, config).run(read, config.calibration.max_samples, progress)
 
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationJob:
     """What calibrating a model takes, made once: the model as quantize() prepares it (so that the summary's
-    fingerprint matches), the values to observe and the inputs' specs. A worker runs it over any number of shards
+    fingerprint matches), what to observe and the inputs' specs. A worker runs it over any number of shards
     as one stream: one ONNX Runtime session, one partial summary (onnxq.distributed)."""
 
     model: ir.Model
-    names: list[str]
+    request: CalibrationRequest
     specs: list[InputSpec]
-    channel_axes: dict[str, int]
     config: QuantConfig
 
-    def run(self, sources: Sequence[DataSource], max_samples: int | None = None,
+    def run(self, shards: Sequence[Shard], max_samples: int | None = None,
             progress: Callable[[int], None] | None = None) -> CalibrationSummary:
-        """The summary of the sources, read in turn (max_samples: of each)."""
+        """The summary of the shards, read in turn (max_samples: of them all)."""
         batch_size = self.config.calibration.batch_size
-        batches = itertools.chain.from_iterable(validated_batches(source, self.specs, batch_size, max_samples)
-                                                for source in sources)
-        return summarize(self.model, self.names, batches, self.config.calibration.histogram_bins, progress,
-                         model_fingerprint(self.model), self.channel_axes)
+        if self.request.moments:  # a pass for the ranges, then the second moments'
+            for shard in shards:
+                check_reusable(shard.source, "calibrating 4-bit weights' second moments")
+        return observe(self.model, self.request, lambda: shard_batches(shards, self.specs, batch_size, max_samples),
+                       progress, model_fingerprint(self.model))
 
 
 def calibration_job(float_model: ir.Model, config: QuantConfig) -> CalibrationJob:
@@ -105,7 +122,25 @@ def calibration_job(float_model: ir.Model, config: QuantConfig) -> CalibrationJo
     layout = config.calibration
     specs = input_specs(float_model, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
     channel_axes = smoothable_activations(float_model, config) if config.smooth != "off" else {}
-    return CalibrationJob(float_model, names, specs, channel_axes, config)
+    moments, full = moments_to_observe(float_model, config)
+    request = CalibrationRequest(tuple(names), config.calibration.histogram_bins, channel_axes, moments, full)
+    return CalibrationJob(float_model, request, specs, config)
+
+
+def moments_to_observe(model: ir.Model, config: QuantConfig) -> tuple[dict[WeightKey, tuple[str, ...]], bool]:
+    """The weights whose activations' second moments a 4-bit run of this config fits them to, under any exclusion
+    (by the activations their nodes read), and whether it needs whole XᵀX (GPTQ) or its diagonal (activation-aware
+    clipping); none where the config's weights are not fitted to data."""
+    blocks = config.blocks
+    full = blocks.method in ("gptq", "auto")  # auto is GPTQ with data, and calibrating has data
+    if not config.weight_only or not (full or blocks.clip == "activation"):
+        return {}, full
+    config = config.replace(exclude_nodes=(), exclude_op_types=(), exclude_regex=None)
+    readers: dict[WeightKey, dict[str, None]] = {}  # ordered sets
+    for plan in plan_model(model.graph, config, "weight-only")[0]:
+        if plan.node.op_type != "Gather":
+            readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    return {key: tuple(names) for key, names in readers.items()}, full
 
 
 def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histogram_bins: int | None,
@@ -113,11 +148,8 @@ def summarize(model: ir.Model, names: list[str], batches: Iterable[Batch], histo
               channel_axes: Mapping[str, int] | None = None) -> CalibrationSummary:
     """Stream the batches through the model, observing the named values (and per-channel statistics of the values
     of channel_axes on their channel axis, for smoothing), into a summary."""
-    counter = SampleCounter(batches)
-    channels = {n: ChannelStats(axis=axis) for n, axis in (channel_axes or {}).items()}
-    observers = collect_observers(model, list(dict.fromkeys([*names, *channels])), counter, histogram_bins,
-                                  progress, channels)
-    return CalibrationSummary(fingerprint, observers, counter.samples, histogram_bins, channels)
+    request = CalibrationRequest(tuple(names), histogram_bins, dict(channel_axes or {}))
+    return observe(model, request, lambda: batches, progress, fingerprint)
 
 
 def smoothable_activations(model: ir.Model, config: QuantConfig) -> dict[str, int]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, model_fingerprint
+from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.data.stream import DataStream, check_reusable
 from onnxq.calibration_api import activations_to_observe, smoothable_activations, summarize
 from onnxq.config import QuantConfig
@@ -18,7 +19,7 @@ from onnxq.handlers import NodePlan
 from onnxq.passes.forms.quantize import needed_ranges
 from onnxq.numerics import qrange
 
-__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "Ranges"]
+__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "cached_moments", "load_cache", "Ranges"]
 
 Ranges = dict[str, tuple[float, float]]
 
@@ -27,7 +28,7 @@ def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan]
                       stream: DataStream, cache, progress) -> tuple[Ranges, CalibrationSummary, str | None]:
     """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); the
     summary they came from; and a note when they came from the cache."""
-    summary = _load_cache(cache, reference)
+    summary = load_cache(cache, reference)
     if summary is not None:
         if stream.source is not None:  # the data only supplies the held-back samples
             for _ in stream.batches():
@@ -58,7 +59,7 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, st
                     cache) -> tuple[CalibrationSummary | None, str | None]:
     """The float model's calibration cache with smoothing statistics: read when it exists, else written now (every
     candidate activation and the smoothing statistics, one pass); None without a cache. And a note."""
-    summary = _load_cache(cache, reference)
+    summary = load_cache(cache, reference)
     if summary is not None:
         return summary, f"smoothing statistics from calibration cache {cache} ({summary.samples} samples)"
     if cache is None:
@@ -85,7 +86,13 @@ def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, 
     return _ranges(summary, plans, config), summary.samples
 
 
-def _load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
+def cached_moments(cache, reference: ir.Model) -> StoredMoments | None:
+    """The 4-bit weights' second moments of the calibration cache; None without a cache or moments in it."""
+    summary = load_cache(cache, reference)
+    return None if summary is None else summary.moments
+
+
+def load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
     """The cached summary, checked against the model; None when there is none to read yet."""
     if cache is None or (not isinstance(cache, CalibrationSummary) and not Path(cache).is_file()):
         return None

@@ -126,8 +126,9 @@ def collect_channel_stats(model: ir.Model, channel_axes: Mapping[str, int], batc
 
 
 def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
-    """For each batch — in pieces of at most VALUES_BUDGET bytes of computed values, measured on its first
-    sample — the named values: computed by one ORT session of the model, or the batch's own inputs."""
+    """For each batch — in pieces of at most VALUES_BUDGET bytes of computed values, measured on the first sample,
+    each batch cut from its start alike — the named values: computed by one ORT session of the model, or the
+    batch's own inputs."""
     graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in names if n not in graph_inputs]
     exposed = Exposed(model, fetched, reduce_in_graph=False) if fetched else None
@@ -136,7 +137,7 @@ def values_per_batch(model: ir.Model, names: list[str], batches: Iterable[Batch]
         computed = dict(zip(exposed.names, exposed.run(batch))) if exposed is not None else {}
         return computed | {n: batch[n] for n in names if n in graph_inputs}
 
-    cut = SampleRuns(VALUES_BUDGET)
+    cut = SampleRuns(VALUES_BUDGET, aligned=True)
     for batch in batches:
         if exposed is None or not exposed.takes_any_batch(batch):
             yield values(batch)

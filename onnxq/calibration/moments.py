@@ -20,24 +20,26 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import values_per_batch
+from onnxq.calibration.moment_sums import MomentSum, StoredMoments
 from onnxq.data.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io.memory import page_out
 from onnxq.io.irquery import attribute
 from onnxq.numerics.im2col import ConvGeometry, im2col_groups
-from onnxq.numerics.symmetric import add_upper, packed_upper, unpacked
+from onnxq.numerics.order_free_sum import BYTES_PER_ELEMENT
+from onnxq.numerics.symmetric import unpacked
 
 __all__ = ["WeightKey", "WeightMoments", "weight_key", "conv_geometry", "BUDGET_BYTES"]
 
 logger = logging.getLogger(__name__)
 
-# Accumulators held at once: 1 GiB is 32 packed float32 triangles of K = 4096 (an LSTM's shared cells in one pass),
-# or a 576-wide language model's 30 layers (0.2 GB).
+# Accumulators held at once, 18 bytes a summed element (numerics.order_free_sum): 1 GiB is 7 packed triangles of
+# K = 4096, or a 576-wide language model's 30 layers (0.9 GB, 0.2 GB of float32 means after).
 BUDGET_BYTES = 1 << 30
-# XᵀX is summed in float32, as GPTQ's reference code does: each batch's product by BLAS's blocked sums, a few hundred
-# batches added after (relative error ~1e-6, against GPTQ's 1 % damping); float64 held SmolLM2's 0.8 GB of matrices
-# through calibration and the rewrite, the 4-bit run's peak. GPTQ takes each matrix in float64 as it uses it. The
-# diagonals (activation-aware clipping) stay float64: K values each.
+# Each batch's XᵀX is made in float32 (BLAS's blocked sums), as GPTQ's reference code does, and the batches' products
+# are added order-free (calibration.moment_sums: shards merge bit for bit); the means are float32 (float64 held
+# SmolLM2's 0.8 GB of matrices through calibration and the rewrite, the 4-bit run's peak). GPTQ takes each matrix in
+# float64 as it uses it. The diagonals (activation-aware clipping) stay float64: K values each.
 _MATRIX_DTYPE = np.float32
 
 # A sample's im2col rows past what its XᵀX needs: a video ResNet's 3×3×3 Convs have 25088 rows of K = 1728 a clip
@@ -92,6 +94,25 @@ class WeightMoments:
         # Nodes whose weight's inputs no batch made (a branch never taken): rounded to nearest, said in the report.
         self.unseen_nodes: set[str] = set()
         self.most_held = 0  # matrices held at once, at most
+        self.from_summary = False  # the means came from a calibration summary: no pass over data
+
+    @classmethod
+    def from_stored(cls, model: ir.Model, readers: dict[WeightKey, list[str]], stored: StoredMoments) -> WeightMoments:
+        """The means of a calibration summary's sums, for the weights `readers` names (each read by the same
+        activations as when they were summed, else the summary does not describe them)."""
+        for key, activations in readers.items():
+            index = stored.weights.get(key)
+            if index is None or stored.readers[index] != tuple(activations):
+                raise CalibrationDataError(
+                    f"the calibration cache holds no second moments of weight {key[0]!r} as this run reads it — "
+                    "recalibrate with this config (onnxq calibrate --weights …), or pass --calib DATA too")
+        moments = cls(model, readers, _no_data, stored.full)
+        means = stored.means()
+        moments._held = {key: means[key] for key in readers if key in means}
+        moments.from_summary, moments.most_held = True, len(moments._held)
+        moments.unseen_nodes = {n.name or "" for n in model.graph.all_nodes()
+                                if _weighted(n) and weight_key(n) in set(readers) - set(moments._held)}
+        return moments
 
     @property
     def chunks(self) -> int:
@@ -115,7 +136,7 @@ class WeightMoments:
         """The weight's packed triangle (or diagonal), its chunk's pass run first where it is not held."""
         if key not in self.readers:
             return None
-        if key not in self._held:
+        if key not in self._held and not self.from_summary:
             self._held = self._collect(next(c for c in self._chunks if key in c.keys))
             self.most_held = max(self.most_held, len(self._held))
         return self._held.get(key)  # None too for a weight whose input no batch made (an If branch never taken)
@@ -141,8 +162,8 @@ class WeightMoments:
         chunks, keys, held, shared = [], [], 0, set()
         for key in self.readers:
             groups = self._convs[key].group if key in self._convs else 1
-            k = widths[key]  # a packed triangle of K(K+1)/2 float32, or a float64 diagonal
-            own = groups * (k * (k + 1) // 2 * np.dtype(_MATRIX_DTYPE).itemsize if self.full else k * 8)
+            k = widths[key]  # a packed triangle of K(K+1)/2 sums, or a diagonal's K
+            own = groups * (k * (k + 1) // 2 if self.full else k) * BYTES_PER_ELEMENT
             size = 0 if self._shared(key) in shared else own  # a matrix the chunk already makes costs nothing
             if keys and held + size > budget:
                 chunks.append(keys)
@@ -182,10 +203,40 @@ class WeightMoments:
 
     def _collect(self, chunk: _Chunk) -> dict[WeightKey, np.ndarray]:
         self._held = {}  # the previous chunk's matrices go before this one's are made
+        sums = self._sums(chunk)
+        held = {}
+        for owner in list(sums):  # each sum made its mean, then dropped: one sum's bins and one mean at a time
+            mean = sums.pop(owner).mean()
+            held.update({key: mean for key in chunk.keys if self._owner(chunk, key) == owner and mean is not None})
+        unseen = set(chunk.keys) - set(held)
+        self.unseen_nodes |= {n.name or "" for n in self.model.graph.all_nodes()
+                              if _weighted(n) and weight_key(n) in unseen}
+        return held
+
+    def stored(self) -> StoredMoments:
+        """Every weight's sum (a pass over the data per chunk), for the calibration summary."""
+        weights, readers, sums = {}, [], []
+        for chunk in self._chunks:
+            made = self._sums(chunk)
+            index = {}
+            for key in chunk.keys:
+                owner = self._owner(chunk, key)
+                if owner not in index:
+                    index[owner] = len(sums)
+                    readers.append(tuple(self.readers[owner]))
+                    sums.append(made.get(owner, MomentSum(self.full)))
+                weights[key] = index[owner]
+        return StoredMoments(self.full, weights, readers, sums)
+
+    def _owner(self, chunk: _Chunk, key: WeightKey) -> WeightKey:
+        """The weight whose matrix `key` shares: the first in the chunk alike (calibration.moments._shared)."""
+        return next(k for k in chunk.keys if self._shared(k) == self._shared(key))
+
+    def _sums(self, chunk: _Chunk) -> dict[WeightKey, MomentSum]:
+        """One pass over the data: each distinct matrix of the chunk summed (order-free), by its first weight."""
         self.passes += 1
-        sums: dict[WeightKey, np.ndarray] = {}
         owners = {self._shared(key): key for key in reversed(chunk.keys)}  # each matrix made for its first weight
-        rows = dict.fromkeys(owners.values(), 0)
+        sums: dict[WeightKey, MomentSum] = {}
         batches = 0
         for arrays in values_per_batch(self.model, list(chunk.activations), self.batches()):
             batches += 1
@@ -199,20 +250,10 @@ class WeightMoments:
                 if not np.all(np.isfinite(squares)):
                     raise CalibrationDataError(f"the model computes NaN or inf for an input of weight {key[0]!r} on a "
                                                "calibration batch — check those inputs")
-                _add(sums, key, squares, self.full)
-                rows[key] += count
+                sums.setdefault(key, MomentSum(self.full)).observe(squares, count)
         if not batches:
             raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
-        matrices = sums  # each sum made its mean in place: a second set of matrices was ResNet-50's calibration peak
-        for key, matrix in matrices.items():
-            matrix /= rows[key]
-            matrix.setflags(write=False)  # shared by the weights alike, each given its own unpacked copy
-        held = {key: matrices[owners[self._shared(key)]] for key in chunk.keys
-                if owners[self._shared(key)] in matrices}
-        unseen = set(chunk.keys) - set(held)
-        self.unseen_nodes |= {n.name or "" for n in self.model.graph.all_nodes()
-                              if _weighted(n) and weight_key(n) in unseen}
-        return held
+        return sums
 
     def _squares(self, key: WeightKey, parts: list[np.ndarray]) -> tuple[np.ndarray, int]:
         """XᵀX (or its diagonal) of one batch's rows, and how many rows. A Conv's im2col rows are made one sample
@@ -238,15 +279,8 @@ class WeightMoments:
         return (total[0] if geometry.group == 1 else total), count
 
 
-def _add(sums: dict[WeightKey, np.ndarray], key: WeightKey, squares: np.ndarray, full: bool) -> None:
-    """Fold one batch's XᵀX into the key's sum, packed (half the bytes: SmolLM2's 30 layers held 402 MB of whole
-    matrices through calibration and the rewrite, the 4-bit run's peak), or its diagonal."""
-    if key not in sums:
-        sums[key] = packed_upper(squares) if full else squares
-    elif full:
-        add_upper(sums[key], squares)
-    else:
-        sums[key] += squares
+def _no_data() -> Iterable[Batch]:
+    raise AssertionError("second moments from a calibration summary read no data")
 
 
 def _spread_subset(rows: np.ndarray, seed: int) -> np.ndarray:

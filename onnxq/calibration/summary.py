@@ -4,7 +4,7 @@ A summary is tied to one float model by a fingerprint of its graph and weights, 
 model (or another version of the same one) is refused instead of silently giving wrong ranges. It stores the
 observers' states, not ranges, so one calibration serves every method and quantization setting.
 
-File format (JSON, version 1):
+File format (JSON, version 2; version 1, the same without "moments", is read too):
     {"format": "onnxq-calibration", "version": 1, "model_fingerprint": "blake2b:…", "samples": 128,
      "histogram_bins": 8192 | null, "tensors": {"<value name>": <TensorObserver state>, …}}
 TensorObserver state: min/max/batch_min_sum/batch_max_sum as float.hex() strings (exact), count, batches,
@@ -12,6 +12,9 @@ histogram: null or {max_bins, exponent (bin width 2**exponent), offset (grid ind
 counts: [int, …]}.
 Optional "channels" (written when smoothing is asked for): {"<value name>": ChannelStats state} — per-channel max
 |x| and a sample of rows of the activations SmoothQuant may smooth, of the float model like everything here.
+Optional "moments" (written when the config asks for 4-bit weights fitted to the data: GPTQ, or activation-aware
+clipping): per weight, the sum of XᵀX of the activations its nodes read, or of its diagonal, and their rows
+(calibration.moment_sums) — what a 4-bit run quantizes from without reading the data again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import ChannelStats
+from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import regular_file, write_output
 from onnxq.numerics import TensorObserver
@@ -36,7 +40,8 @@ from onnxq.numerics.methods import RANGE_METHODS
 __all__ = ["CalibrationSummary", "model_fingerprint", "FORMAT", "VERSION"]
 
 FORMAT = "onnxq-calibration"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def model_fingerprint(model: ir.Model) -> str:
@@ -56,14 +61,15 @@ def model_fingerprint(model: ir.Model) -> str:
 @dataclasses.dataclass
 class CalibrationSummary:
     """What calibration observed of one model, per activation (extremes and histograms), and the smoothing's
-    per-channel statistics where asked: onnxq.calibrate() returns it, save() writes it as the calibration cache
-    (--calib-cache), and merge() folds in a shard's summary exactly."""
+    per-channel statistics and the 4-bit weights' second moments where asked: onnxq.calibrate() returns it, save()
+    writes it as the calibration cache (--calib-cache), and merge() folds in a shard's summary exactly."""
 
     model_fingerprint: str
     observers: dict[str, TensorObserver]
     samples: int
     histogram_bins: int | None
     channels: dict[str, ChannelStats] = dataclasses.field(default_factory=dict)
+    moments: StoredMoments | None = None
 
     def ranges(self, names: Iterable[str], method: str, *, qmin: int, qmax: int, symmetric: bool,
                percentile: float) -> dict[str, tuple[float, float]]:
@@ -99,6 +105,15 @@ class CalibrationSummary:
         if set(other.channels) != set(self.channels):
             raise CalibrationDataError("cannot merge calibration summaries with and without smoothing statistics — "
                                        "calibrate every shard with --smooth, or none")
+        if (other.moments is None) != (self.moments is None):
+            raise CalibrationDataError("cannot merge calibration summaries with and without the 4-bit weights' second "
+                                       "moments — calibrate every shard with the same --weights (or [blocks])")
+        if self.moments is not None:
+            try:
+                self.moments.merge(other.moments)
+            except ValueError:
+                raise CalibrationDataError("cannot merge calibration summaries whose second moments are of other "
+                                           "weights — calibrate every shard with the same config") from None
         for name, observer in other.observers.items():
             self.observers[name].merge(observer)
         for name, stats in other.channels.items():
@@ -111,6 +126,8 @@ class CalibrationSummary:
                 "tensors": {n: o.state() for n, o in self.observers.items()}}
         if self.channels:
             data["channels"] = {n: c.state() for n, c in self.channels.items()}
+        if self.moments is not None:
+            data["moments"] = self.moments.state()
         return data
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -136,12 +153,14 @@ class CalibrationSummary:
     def from_json(cls, data: object, path: str) -> CalibrationSummary:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CalibrationDataError(f'{path} is not an onnxq calibration summary (no "format": "{FORMAT}")')
-        if data.get("version") != VERSION:
+        if data.get("version") not in READABLE_VERSIONS:
             raise CalibrationDataError(f"{path} has summary version {data.get('version')}; this onnxq reads "
-                                       f"version {VERSION} — recalibrate")
+                                       f"versions {', '.join(map(str, READABLE_VERSIONS))} — recalibrate")
         try:
             observers = {n: TensorObserver.from_state(s) for n, s in data["tensors"].items()}
             channels = {n: ChannelStats.from_state(s) for n, s in data.get("channels", {}).items()}
-            return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"], channels)
+            moments = StoredMoments.from_state(data["moments"]) if data.get("moments") is not None else None
+            return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"], channels,
+                       moments)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, binascii.Error) as e:
             raise CalibrationDataError(f"{path} is a damaged calibration summary ({type(e).__name__}: {e})") from None

@@ -178,9 +178,10 @@ def layout_from_args(calibration: CalibrationConfig, args: argparse.Namespace) -
 def config_from_args(args: argparse.Namespace) -> QuantConfig:
     """The --config file's settings with the flags over them, checked as a whole once both are applied."""
     config = types.SimpleNamespace(**QuantConfig.file_fields(args.config))
-    if not hasattr(args, "mode"):  # the calibrate subcommand: only calibration settings (and smooth) apply
+    if not hasattr(args, "mode"):  # the calibrate subcommand: calibration settings, smooth and weights apply
         smooth = _smooth_value(args.smooth)
-        return QuantConfig(**{**vars(config), "calibration": _changed(
+        weights = QScheme(args.weights, symmetric=args.weights != "uint4") if args.weights else config.weights
+        return QuantConfig(**{**vars(config), "weights": weights, "calibration": _changed(
             layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
             max_samples=args.calib_samples), "smooth": config.smooth if smooth is None else smooth,
             "custom_op_libraries": custom_op_libraries_from_args(config, args),

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from onnxq.data.dataset import data_files
+from onnxq.calibration.summary import CalibrationSummary
 from onnxq.calibration_api import calibrate, merge_calibrations
 from onnxq.cli.args import (Parser, add_calibration_flags, add_custom_ops_flag, add_layout_flags, add_providers_flag,
                             add_tolerance_flags, add_verbose_flag, config_from_args, custom_op_libraries_from_args,
@@ -67,6 +68,9 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
                    help="QuantConfig as TOML (its [calibration] table applies)")
     p.add_argument("--smooth", metavar="off|ALPHA|auto",
                    help="also keep the per-channel statistics SmoothQuant needs (any value but off)")
+    p.add_argument("--weights", choices=["int4", "uint4"],
+                   help="also keep each weight's XᵀX, which GPTQ fits 4-bit weights to (quantize --weights int4 "
+                        "--calib-cache then reads no data)")
     p.add_argument("--ray", action="store_true",
                    help="calibrate the .npz shards of the --calib folder on Ray workers (pip install 'onnxq[ray]'), "
                         "their partial summaries merged exactly")
@@ -104,13 +108,12 @@ def _calibrate_command(argv: list[str]) -> int:
             summary.save(args.output)
         finally:
             progress.close()
-    print(f"onnxq: wrote {args.output}: {len(summary.observers)} tensors, {summary.samples} samples, "
-          f"model {summary.model_fingerprint[:24]}…")
+    print(f"onnxq: wrote {args.output}: {_contents(summary)}, model {summary.model_fingerprint[:24]}…")
     return EXIT_OK
 
 
 def _calibrate_on_ray(args: argparse.Namespace, config: QuantConfig) -> int:
-    """Each .npz of the --calib folder one shard; calibration.max_samples does not apply across shards."""
+    """Each .npz of the --calib folder one shard, read in turn; calibration.max_samples bounds them all."""
     from onnxq.distributed import calibrate_on_ray  # Ray itself is imported only there, and only now
 
     if not Path(args.calib).is_dir():
@@ -122,10 +125,14 @@ def _calibrate_on_ray(args: argparse.Namespace, config: QuantConfig) -> int:
         raise ConfigError("--ray needs .npz shards (one file each), not a folder of per-input .npy arrays")
     summary = calibrate_on_ray(args.model, shards, config=config, workers=args.workers, address=args.ray_address)
     summary.save(args.output)
-    print(f"onnxq: wrote {args.output}: {len(summary.observers)} tensors, {summary.samples} samples, "
-          f"{len(shards)} shards on {min(args.workers, len(shards))} Ray workers, model "
-          f"{summary.model_fingerprint[:24]}…")
+    print(f"onnxq: wrote {args.output}: {_contents(summary)}, {len(shards)} shards on "
+          f"{min(args.workers, len(shards))} Ray workers, model {summary.model_fingerprint[:24]}…")
     return EXIT_OK
+
+
+def _contents(summary: CalibrationSummary) -> str:
+    moments = "" if summary.moments is None else f", second moments of {len(summary.moments.weights)} weights"
+    return f"{len(summary.observers)} tensors{moments}, {summary.samples} samples"
 
 
 def _merge_command(argv: list[str]) -> int:

@@ -47,10 +47,13 @@ def pieces(batch: Batch, size: int, start: int = 0) -> Iterator[Batch]:
 
 class SampleRuns:
     """Runs over a batch a piece of samples at a time, each run's outputs within `budget` bytes: the piece's size is
-    measured once, on the first sample of the first batch (its own run), and kept for every later batch."""
+    measured once, on the first sample of the first batch (its own run), and kept for every later batch.
+    aligned: that first run only measures, and every batch is cut from its start alike — the pieces are then the
+    same wherever the batch comes in a stream (a shard's first batch is cut as in the whole run: sums of products
+    over pieces merge exactly, calibration.moments)."""
 
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
+    def __init__(self, budget: int, aligned: bool = False) -> None:
+        self.budget, self.aligned = budget, aligned
         self.size: int | None = None  # samples a run takes, once measured
 
     def __call__(self, batch: Batch, run: Callable[[Batch], T], nbytes: Callable[[T], int]) -> Iterator[T]:
@@ -59,9 +62,10 @@ class SampleRuns:
         if self.size is None:
             first = run(take(batch, slice(0, 1)))
             self.size = max(1, self.budget // max(nbytes(first), 1))
-            yield first
+            if not self.aligned:
+                yield first
+                start = 1
             del first  # not held while the next pieces run
-            start = 1
         for piece in pieces(batch, self.size, start):
             yield run(piece)
 

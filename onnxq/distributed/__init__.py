@@ -4,6 +4,6 @@ fixed-grid histograms, channel maxima). Ray is the engine run and tested here, a
 (pip install onnxq[ray]) imported only when asked for; any other engine maps the same two calls
 (docs/scale/distributed.md)."""
 
-from onnxq.distributed.ray_calibration import calibrate_on_ray, shard_summary
+from onnxq.distributed.ray_calibration import Shard, calibrate_on_ray, plan_shards, shard_summary
 
-__all__ = ["calibrate_on_ray", "shard_summary"]
+__all__ = ["calibrate_on_ray", "shard_summary", "plan_shards", "Shard"]

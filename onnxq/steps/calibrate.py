@@ -143,18 +143,38 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
 
 
 def _second_moments(state: RunState) -> WeightMoments:
-    """Per weight, the second moments of every activation reading it, computed now (the first pass collects the
-    held-back samples); a model whose matrices exceed the budget needs a pass per chunk, so its data must be
-    re-readable."""
+    """Per weight, the second moments of every activation reading it: from the calibration cache where it holds them
+    (of the float graph: not after AWQ's scaling), else computed now (the first pass collects the held-back
+    samples); a model whose matrices exceed the budget needs a pass per chunk, so its data must be re-readable."""
     config = state.config
     readers: dict[WeightKey, dict[str, None]] = {}  # ordered sets
     for plan in state.plans:
         if plan.node.op_type != "Gather":
             readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
+    full = config.blocks.method == "gptq"
+    stored = state.cached_moments
+    if stored is not None and (stored.full or not full) and not state.smoothed:
+        return _moments_from_cache(state, {k: list(v) for k, v in readers.items()})
+    if state.stream.source is None:
+        why = ("holds the float graph's, and AWQ's scaling changes them" if state.smoothed and stored is not None
+               else "holds only their diagonals" if stored is not None else "holds none")
+        raise ConfigError(f"the 4-bit weights' second moments come from the data, and the calibration cache {why} "
+                          "— pass --calib DATA too")
     moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
-                            full=config.blocks.method == "gptq")
+                            full=full)
     if moments.chunks > 1:
         check_reusable(state.stream.source, f"GPTQ over {moments.chunks} chunks of weights (their matrices "
                                             f"exceed {moments.budget >> 20} MiB at once)")
     moments.prefetch()
+    return moments
+
+
+def _moments_from_cache(state: RunState, readers: dict[WeightKey, list[str]]) -> WeightMoments:
+    """The cache's second moments; the data, when given too, only supplies the held-back samples."""
+    moments = WeightMoments.from_stored(state.work.clone(), readers, state.cached_moments)
+    if state.stream.source is not None:
+        for _ in state.stream.batches():
+            pass
+    state.notes.append(f"weights: second moments of {len(readers)} weight(s) from calibration cache "
+                       f"{state.given.cache}")
     return moments

@@ -1,8 +1,8 @@
 """Step resolve: the configuration as this run applies it, resolved once and in one place — the mode (static where
-there is data or a cache, else dynamic), 4-bit weights' block method (GPTQ with data), a language model's defaults
-(steps.language_model), and the layout the data's shapes imply for inputs the model and the user leave open
-(data.axes, data.unbatched). Every later step reads state.config and state.mode and never writes them; the report
-shows this config as the run's effective one."""
+there is data or a cache, else dynamic), 4-bit weights' block method (GPTQ with data, or with a cache holding its
+moments), a language model's defaults (steps.language_model), and the layout the data's shapes imply for inputs
+the model and the user leave open (data.axes, data.unbatched). Every later step reads state.config and state.mode
+and never writes them; the report shows this config as the run's effective one."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from onnxq.config import QuantConfig
 from onnxq.data.axes import InferredLayout, read_layout
 from onnxq.data.specs import DataSource, input_specs
 from onnxq.errors import ConfigError
+from onnxq.ranges import cached_moments
 from onnxq.steps.language_model import language_model_defaults
 from onnxq.steps.state import RunState
 
@@ -23,7 +24,10 @@ __all__ = ["resolve", "resolved_mode", "layout_notes"]
 def resolve(state: RunState) -> bool:
     given = state.given
     mode = resolved_mode(state.config, given.calibration, given.cache)
-    config = _with_block_method(state.config, given.calibration) if mode == "weight-only" else state.config
+    config = state.config
+    if mode == "weight-only":
+        state.cached_moments = cached_moments(given.cache, state.reference)
+        config = _with_block_method(config, given.calibration, state)
     config, note = language_model_defaults(state.reference, config, mode, given.calibration is not None)
     layout, inferred = read_layout(state.work, config.calibration, (given.calibration, given.verify_data))
     state.mode, state.config = mode, config.replace(calibration=layout)
@@ -45,15 +49,21 @@ def resolved_mode(config: QuantConfig, calibration: DataSource | None, cache) ->
     return config.mode
 
 
-def _with_block_method(config: QuantConfig, calibration: DataSource | None) -> QuantConfig:
-    blocks = config.blocks
+def _with_block_method(config: QuantConfig, calibration: DataSource | None, state: RunState) -> QuantConfig:
+    """blocks.method auto: GPTQ where there is data, or a calibration cache holding its XᵀX moments."""
+    blocks, stored = config.blocks, state.cached_moments
+    fitted = calibration is not None or stored is not None and stored.full
     if blocks.method == "auto":
-        blocks = dataclasses.replace(blocks, method="gptq" if calibration is not None else "rtn")
+        blocks = dataclasses.replace(blocks, method="gptq" if fitted else "rtn")
+        if stored is None and state.given.cache is not None and calibration is None:
+            state.notes.append("weights: rounded to nearest — the calibration cache holds no second moments "
+                               "(onnxq calibrate --weights int4 keeps them)")
     needs = "blocks.method = gptq" if blocks.method == "gptq" else (
         "blocks.clip = activation" if blocks.clip == "activation" else None)
-    if needs and calibration is None:
+    if needs and calibration is None and stored is None:
         raise ConfigError(f"{needs} fits the weights to their activations, so it needs calibration data: pass "
-                          "--calib DATA, or use blocks.method = rtn with blocks.clip = mse")
+                          "--calib DATA (or a --calib-cache that onnxq calibrate wrote with this config), or use "
+                          "blocks.method = rtn with blocks.clip = mse")
     return config.replace(blocks=blocks)
 
 

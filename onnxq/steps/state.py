@@ -15,6 +15,7 @@ from onnxq.calibration import CalibrationSummary
 from onnxq.data.batching import Batches
 
 from onnxq.data.specs import DataSource, InputSpec
+from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.calibration.moments import WeightMoments
 from onnxq.data.stream import DataStream
 from onnxq.config import QuantConfig
@@ -80,6 +81,8 @@ class RunState:
     calibration: CalibrationSummary | None = None  # what the ranges came from (not after smoothing)
     range_choices: tuple = ()  # calibration.range_choice.RangeChoice: ranges narrowed where their reader saturates
     moments: WeightMoments | None = None
+    # The calibration cache's second moments of 4-bit weights (read when the config fits weights to data).
+    cached_moments: StoredMoments | None = None
     magnitudes: dict[str, float] | None = None  # float16 compute: max |x| per float value on the data
     bias_notes: dict[str, str] = dataclasses.field(default_factory=dict)
     verification: Verification | None = None

@@ -1,5 +1,6 @@
 """The named values of a model batch by batch (calibration.channels.values_per_batch, which SmoothQuant's
-statistics and GPTQ's moments read) come in pieces of at most VALUES_BUDGET bytes, measured on the first sample:
+statistics and GPTQ's moments read) come in pieces of at most VALUES_BUDGET bytes, measured on the first sample and
+cut from each batch's start:
 the same values, in the same order, as whole batches (to float32 rounding). The calibration observers
 (calibration.runner) run a batch in pieces of OBSERVED_BUDGET the same way, with the statistics of whole batches."""
 
@@ -30,7 +31,9 @@ def test_batches_come_in_pieces_within_the_budget_with_the_same_values(rng, monk
     whole = _values(model, batches)
     monkeypatch.setattr(channels, "VALUES_BUDGET", 3 * 64 * 4)  # three samples' 'hidden'
     pieces = _values(model, batches)
-    assert [len(p["hidden"]) for p in pieces] == [1, 3, 3, 3, 3, 3, 3, 1]  # the first sample measures them
+    # A run of the first sample measures them; every batch is then cut from its start alike (a shard's first batch
+    # as in the whole run: the second moments of its pieces merge exactly).
+    assert [len(p["hidden"]) for p in pieces] == [3, 3, 3, 1, 3, 3, 3, 1]
     np.testing.assert_array_equal(np.concatenate([p["x"] for p in pieces]), np.concatenate([w["x"] for w in whole]))
     # MLAS sums a one-row MatMul in another order than a ten-row one: equal to float32 rounding.
     np.testing.assert_allclose(np.concatenate([p["hidden"] for p in pieces]),
