@@ -18,6 +18,7 @@ from onnxq.io import OrtModel
 from onnxq.io.sessions import ORT_ERRORS, session_options
 from onnxq.irquery import model_names
 from onnxq.numerics import TensorObserver
+from onnxq.targets.providers import CPU_PROVIDER
 
 if TYPE_CHECKING:  # channels.py runs sessions through this module
     from onnxq.calibration.channels import ChannelStats
@@ -199,7 +200,7 @@ class Exposed:
         self.output_names = [v.name for v in exposed.graph.outputs]
         # Optimizations off: fused kernels would hide the tensors we observe. Nothing left to expose (every value
         # in a body, and the bodies' values dropped): no session.
-        self.session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"]) \
+        self.session = OrtModel(exposed).session(session_options(optimize=False), [CPU_PROVIDER]) \
             if self.output_names else None
 
     def takes_any_batch(self, batch: Batch) -> bool:

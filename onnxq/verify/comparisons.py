@@ -17,10 +17,11 @@ from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
 from onnxq.verify.task_measures import OutputTask
 from onnxq.verify.task_rules import accumulator, measured_kind
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 
-_CPU = "CPUExecutionProvider"
+_CPU = CPU_PROVIDER
 
 
 def agreement_bound(config: VerifyConfig, output: str, task: OutputTask | None = None,
