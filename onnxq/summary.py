@@ -143,10 +143,7 @@ def _placement(placement: Placement, verbose: bool) -> list[str]:
     """How many quantized nodes run on integer kernels, and what did not run as planned (-v: every kernel)."""
     if verbose:
         return placement.text()
-    where = _short(placement.provider)
-    how = "" if placement.source == "profiled" else " (predicted: no such provider here)"
-    return ([f"kernels:     {len(placement.integer)}/{len(placement.quantized)} quantized nodes on integer kernels "
-             f"of {where}{how}"] + [f"  ! {finding}" for finding in placement.findings()])
+    return [f"kernels:     {placement.brief()}"] + [f"  ! {finding}" for finding in placement.findings()]
 
 
 # How a target was checked, in a word, by the first word of TargetCheck.how (verify.coverage).

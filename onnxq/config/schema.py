@@ -18,7 +18,7 @@ from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml, typed_fields
 from onnxq.errors import ConfigError, did_you_mean
 from onnxq.numerics.methods import RANGE_METHODS
-from onnxq.targets import (activation_defaults, int8_activations_refusal, target_compute, target_names,
+from onnxq.targets import (DEFAULT_TARGET, activation_defaults, int8_activations_refusal, target_compute, target_names,
                            target_refusals)
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "DataConfig", "Tolerance", "VerifyConfig", "QuantConfig",
@@ -276,7 +276,7 @@ class QuantConfig:
     # saturation. cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations run slower
     # than float on the CUDA provider); cpu+cuda: one file for both (weight-only, float32 compute). See
     # docs/guides/gpus.md.
-    target: str = "portable"
+    target: str = DEFAULT_TARGET
     # The activations' integer type: uint8, as ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86,
     # docs/guides/cpu-fleets.md); int8 makes them symmetric.
     activations: QScheme = QScheme("uint8", symmetric=False)

@@ -7,6 +7,7 @@ from onnxq.targets import fleet, openvino_cpu, portable  # noqa: F401  (the CPU 
 from onnxq.targets.cpu import ISA_FLAGS, cpu_flags, cpu_model
 from onnxq.targets.kernels import integer_types_reason, needs_pair_limit, saturating_targets
 from onnxq.targets.registry import (
+    DEFAULT_TARGET,
     TARGETS,
     Target,
     activation_defaults,
@@ -23,7 +24,7 @@ from onnxq.targets.registry import (
     unregister_target,
 )
 
-__all__ = ["Target", "TARGETS", "ISA_FLAGS", "cpu_flags", "cpu_model", "detect_target", "resolve_target",
+__all__ = ["Target", "TARGETS", "DEFAULT_TARGET", "ISA_FLAGS", "cpu_flags", "cpu_model", "detect_target", "resolve_target",
            "covered_targets", "target_providers", "register_target", "unregister_target", "target_names",
            "saturating_targets", "needs_pair_limit", "integer_types_reason", "int8_activations_refusal",
            "target_compute", "cpu_target", "activation_defaults", "target_refusals"]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from onnxq.targets.cpu import cpu_flags
 from onnxq.targets.providers import CPU_PROVIDER
 
-__all__ = ["Target", "TARGETS", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
+__all__ = ["Target", "TARGETS", "DEFAULT_TARGET", "CHECKS", "register_target", "unregister_target", "target_names", "covered_targets",
            "detect_target", "cpu_target", "resolve_target", "target_providers", "int8_activations_refusal", "target_compute", "activation_defaults", "target_refusals"]
 
 # How a target off this machine is checked (verify.coverage reads these). "provider": a GPU target, run on its
@@ -74,6 +74,8 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {}
+# The target a config gets by default (targets.portable: every CPU ORT runs on).
+DEFAULT_TARGET = "portable"
 
 
 def register_target(target: Target) -> Target:

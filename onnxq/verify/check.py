@@ -18,6 +18,7 @@ from onnxq.calibration.batching import samples_in
 from onnxq.calibration.specs import Batch
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.io import load_model, trim_heap
+from onnxq.targets import DEFAULT_TARGET
 from onnxq.targets.providers import CPU_PROVIDER
 from onnxq.verify.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
@@ -132,7 +133,7 @@ class Verification:
 
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
-                  quantized_nodes: Mapping[str, str] | None = None, target: str | None = "portable") -> Verification:
+                  quantized_nodes: Mapping[str, str] | None = None, target: str | None = DEFAULT_TARGET) -> Verification:
     """With quantized_nodes (name → op type), also profile one batch per provider to report placement, and
     predict it on the providers asked for (or the target's) that are absent here.
 
@@ -170,7 +171,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     if quantized_nodes is None or first is None:
         return verification
     return with_placement(verification, quant_model, first, quantized_nodes,
-                          absent_providers(config.providers, target or "portable"))
+                          absent_providers(config.providers, target or DEFAULT_TARGET))
 
 
 def _task_bars(tasks: Mapping[str, OutputTask], tolerance_for: Callable[[str], Tolerance]) -> dict[str, float]:

@@ -161,6 +161,15 @@ class Placement:
                          "(outputs of a few integers): " + ", ".join(f"{n} {op}" for op, n in ops.most_common(4)))
         return lines + [f"  ! {finding}" for finding in self.findings()]
 
+    def brief(self) -> str:
+        """The summary's one line: how many quantized nodes run on integer kernels, and how that is known."""
+        where = short(self.provider)
+        if self.source == "assigned":
+            return (f"{len(self.integer)}/{len(self.quantized)} quantized nodes compiled into {where} with their "
+                    f"DequantizeLinear (ORT's graph assignment: {where} runs them on its int8 path)")
+        how = "" if self.source == "profiled" else " (predicted: no such provider here)"
+        return f"{len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where}{how}"
+
     def _headline(self, where: str, integer: str, floats: int) -> str:
         if self.source == "assigned":
             return (f"ORT {where} placement (ORT's graph assignment: {self.subgraphs} compiled subgraph(s)): "
