@@ -9,7 +9,8 @@ direction classifier as rapidocr-onnxruntime 1.4.4 ships it (a trained CNN; cali
 fidelity: top-1 agreement with float on 256 others; latency at batch 16). Each int8 file is quantized once by
 onnxq for target openvino-cpu (verification off: the bench measures), with its default uint8 asymmetric
 activations and with int8 symmetric ones (NNCF's PERFORMANCE preset), and run on both providers: the reference is
-the float model on ORT's CPU provider. Latency: median ms of interleaved rounds, every session on 2 threads.
+the float model on ORT's CPU provider. Latency: median ms of interleaved rounds, every session on 2 threads, each
+made as onnxq makes a deployed one (on OpenVINO without ORT's own graph optimizations: targets/providers).
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ RUNS = {"float, CPU EP": (CPU, "float"), "int8 u8 act, CPU EP": (CPU, "uint8"),
 
 
 def _session(path: Path, provider: str) -> ort.InferenceSession:
+    """As onnxq deploys it (verify.sessions): on OpenVINO, without ORT's own graph optimizations."""
+    from onnxq.targets.providers import provider_named
+
     options = ort.SessionOptions()
+    if not provider_named(provider).ort_optimizations:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 2
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -84,7 +84,9 @@ class OrtModel:
         return segments if len(segments) > 1 else []
 
     def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-        if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+        # Another provider (OpenVINO, which reads the model itself) cannot read the shared placeholder's tensors.
+        if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL or providers != [
+                CPU_PROVIDER]:
             return self._owned_session(options, providers)
         if providers == [CPU_PROVIDER] and self._segments:
             return SegmentedSession(self._light, self._segments, self._segment_session(options, providers),

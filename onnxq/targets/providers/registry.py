@@ -40,6 +40,9 @@ class ExecutionProvider:
     # Whether this is ORT's fallback provider, with a kernel for every op onnxq writes.
     runs_everything: bool = False
     placement: str = "profiled"
+    # Whether a deployed session runs ORT's own graph optimizations before the provider takes the graph: off for
+    # a provider that optimizes what it takes itself and reads the Q/DQ pairs ORT's optimizations rewrite.
+    ort_optimizations: bool = True
     # The report's advice where quantized nodes ran as DequantizeLinear + a float product on this provider.
     float_product_advice: str = ""
     # The advice where a model not meant for this provider runs slower quantized on it ("" : none).
