@@ -104,7 +104,7 @@ def _language_models(g: Group) -> None:
 def _targets_and_providers(g: Group) -> None:
     g.add_argument("--target", choices=target_names(), metavar="TARGET",
                    help=f"where the model will run: {', '.join(target_names())} (default portable: every CPU; auto: "
-                        "this one; cuda: NVIDIA GPUs)")
+                        "this one)")
     g.add_argument("--compute", choices=["auto", "float32", "float16"],
                    help="float arithmetic of what stays float (default auto: float16 for cuda, else float32)")
     add_providers_flag(g)

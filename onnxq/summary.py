@@ -150,12 +150,19 @@ def _placement(placement: Placement, verbose: bool) -> list[str]:
 _CHECKED_BY = {"ran": "this CPU", "emulated": "emulated", "exact": "exact arithmetic"}
 
 
+def _checked_by(how: str) -> str:
+    """A target's check in a few words: "this CPU", "ran on OpenVINO" (its provider), "emulated", …"""
+    if how.startswith("ran on ") and not how.startswith("ran on this CPU"):
+        return how.split(" (")[0]
+    return _CHECKED_BY.get(how.split()[0], how.split(":")[0])
+
+
 def _coverage(v: Verification) -> list[str]:
     """Where the check holds, on one line; below it only what fails there and not on this CPU's run already, the
     kernels where they cost accuracy, and AVX2 saturation where it happens."""
     coverage = v.coverage
     info = coverage.platform
-    checked = [f"{t.target} ({_CHECKED_BY.get(t.how.split()[0], t.how.split(':')[0])})" for t in coverage.targets]
+    checked = [f"{t.target} ({_checked_by(t.how)})" for t in coverage.targets]
     failing = [t.target for t in coverage.targets if t.failed]
     unshown = [t.target for t in coverage.targets if not t.failed and not t.passed]
     verdict = "; ".join([*([f"OUT OF TOLERANCE on {', '.join(failing)}"] if failing else []),

@@ -198,7 +198,8 @@ class VerifyConfig:
     # rounding flip of a run-time scale moves each provider as far from the other as from float, so a fixed bar
     # such as cosine 0.999 fails correct models.
     provider_agreement: Tolerance | None = None
-    # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
+    # "auto": CPU, plus CUDA when onnxruntime offers it, plus the target's provider where present (OpenVINO for
+    # openvino-cpu). Or names: ["cpu", "cuda", "openvino"] (targets.providers), or onnxruntime's provider names.
     providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back — by default at least the 381
     # that show a 0.99 bar with no change, at most half the data (calibration.holdout).
@@ -275,10 +276,12 @@ class QuantConfig:
     # (docs/guides/cpu-fleets.md). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16
     # saturation. cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations run slower
     # than float on the CUDA provider); cpu+cuda: one file for both (weight-only, float32 compute). See
-    # docs/guides/gpus.md.
+    # docs/guides/gpus.md. openvino-cpu: Intel CPUs through onnxruntime-openvino (int8 QDQ, symmetric weights;
+    # docs/guides/openvino.md).
     target: str = DEFAULT_TARGET
     # The activations' integer type: uint8, as ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86,
-    # docs/guides/cpu-fleets.md); int8 makes them symmetric.
+    # docs/guides/cpu-fleets.md); int8 makes them symmetric. A target whose kernels take other types sets its own
+    # where this is left at its default (targets: activation_types).
     activations: QScheme = QScheme("uint8", symmetric=False)
     # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
     # symmetric scale per row ([tokens, channels]), computed at run time (numerics.per_token), for every
