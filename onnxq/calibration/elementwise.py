@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from onnxq.io.sessions import session_options
 from onnxq.io.irquery import constant_array
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["ElementwiseReader", "elementwise_reader", "PER_ELEMENT_OPS"]
 
@@ -45,7 +46,7 @@ class ElementwiseReader:
         if not self.nodes:
             return lambda x: [x]
         session = ort.InferenceSession(_reader_model(self, opsets), session_options(optimize=False, threads=1),
-                                       providers=["CPUExecutionProvider"])
+                                       providers=[CPU_PROVIDER])
         names = list(self.outputs)
         return lambda x: [np.ravel(o) for o in session.run(names, {"x": x})]
 

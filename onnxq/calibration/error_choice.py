@@ -23,6 +23,7 @@ from onnxq.config import QuantConfig
 from onnxq.io.sessions import session_options
 from onnxq.io.irquery import constant_array
 from onnxq.numerics import choose_qparams, dequantize, quantize
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["ErrorChoice", "SHRINKS", "ERROR_SAMPLES", "error_ranges"]
 
@@ -96,7 +97,7 @@ class _ConvRun:
         graph.outputs.append(conv.outputs[0])
         proto = ir.serde.serialize_model(ir.Model(graph, ir_version=8))
         self._session = ort.InferenceSession(proto.SerializeToString(), session_options(optimize=False),
-                                             providers=["CPUExecutionProvider"])
+                                             providers=[CPU_PROVIDER])
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return self._session.run(None, {"x": x})[0]

@@ -13,6 +13,7 @@ from onnxq.errors import CalibrationDataError, ort_reason
 from onnxq.io import OrtModel
 from onnxq.io.irquery import model_names
 from onnxq.io.sessions import ORT_ERRORS, session_options
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["Exposed", "BODY_WAYS"]
 
@@ -54,7 +55,7 @@ class Exposed:
         self.output_names = [v.name for v in exposed.graph.outputs]
         # Optimizations off: fused kernels would hide the tensors we observe. Nothing left to expose (every value
         # in a body, and the bodies' values dropped): no session.
-        self.session = OrtModel(exposed).session(session_options(optimize=False), ["CPUExecutionProvider"]) \
+        self.session = OrtModel(exposed).session(session_options(optimize=False), [CPU_PROVIDER]) \
             if self.output_names else None
 
     def takes_any_batch(self, batch: Batch) -> bool:

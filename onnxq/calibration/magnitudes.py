@@ -18,6 +18,7 @@ import onnx_ir as ir
 from onnxq.data.specs import Batch
 from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["largest_magnitudes"]
 
@@ -29,7 +30,7 @@ def largest_magnitudes(model: ir.Model, names: Iterable[str], batches: Iterable[
     names = [n for n in dict.fromkeys(names) if n in values]
     outputs = [_largest(watched.graph, values[n]) for n in names]
     watched.graph.outputs.extend(outputs)
-    session = OrtModel(watched).session(session_options(optimize=False), ["CPUExecutionProvider"])
+    session = OrtModel(watched).session(session_options(optimize=False), [CPU_PROVIDER])
     wanted = [o.name for o in outputs]
     largest = dict.fromkeys(names, 0.0)
     for batch in batches:

@@ -212,7 +212,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     if blocks != config.blocks:
         top["blocks"] = blocks
     if args.activation_dtype:
-        top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype == "int8")
+        top["activations"] = QScheme(args.activation_dtype, symmetric=args.activation_dtype.startswith("int"))
     calibration = _changed(layout_from_args(config.calibration, args), batch_size=args.calib_batch_size,
                            max_samples=args.calib_samples,
                            method=getattr(args, "method", None), percentile=getattr(args, "percentile", None),

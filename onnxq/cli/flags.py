@@ -62,8 +62,9 @@ def _quantization(g: Group) -> None:
                         "activations float")
     g.add_argument("--weights", choices=["int8", "int4", "uint4"],
                    help="int8 (default); int4 / uint4: 4-bit weight-only, in blocks (see language models)")
-    g.add_argument("--activation-dtype", choices=["uint8", "int8"],
-                   help="uint8 asymmetric (default, fastest on x86) or int8 symmetric")
+    g.add_argument("--activation-dtype", choices=["uint8", "int8", "uint16", "int16"],
+                   help="uint8 asymmetric (default, fastest on x86) or int8 symmetric; uint16 / int16 for "
+                        "accelerators that take 16-bit activations (opset 21)")
     g.add_argument("--format", choices=list(FORMATS),
                    help="how the quantized graph is written (default qdq: QuantizeLinear/DequantizeLinear pairs)")
     g.add_argument("--per-tensor", action="store_true", default=None,
@@ -103,7 +104,7 @@ def _language_models(g: Group) -> None:
 def _targets_and_providers(g: Group) -> None:
     g.add_argument("--target", choices=target_names(), metavar="TARGET",
                    help=f"where the model will run: {', '.join(target_names())} (default portable: every CPU; auto: "
-                        "this one; cuda: NVIDIA GPUs)")
+                        "this one)")
     g.add_argument("--compute", choices=["auto", "float32", "float16"],
                    help="float arithmetic of what stays float (default auto: float16 for cuda, else float32)")
     add_providers_flag(g)

@@ -8,12 +8,14 @@ import dataclasses
 import math
 
 from onnxq.errors import ConfigError
+from onnxq.targets.providers import provider_aliases
 
 __all__ = ["Range", "RANGES", "check_ranges", "check_providers", "setting_name", "KNOWN_PROVIDER_ALIASES", "TOPK_MAX"]
 
 TOPK_MAX = 10  # top-k agreement is measured (verify.metrics) and gated for k = 1 … TOPK_MAX
 
-KNOWN_PROVIDER_ALIASES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+# Every registered provider's short names (targets.providers): read when asked, so a provider registered later counts.
+KNOWN_PROVIDER_ALIASES = provider_aliases()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +113,9 @@ def check_providers(providers: tuple[str, ...]) -> None:
     import onnxruntime as ort
 
     known = set(ort.get_all_providers())
+    aliases = provider_aliases()
     for name in providers:
-        if name == "auto" or name.lower() in KNOWN_PROVIDER_ALIASES or name in known:
+        if name == "auto" or name.lower() in aliases or name in known:
             continue
-        raise ConfigError(f"unknown execution provider {name!r}; use auto, cpu, cuda or an onnxruntime provider name "
-                          f"(e.g. {', '.join(sorted(known)[:4])}, …)")
+        raise ConfigError(f"unknown execution provider {name!r}; use auto, {', '.join(aliases)} or an onnxruntime "
+                          f"provider name (e.g. {', '.join(sorted(known)[:4])}, …)")

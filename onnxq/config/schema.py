@@ -18,7 +18,8 @@ from onnxq.config.hooks import hook_name, resolve_hook
 from onnxq.config.load import build, read_toml, typed_fields
 from onnxq.errors import ConfigError, did_you_mean
 from onnxq.numerics.methods import RANGE_METHODS
-from onnxq.targets import int8_activations_refusal, target_compute, target_names
+from onnxq.targets import (DEFAULT_TARGET, activation_defaults, int8_activations_refusal, target_compute, target_names,
+                           target_refusals)
 
 __all__ = ["QScheme", "BlockConfig", "CalibrationConfig", "DataConfig", "Tolerance", "VerifyConfig", "QuantConfig",
            "PROVIDER_ALIASES"]
@@ -34,7 +35,8 @@ class QScheme:
     """An integer type and whether its range is symmetric around zero."""
 
     # The integer type. int4 / uint4: weights only, block-wise ([blocks]); int4 is symmetric, uint4 asymmetric.
-    dtype: Literal["int8", "uint8", "int4", "uint4"] = "int8"
+    # int16 / uint16: activations only, for accelerators that take 16-bit activations (opset 21's QuantizeLinear).
+    dtype: Literal["int8", "uint8", "int4", "uint4", "int16", "uint16"] = "int8"
     # true: the range is symmetric around zero (zero point in the type's middle); false: fitted to min and max.
     symmetric: bool = True
 
@@ -44,7 +46,7 @@ class QScheme:
 
     @property
     def bits(self) -> int:
-        return 4 if self.dtype in ("int4", "uint4") else 8
+        return {"int4": 4, "uint4": 4, "int16": 16, "uint16": 16}.get(self.dtype, 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +198,8 @@ class VerifyConfig:
     # rounding flip of a run-time scale moves each provider as far from the other as from float, so a fixed bar
     # such as cosine 0.999 fails correct models.
     provider_agreement: Tolerance | None = None
-    # "auto": CPU, plus CUDA when onnxruntime offers it. Or names: ["cpu", "cuda"].
+    # "auto": CPU, plus CUDA when onnxruntime offers it, plus the target's provider where present (OpenVINO for
+    # openvino-cpu). Or names: ["cpu", "cuda", "openvino"] (targets.providers), or onnxruntime's provider names.
     providers: tuple[str, ...] = ("auto",)
     # Without separate verification data, every 10th calibration sample is held back — by default at least the 381
     # that show a 0.99 bar with no change, at most half the data (data.holdout).
@@ -273,10 +276,12 @@ class QuantConfig:
     # (docs/guides/cpu-fleets.md). "auto": this machine's CPU. x86-vnni / arm64: U8S8 full range; x86-avx2: no int16
     # saturation. cuda: NVIDIA GPUs (weight-only MatMulNBits blocks, float16 compute; int8 activations run slower
     # than float on the CUDA provider); cpu+cuda: one file for both (weight-only, float32 compute). See
-    # docs/guides/gpus.md.
-    target: str = "portable"
+    # docs/guides/gpus.md. openvino-cpu: Intel CPUs through onnxruntime-openvino (int8 QDQ, symmetric weights;
+    # docs/guides/openvino.md).
+    target: str = DEFAULT_TARGET
     # The activations' integer type: uint8, as ORT's CPU kernels are U8S8 (measured faster than S8S8 on x86,
-    # docs/guides/cpu-fleets.md); int8 makes them symmetric.
+    # docs/guides/cpu-fleets.md); int8 makes them symmetric. A target whose kernels take other types sets its own
+    # where this is left at its default (targets: activation_types).
     activations: QScheme = QScheme("uint8", symmetric=False)
     # per-tensor: one activation scale per tensor (calibrated, or at run time in dynamic mode). per-token: one
     # symmetric scale per row ([tokens, channels]), computed at run time (numerics.per_token), for every
@@ -348,7 +353,9 @@ class QuantConfig:
         if isinstance(self.smooth, str) and self.smooth not in ("off", "auto") or \
                 not isinstance(self.smooth, str) and not 0.0 <= self.smooth <= 1.0:
             raise ConfigError(f"smooth = {self.smooth!r}: use off, auto or a number α in [0, 1] (e.g. 0.5)")
+        self._apply_target_forms()
         self._check_target()
+        self._check_sixteen_bits()
         if self.recipe == "auto" and self.activation_granularity == "per-token":
             raise ConfigError("recipe auto chooses per-tensor or per-token activations for each group of layers "
                               "itself, from an all-static model — drop --activations per-token, or --recipe auto")
@@ -371,6 +378,30 @@ class QuantConfig:
                 re.compile(self.exclude_regex)
             except re.error as e:
                 raise ConfigError(f"exclude_regex {self.exclude_regex!r} is not a valid regex: {e}") from None
+
+    def _apply_target_forms(self) -> None:
+        """The target's activation types where the config left its default (a frozen field set once, here); a
+        config that asks for activations or weights the target's kernels do not take is refused."""
+        preferred = activation_defaults(self.target)
+        if preferred is not None and self.activations == QScheme("uint8", symmetric=False):
+            object.__setattr__(self, "activations", QScheme(preferred[0], symmetric=preferred[1]))
+        refusals = target_refusals(self.target, (self.activations.dtype, self.activations.symmetric),
+                                   self.weights.symmetric)
+        if refusals:
+            raise ConfigError(f"{'; '.join(refusals)} — drop the activations / weights settings to take the "
+                              f"target's, or use another --target")
+
+    def _check_sixteen_bits(self) -> None:
+        """16-bit integers are activations' (accelerators'), in QDQ form, calibrated."""
+        if self.weights.bits == 16:
+            raise ConfigError(f"weights {self.weights.dtype}: 16-bit types are for activations — use int8, int4 or "
+                              "uint4 weights")
+        if self.activations.bits not in (8, 16):
+            raise ConfigError(f"activations {self.activations.dtype}: use uint8, int8, uint16 or int16")
+        if self.activations.bits == 16 and (self.mode == "dynamic" or self.format != "qdq"):
+            raise ConfigError(f"activations {self.activations.dtype} are calibrated QDQ (opset 21's QuantizeLinear): "
+                              f"mode {self.mode} with format {self.format} cannot make them — use mode static or "
+                              "auto with calibration data, and format qdq")
 
     def _check_target(self) -> None:
         """What the target runs well: a target without int8 activations (cuda) refuses the modes that make them."""

@@ -18,6 +18,7 @@ from onnxq.io.memory import memory_map, page_out
 from onnxq.io.model import inline_external_tensors, prepare_for_save
 from onnxq.io.segments import SegmentedSession, plan_segments, segment_budget
 from onnxq.io.sessions import ExactSession
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["OrtModel"]
 
@@ -83,9 +84,11 @@ class OrtModel:
         return segments if len(segments) > 1 else []
 
     def session(self, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-        if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+        # Another provider (OpenVINO, which reads the model itself) cannot read the shared placeholder's tensors.
+        if options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL or providers != [
+                CPU_PROVIDER]:
             return self._owned_session(options, providers)
-        if providers == ["CPUExecutionProvider"] and self._segments:
+        if providers == [CPU_PROVIDER] and self._segments:
             return SegmentedSession(self._light, self._segments, self._segment_session(options, providers),
                                     self._page_out)
         return self._exact_session(self.proto_bytes, dict(zip(self.names, self.arrays)), options, providers)

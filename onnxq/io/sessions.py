@@ -5,8 +5,9 @@ from __future__ import annotations
 import onnxruntime as ort
 
 from onnxq.io.custom_ops import register_libraries
+from onnxq.targets.providers import CPU_PROVIDER
 
-__all__ = ["session_options", "QUIET", "ORT_ERRORS", "ExactSession", "FORCE_SPINNING_STOP"]
+__all__ = ["session_options", "QUIET", "ORT_ERRORS", "ExactSession", "FORCE_SPINNING_STOP", "RECORD_ASSIGNMENT"]
 
 # What ONNX Runtime raises for a model or a feed it refuses.
 ORT_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail,
@@ -22,15 +23,19 @@ _CRASHING_OPTIMIZERS = "FuseFp16InitializerToFp32NodeTransformer"
 # as the last concurrent Run() returns; the next Run() starts them spinning again.
 FORCE_SPINNING_STOP = "session.force_spinning_stop"
 
+# ORT's session config key: the session records which provider each node was assigned to (onnxruntime 1.23+).
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
 # ORT logs a failing kernel on stderr before raising; onnxq words the exception in one line itself, so only fatal
 # messages are let through.
 QUIET = 4
 
 
-def session_options(*, optimize: bool, threads: int | None = None,
-                    profile_prefix: str | None = None) -> ort.SessionOptions:
+def session_options(*, optimize: bool, threads: int | None = None, profile_prefix: str | None = None,
+                    record_assignment: bool = False) -> ort.SessionOptions:
     """optimize: ORT_ENABLE_ALL (the deployed kernels) or ORT_DISABLE_ALL (the exact arithmetic of the file).
     profile_prefix: ORT profiles every node it runs, into files with that prefix.
+    record_assignment: ORT records each node's provider (verify.kernels.assignment reads it).
     ORT's CPU memory arena stays on: without it, SmolLM2-135M's default run peaked 0.7 GB lower, but MiniLM's
     static quantization 236 MB higher (465 -> 701 MB: glibc's heap fragments under ORT's many mid-size buffers)."""
     options = ort.SessionOptions()
@@ -49,6 +54,8 @@ def session_options(*, optimize: bool, threads: int | None = None,
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
+    if record_assignment:  # which provider took each node: InferenceSession.get_provider_graph_assignment_info()
+        options.add_session_config_entry(RECORD_ASSIGNMENT, "1")
     return register_libraries(options)
 
 
@@ -65,8 +72,7 @@ class ExactSession(ort.InferenceSession):
     def __init__(self, model, options: ort.SessionOptions, providers: list[str]) -> None:
         super().__init__(model, options, providers=providers)
         # ORT refuses the shrinkage of an arena it does not have (arena off): "Did not find an arena based allocator".
-        self._run_options = self._SHRINK if options.enable_cpu_mem_arena and providers == [
-            "CPUExecutionProvider"] else None
+        self._run_options = self._SHRINK if options.enable_cpu_mem_arena and providers == [CPU_PROVIDER] else None
 
     def run(self, output_names, input_feed, run_options=None):
         return super().run(output_names, input_feed, run_options or self._run_options)

@@ -10,7 +10,8 @@ from onnxq.numerics.qparams import QParams
 
 __all__ = ["quantize", "dequantize", "broadcast_along"]
 
-_DTYPE_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+_DTYPE_LIMITS = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+                 for t in (np.int8, np.uint8, np.int16, np.uint16)}
 # quantize's float32 temporary, at most (a piece of the first axis; at least one row).
 _PIECE_BYTES = 8 << 20
 

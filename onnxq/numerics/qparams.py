@@ -11,6 +11,8 @@ __all__ = ["QParams", "choose_qparams", "qrange"]
 # A scale below this (or zero) would make x / scale overflow or lose all precision; such a range holds
 # nothing but (near-)zeros, which any scale represents exactly, so 1.0 is used instead.
 _MIN_SCALE = float(np.finfo(np.float32).tiny)
+# The integer types of per-tensor and per-axis Q/DQ (16-bit: activations for accelerators, opset 21).
+_QUANTIZED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +35,13 @@ class QParams:
 
 
 def qrange(dtype: np.dtype | type, symmetric: bool) -> tuple[int, int]:
-    """The integer range used. Symmetric int8 uses [-127, 127] so that +x and -x map to +q and -q."""
+    """The integer range used. Symmetric signed types drop their lowest value ([-127, 127] for int8) so that +x and
+    -x map to +q and -q."""
     dtype = np.dtype(dtype)
-    if dtype == np.int8:
-        return (-127, 127) if symmetric else (-128, 127)
-    if dtype == np.uint8:
-        return 0, 255
-    raise ValueError(f"unsupported quantized dtype {dtype}; use int8 or uint8")
+    if dtype not in _QUANTIZED:
+        raise ValueError(f"unsupported quantized dtype {dtype}; use int8, uint8, int16 or uint16")
+    info = np.iinfo(dtype)
+    return (int(info.min) + 1, int(info.max)) if symmetric and info.min < 0 else (int(info.min), int(info.max))
 
 
 def choose_qparams(

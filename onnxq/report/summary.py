@@ -143,14 +143,18 @@ def _placement(placement: Placement, verbose: bool) -> list[str]:
     """How many quantized nodes run on integer kernels, and what did not run as planned (-v: every kernel)."""
     if verbose:
         return placement.text()
-    where = _short(placement.provider)
-    how = "" if placement.source == "profiled" else " (predicted: no such provider here)"
-    return ([f"kernels:     {len(placement.integer)}/{len(placement.quantized)} quantized nodes on integer kernels "
-             f"of {where}{how}"] + [f"  ! {finding}" for finding in placement.findings()])
+    return [f"kernels:     {placement.brief()}"] + [f"  ! {finding}" for finding in placement.findings()]
 
 
 # How a target was checked, in a word, by the first word of TargetCheck.how (verify.kernels.coverage).
 _CHECKED_BY = {"ran": "this CPU", "emulated": "emulated", "exact": "exact arithmetic"}
+
+
+def _checked_by(how: str) -> str:
+    """A target's check in a few words: "this CPU", "ran on OpenVINO" (its provider), "emulated", …"""
+    if how.startswith("ran on ") and not how.startswith("ran on this CPU"):
+        return how.split(" (")[0]
+    return _CHECKED_BY.get(how.split()[0], how.split(":")[0])
 
 
 def _coverage(v: Verification) -> list[str]:
@@ -158,7 +162,7 @@ def _coverage(v: Verification) -> list[str]:
     kernels where they cost accuracy, and AVX2 saturation where it happens."""
     coverage = v.coverage
     info = coverage.platform
-    checked = [f"{t.target} ({_CHECKED_BY.get(t.how.split()[0], t.how.split(':')[0])})" for t in coverage.targets]
+    checked = [f"{t.target} ({_checked_by(t.how)})" for t in coverage.targets]
     failing = [t.target for t in coverage.targets if t.failed]
     unshown = [t.target for t in coverage.targets if not t.failed and not t.passed]
     verdict = "; ".join([*([f"OUT OF TOLERANCE on {', '.join(failing)}"] if failing else []),

@@ -29,6 +29,7 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.io import OrtModel
 from onnxq.io.irquery import bodies, model_names, unique_name
 from onnxq.io.sessions import session_options
+from onnxq.targets.providers import CPU_PROVIDER
 from onnxq.passes.graph.bodies import body_as_model
 from onnxq.passes.forms.registry import RewriteInputs
 from onnxq.passes.forms.quantize import QuantizePass
@@ -289,7 +290,7 @@ def _session(model: ir.Model, twins: list[tuple[str, str, str, str]], all_on: Ba
     deployed, why_exact = kernels
     if deployed is None:
         return _exact(model), "exact", why_exact or "no placement of the deployed model to compare kernels with"
-    session, placement = profiled_session(model, "CPUExecutionProvider", all_on, {t[0]: t[1] for t in twins})
+    session, placement = profiled_session(model, CPU_PROVIDER, all_on, {t[0]: t[1] for t in twins})
     differ = [(t[0], None if placement.quantized[t[0]] is None else placement.quantized[t[0]].op_type,
                deployed.get(t[0])) for t in twins]
     differ = [d for d in differ if d[1] != d[2]]
@@ -308,7 +309,7 @@ def _exact(model: ir.Model) -> ort.InferenceSession:
     # 792 with 40 MB, 778 whole, one run each): the lm_head's 108 MiB buffer went, the heap grew as much (508 MiB
     # at the peak against 366). Measured before glibc's mmap threshold was held (io.memory.hold_mmap_threshold),
     # which took the pinned heap away: not measured since.
-    return OrtModel(model).session(session_options(optimize=False), ["CPUExecutionProvider"])
+    return OrtModel(model).session(session_options(optimize=False), [CPU_PROVIDER])
 
 
 def _switch_model(builder: Builder, plans: Sequence[NodePlan]) -> tuple[ir.Model, list[tuple[str, str, str, str]]]:

@@ -24,6 +24,7 @@ from onnxq.handlers.registry import product_op_types
 from onnxq.report.record import escape
 from onnxq.search.build import Builder, Built, Overrides
 from onnxq.verify.speed.latency import check_speed
+from onnxq.targets.providers import short_provider_name
 
 __all__ = ["MARGIN", "node_kind", "KindTiming", "WholeModel", "SpeedByKind", "choose_kinds", "ComputeTiming",
            "choose_compute"]
@@ -97,7 +98,7 @@ class SpeedByKind:
 
     def text(self) -> list[str]:
         kept = self.kept_float()
-        head = (f"speed by node kind on {self.provider.replace('ExecutionProvider', '')} (each kind float vs "
+        head = (f"speed by node kind on {short_provider_name(self.provider)} (each kind float vs "
                 f"quantized, interleaved): {'kept float: ' + ', '.join(kept) if kept else 'every kind quantized'}")
         return [head, *(t.text() for t in self.timings), *([self.whole.text()] if self.whole else [])]
 
@@ -128,7 +129,7 @@ class ComputeTiming:
 
     def text(self) -> list[str]:
         verdict = "float32 kept" if self.kept_float32 else "float16"
-        return [f"speed by compute on {self.provider.replace('ExecutionProvider', '')}: float16 {self.float16_ms:.2f} "
+        return [f"speed by compute on {short_provider_name(self.provider)}: float16 {self.float16_ms:.2f} "
                 f"ms, float32 {self.float32_ms:.2f} ms -> {verdict}"]
 
     def html(self) -> str:

@@ -26,10 +26,11 @@ from onnxq.verify.speed.latency import check_speed as time_both
 from onnxq.verify.speed.latency import MEANINGFUL_MS, SpeedCheck, slower_notes
 from onnxq.verify.speed.decode import decode_speed as time_decoding
 from onnxq.verify.tasks.rules import language_model_logits
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["check_speed", "SPEED_MAX_BYTES", "DEFAULT_ROUNDS", "DEFAULT_BUDGET_S"]
 
-_CPU = "CPUExecutionProvider"
+_CPU = CPU_PROVIDER
 # The default timing holds a float and a quantized deployed session at once, each owning a copy of its weights;
 # above 1 GB of float weights that would raise the run's peak memory (docs/scale/large-models.md: a 2.3 GB model), so
 # such models are timed only when asked. (The timing is what the user reads; the sensitivity's ranking, whose order
@@ -57,7 +58,7 @@ def check_speed(state: RunState) -> bool:
     verify = state.config.verify
     if not verify.enabled or not (verify.check_speed or verify.measure_speed):
         return False
-    providers = resolve_providers(verify.providers)[0]
+    providers = resolve_providers(verify.providers, state.config.target)[0]
     if not verify.check_speed:
         timed = _time_providers(state, providers)
     else:

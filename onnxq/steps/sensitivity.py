@@ -10,6 +10,7 @@ from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.io import model_size_bytes
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.steps.state import RunState
+from onnxq.targets.providers import CPU_PROVIDER
 from onnxq.verify import profile_placement
 from onnxq.verify.result import SYNTHETIC
 
@@ -88,5 +89,5 @@ def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, st
                       f"{state.config.target}'s; the exact quantization is what they compute")
     placement = state.verification.cpu.placement
     if placement is None:
-        placement = profile_placement(state.work, "CPUExecutionProvider", batch, state.quantized_nodes())
+        placement = profile_placement(state.work, CPU_PROVIDER, batch, state.quantized_nodes())
     return {name: run.op_type for name, run in placement.quantized.items() if run is not None}, ""

@@ -20,4 +20,6 @@ CUDA_MEASURED = ("int8 activations run on CUDA EP as DequantizeLinear + float Ma
 
 CUDA = register_target(Target(
     "cuda", "NVIDIA GPUs (CUDA EP): weight-only MatMulNBits blocks, float16 compute", checked_by="provider",
-    provider="CUDAExecutionProvider", no_int8_activations=CUDA_MEASURED, compute="float16"))
+    provider="CUDAExecutionProvider", no_int8_activations=CUDA_MEASURED, compute="float16",
+    exact_check=("exact arithmetic on this CPU (its provider absent here): the same file, no optimizations, every "
+                 "float16 value rounded where it is made, float32 accumulation, as the GPU computes")))

@@ -9,13 +9,15 @@ Source: onnxruntime's kernel registrations, `onnxruntime/core/providers/cuda/cud
 for these ops), and a profiled run on an H100 (onnxruntime-gpu 1.31.1): MatMulIntegerToFloat and
 DynamicQuantizeLinear fall back to the CPU with copies, MatMulNBits runs on CUDA, DequantizeLinear → MatMul runs
 unfused on CUDA. The CPU provider registers every op onnxq writes for every type it writes (it is ORT's fallback).
+Each provider carries its table (targets.providers).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
-__all__ = ["INTEGER_KERNELS", "MEMCPY_OPS", "KernelTypes", "KERNEL_TABLES", "has_kernel", "ANY_TYPE"]
+__all__ = ["INTEGER_KERNELS", "MEMCPY_OPS", "KernelTypes", "KernelTable", "CUDA_KERNELS", "has_kernel", "ANY_TYPE"]
 
 # Kernels that compute a product on integers or low-bit weights.
 INTEGER_KERNELS = frozenset({
@@ -68,17 +70,13 @@ CUDA_KERNELS: dict[tuple[str, str], KernelTypes | None] = {
     (_MS, "DynamicQuantizeLSTM"): None,
 }
 
-# Provider → its table. A provider without a table cannot be predicted; the CPU runs everything.
-KERNEL_TABLES: dict[str, dict[tuple[str, str], KernelTypes | None]] = {"CUDAExecutionProvider": CUDA_KERNELS}
+KernelTable = Mapping[tuple[str, str], KernelTypes | None]
 
 
-def has_kernel(provider: str, domain: str, op_type: str, element_type: str | None) -> bool | None:
-    """Whether the provider registers this op for this element type; None when that is not known: the provider
-    has no table, the table does not list the op (onnxq writes none of those: assumed to run there), or the
-    element type is unknown (a value the model leaves untyped)."""
-    if provider == "CPUExecutionProvider":
-        return True
-    table = KERNEL_TABLES.get(provider)
+def has_kernel(table: KernelTable | None, domain: str, op_type: str, element_type: str | None) -> bool | None:
+    """Whether a provider with this kernel table registers this op for this element type; None when that is not
+    known: no table (the provider is not predicted), the table does not list the op (onnxq writes none of those:
+    assumed to run there), or the element type is unknown (a value the model leaves untyped)."""
     if table is None:
         return None
     if (domain, op_type) not in table:

@@ -13,4 +13,4 @@ from onnxq.targets.registry import Target, register_target
 X86_AVX2 = register_target(Target(
     "x86-avx2", "x86 without VNNI: U8S8 adds byte pairs in int16 with saturation", saturates_u8s8=True,
     saturation="AVX2's U8S8 kernel adds byte pairs in int16 with saturation", checked_by="emulated",
-    detects=lambda flags, machine: machine not in ("aarch64", "arm64") and not flags & VNNI_FLAGS))
+    detects=lambda flags, machine: machine not in ("aarch64", "arm64") and not flags & VNNI_FLAGS, family="x86"))

@@ -5,4 +5,4 @@ from onnxq.targets.registry import Target, register_target
 
 X86_VNNI = register_target(Target(
     "x86-vnni", "x86 with VNNI: U8S8 full range, every product added in int32",
-    detects=lambda flags, machine: machine not in ("aarch64", "arm64") and bool(flags & VNNI_FLAGS)))
+    detects=lambda flags, machine: machine not in ("aarch64", "arm64") and bool(flags & VNNI_FLAGS), family="x86"))

@@ -17,6 +17,7 @@ from onnxq.config import CalibrationConfig, DataConfig, QuantConfig, VerifyConfi
 from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError, UnsupportedModelError, one_line
 from onnxq.io import LOAD_NOTES, external_data_files, load_model, run_files
+from onnxq.targets import DEFAULT_TARGET
 from onnxq.io.custom_ops import custom_op_libraries
 from onnxq.verify.check import Reference, Verification, verify_models
 from onnxq.verify.outcome import check_output_tolerances
@@ -31,7 +32,7 @@ ModelInput = str | os.PathLike | onnx.ModelProto | ir.Model | bytes
 def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *,
            config: VerifyConfig | QuantConfig | Mapping[str, Any] | None = None,
            providers: tuple[str, ...] | None = None,
-           batch_size: int = 8, target: str = "portable") -> Verification:
+           batch_size: int = 8, target: str = DEFAULT_TARGET) -> Verification:
     """Run the float model (CPU, the reference) and the quantized model on each provider over the data; compare
     every output against its tolerance, the providers against each other, and report where each node ran.
 
@@ -58,7 +59,7 @@ def verify(float_model: ModelInput, quant_model: ModelInput, data: DataSource, *
 def compare_models(float_model: ModelInput, other_model: ModelInput, data: DataSource, *,
                    config: VerifyConfig | QuantConfig | Mapping[str, Any] | None = None,
                    providers: tuple[str, ...] | None = None,
-                   batch_size: int = 8, target: str = "portable") -> Verification:
+                   batch_size: int = 8, target: str = DEFAULT_TARGET) -> Verification:
     """verify() of any second model, quantized or not: a float model against a changed float copy whose error is
     known (a stand-in for a quantized model's, as the detection gate's tests use), or against a pruned one."""
     return _checked(float_model, other_model, data, _Settings(config, providers, batch_size, target), guard=False)

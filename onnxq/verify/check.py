@@ -18,11 +18,14 @@ from onnxq.data.batching import samples_in
 from onnxq.data.specs import Batch
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.io import load_model, trim_heap
+from onnxq.targets import DEFAULT_TARGET
+from onnxq.targets.providers import CPU_PROVIDER
 from onnxq.verify.kernels.coverage import Coverage, CoverageRun
 from onnxq.verify.comparisons import Comparisons
 from onnxq.verify.metrics import Operand, SampleAxes
 from onnxq.verify.outcome import JudgedChecks, OutputCheck, failures_for, task_tolerances
-from onnxq.verify.kernels.placement import Placement, profile_placement
+from onnxq.verify.kernels.assignment import read_placement
+from onnxq.verify.kernels.placement import Placement
 from onnxq.verify.providers import absent_providers, resolve_providers
 from onnxq.verify.kernels.predict import predict_placement, predictable, with_mismatches
 from onnxq.verify.reference import OutputStore, Reference
@@ -34,7 +37,7 @@ from onnxq.verify.verdict import verdict_of
 __all__ = ["OutputCheck", "ProviderCheck", "Verification", "Reference", "verify_models", "with_placement",
            "resolve_providers", "absent_providers", "failures_for"]
 
-_CPU = "CPUExecutionProvider"
+_CPU = CPU_PROVIDER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,14 +133,14 @@ class Verification:
 
 
 def verify_models(reference: Reference, quant_model: ModelSource, config: VerifyConfig, data: str,
-                  quantized_nodes: Mapping[str, str] | None = None, target: str | None = "portable") -> Verification:
+                  quantized_nodes: Mapping[str, str] | None = None, target: str | None = DEFAULT_TARGET) -> Verification:
     """With quantized_nodes (name → op type), also profile one batch per provider to report placement, and
     predict it on the providers asked for (or the target's) that are absent here.
 
     target: the CPUs and providers the model is meant for; each CPU is checked by running, by the exact
     quantization or by emulation (verify.kernels.coverage), and gates like the providers do. None: the providers only (a
     search's probe, which its confirmation checks in full)."""
-    providers, unavailable = resolve_providers(config.providers)
+    providers, unavailable = resolve_providers(config.providers, target)
     reference.prefetch()
     sessions = {p: make_session(quant_model, optimize=True, provider=p) for p in providers}
     # The float model as deployed on each other provider: its own difference from the reference, reported (by a
@@ -168,7 +171,7 @@ def verify_models(reference: Reference, quant_model: ModelSource, config: Verify
     if quantized_nodes is None or first is None:
         return verification
     return with_placement(verification, quant_model, first, quantized_nodes,
-                          absent_providers(config.providers, target or "portable"))
+                          absent_providers(config.providers, target or DEFAULT_TARGET))
 
 
 def _task_bars(tasks: Mapping[str, OutputTask], tolerance_for: Callable[[str], Tolerance]) -> dict[str, float]:
@@ -253,7 +256,7 @@ def with_placement(verification: Verification, quant_model: ModelSource, batch: 
     model = quant_model if isinstance(quant_model, ir.Model) else load_model(quant_model)
     checks = []
     for check in verification.providers:
-        placement = profile_placement(quant_model, check.provider, batch, quantized_nodes)
+        placement = read_placement(quant_model, check.provider, batch, quantized_nodes)
         if predictable(check.provider):
             placement = with_mismatches(placement, predict_placement(model, check.provider, quantized_nodes))
         checks.append(dataclasses.replace(check, placement=placement))

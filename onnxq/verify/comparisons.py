@@ -15,12 +15,13 @@ from onnxq.verify.agreement import implied_agreement
 from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
 from onnxq.verify.outcome import REPORTED, OutputCheck, checks_of, task_bar
-from onnxq.verify.tasks.types import OutputTask
+from onnxq.verify.tasks.measures import OutputTask
 from onnxq.verify.tasks.rules import accumulator, measured_kind
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["Comparisons", "ComparisonResult", "agreement_bound"]
 
-_CPU = "CPUExecutionProvider"
+_CPU = CPU_PROVIDER
 
 
 def agreement_bound(config: VerifyConfig, output: str, task: OutputTask | None = None,

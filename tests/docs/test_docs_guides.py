@@ -34,8 +34,9 @@ def _all_flags() -> set[str]:
     return {flag for parser in parsers for action in parser._actions for flag in action.option_strings}
 
 
-def test_there_are_six_guides_each_with_commands():
-    assert [p.stem for p in GUIDES] == ["cnns", "cpu-fleets", "encoders", "gpus", "int4", "language-models"]
+def test_there_are_seven_guides_each_with_commands():
+    assert [p.stem for p in GUIDES] == ["cnns", "cpu-fleets", "encoders", "gpus", "int4", "language-models",
+                                        "openvino"]
     for guide in GUIDES:
         assert len(_commands(guide.read_text(encoding="utf-8"))) >= 3, guide.name
 
@@ -56,7 +57,7 @@ def test_every_command_in_a_guide_parses(guide):
 def test_every_flag_a_guide_names_exists(guide):
     text = guide.read_text(encoding="utf-8")
     code = " ".join(re.findall(r"```.*?```", text, flags=re.S) + re.findall(r"`[^`\n]+`", text))
-    # The benchmark scripts' and the exporters' own flags (optimum-cli, onnxruntime_genai's builder).
-    code = re.sub(r"(python bench/|optimum-cli |python -m onnxruntime_genai)[^`\n]*", "", code)
+    # The benchmark scripts', the exporters' (optimum-cli, onnxruntime_genai's builder) and pip's own flags.
+    code = re.sub(r"(python bench/|optimum-cli |python -m onnxruntime_genai|pip install )[^`\n]*", "", code)
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", code))
     assert named - _all_flags() == set()

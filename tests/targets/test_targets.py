@@ -46,3 +46,16 @@ def test_default_target_is_portable_and_unknown_targets_are_refused():
         QuantConfig(target="avx9")
     with pytest.raises(ConfigError, match="target"):
         QuantConfig.from_dict({"target": "avx9"})
+
+
+@pytest.mark.parametrize("saturates, flags, machine, target", [
+    (True, frozenset({"avx2"}), "x86_64", "x86-avx2"),
+    (False, frozenset({"avx2"}), "x86_64", "x86-vnni"),  # a kernel that does not saturate: VNNI the flags hide
+    (True, frozenset({"avx2", "avx512_vnni"}), "x86_64", "x86-avx2"),  # the kernel's answer decides
+    (False, frozenset({"avx512_vnni"}), "x86_64", "x86-vnni"),
+    (False, frozenset({"asimddp"}), "aarch64", "arm64"),
+])
+def test_this_machines_target_follows_its_kernel_within_its_cpu_family(saturates, flags, machine, target):
+    from onnxq.targets import cpu_target
+
+    assert cpu_target(saturates, flags, machine) == target

@@ -11,6 +11,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxq.calibration.moments import WeightMoments
 from onnxq.config import QuantConfig
+from onnxq.errors import UnsupportedModelError
 from onnxq.handlers.plan import NodePlan
 from onnxq.io.irquery import attribute
 from onnxq.numerics import QParams, choose_qparams
@@ -20,8 +21,11 @@ from onnxq.passes.graph.contract import PlannedRewritePass
 from onnxq.passes.formats.float_readers import channelwise_dequantized, reaches_float_product
 from onnxq.passes.forms.registry import RewriteInputs, RewriteResult, rewrite_form
 from onnxq.passes.forms.gather import rewrite_gather
+from onnxq.passes.preparation.checks import onnx_opset
 
-__all__ = ["InsertQdqPass"]
+__all__ = ["InsertQdqPass", "SIXTEEN_BIT_OPSET"]
+
+SIXTEEN_BIT_OPSET = 21  # QuantizeLinear / DequantizeLinear with int16 and uint16
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +62,12 @@ class InsertQdqPass(PlannedRewritePass):
         self.moments = moments
 
     def call(self, model: ir.Model) -> RewriteResult:
+        opset = onnx_opset(model)
+        if self.config.activations.bits == 16 and self.plans and opset is not None and opset < SIXTEEN_BIT_OPSET:
+            raise UnsupportedModelError(
+                f"activations {self.config.activations.dtype} need opset {SIXTEEN_BIT_OPSET} (QuantizeLinear's 16-bit "
+                f"types); the model is opset {opset} — convert it with onnx.version_converter.convert_version(model, "
+                f"{SIXTEEN_BIT_OPSET}), or use 8-bit activations")
         bias_notes: dict[str, str] = {}
         moments = self.moments
         builder = GraphBuilder(model.graph, self.config.weights,

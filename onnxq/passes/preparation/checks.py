@@ -13,6 +13,7 @@ from onnxq.errors import ModelLoadError, UnsupportedModelError, one_line, ort_re
 from onnxq.io.custom_ops import libraries_loaded
 from onnxq.io.model import MAX_IR_VERSION
 from onnxq.passes.graph.op_signatures import defined
+from onnxq.targets.providers import CPU_PROVIDER
 
 __all__ = ["MIN_OPSET", "check_model", "QUANTIZED_OPS", "onnx_opset"]
 
@@ -85,7 +86,7 @@ def _onnxruntime_refusal(opset: int) -> str | None:
     probe = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     probe.ir_version = min(probe.ir_version, MAX_IR_VERSION)
     try:
-        ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        ort.InferenceSession(probe.SerializeToString(), providers=[CPU_PROVIDER])
     except Exception as e:  # noqa: BLE001 — onnxruntime's reason, whatever its type
         return ort_reason(e)
     return None

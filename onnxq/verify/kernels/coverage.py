@@ -20,7 +20,7 @@ import onnxruntime as ort
 from onnxq.data.batching import samples_in
 from onnxq.config import Tolerance, VerifyConfig
 from onnxq.passes.float16.emulation import float16_emulation, holds_float16
-from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, detect_target, resolve_target
+from onnxq.targets import TARGETS, covered_targets, cpu_flags, cpu_model, cpu_target, resolve_target
 from onnxq.verify.kernels.emulate import NodeSaturation, SaturationEmulator, this_cpu_saturates
 from onnxq.verify.tasks.detection_sets import aligned_pairs, sets_of
 from onnxq.verify.metrics import MetricsAccumulator, Operand
@@ -29,6 +29,7 @@ from onnxq.verify.tasks.user_metric import TaskAccumulator, TaskMetric, TaskMetr
 from onnxq.verify.tasks.types import OutputTask
 from onnxq.verify.tasks.rules import accumulator
 from onnxq.verify.verdict import NOT_SHOWN, OUT, WITHIN
+from onnxq.targets.providers import short_provider_name
 
 __all__ = ["TargetCheck", "Coverage", "CoverageRun", "platform_info"]
 
@@ -36,9 +37,7 @@ _HOW_RUN = "ran on this CPU (ORT's deployed kernels)"
 # How a target off this machine is checked, by its Target.checked_by (targets.registry.CHECKS).
 _HOW = {"exact": ("exact quantization (ORT_DISABLE_ALL, less any emulated AVX2 saturation): these kernels add every "
                   "product exactly in int32"),
-        "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization",
-        "provider": ("exact arithmetic on this CPU (its provider absent here): the same file, no optimizations, every "
-                     "float16 value rounded where it is made, float32 accumulation, as the GPU computes")}
+        "emulated": "emulated: AVX2 U8S8 int16 pair saturation in numpy, added to the exact quantization"}
 # This CPU's kernels may lose this much mean cosine to float against the exact quantization before the summary
 # says the kernels, not the quantization, cost accuracy. Rounding differences between ORT's fused and unfused
 # float ops flip single quantization steps, which alone moves MiniLM's outputs by ~5e-4 (measured) both ways.
@@ -233,16 +232,14 @@ class CoverageRun:
         how, provider = TARGETS[target].checked_by, TARGETS[target].provider
         if how == "provider" and provider in providers:
             outputs, task = providers[provider]
-            return TargetCheck(target, f"ran on {provider.replace('ExecutionProvider', '')} (ORT's deployed kernels)",
+            return TargetCheck(target, f"ran on {short_provider_name(provider)} (ORT's deployed kernels)",
                                outputs, nodes, task)
         kind = "exact" if how == "provider" else how
         task = self._task[kind]
-        return TargetCheck(target, _HOW[how], by_check[kind], nodes, None if task is None else task.result())
+        return TargetCheck(target, TARGETS[target].exact_check or _HOW[how], by_check[kind], nodes,
+                           None if task is None else task.result())
 
 
 def _here(saturates: bool) -> str:
-    """This machine's target: the kernel's own answer decides AVX2; the flags tell VNNI from ARM."""
-    if saturates:
-        return "x86-avx2"
-    flagged = detect_target(cpu_flags())
-    return "x86-vnni" if flagged == "x86-avx2" else flagged
+    """This machine's target: the kernel's own answer decides saturation; the flags the CPU family."""
+    return cpu_target(saturates, cpu_flags())

@@ -29,11 +29,12 @@ from onnxq.errors import OutputPathError
 from onnxq.handlers.registry import product_op_types
 from onnxq.targets.ort_kernels import INTEGER_KERNELS, MEMCPY_OPS
 from onnxq.io.model_sessions import ModelSource, make_session
+from onnxq.targets.providers import CPU_PROVIDER, provider_named, short_provider_name
 
 __all__ = ["INTEGER_KERNELS", "float_product_kernels",
            "NodeRun", "Placement", "profile_placement", "profiled_session", "quantized_nodes", "short"]
 
-_CPU = "CPUExecutionProvider"
+_CPU = CPU_PROVIDER
 # A node whose every output is a few integers computes shapes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape).
 # ORT's GPU providers place such nodes on the CPU on purpose (GetCpuPreferredNodes: their values are read on the
 # host), although they have GPU kernels: seen on the H100 (MiniLM, onnxruntime-gpu 1.31.1: 13 Gather, 13
@@ -47,7 +48,7 @@ _FUSED_FLOAT = frozenset({"FusedMatMul", "FusedGemm", "FusedConv"})
 
 
 def short(provider: str) -> str:
-    return provider.replace("ExecutionProvider", "")
+    return short_provider_name(provider)
 
 
 def float_product_kernels() -> frozenset[str]:
@@ -81,6 +82,11 @@ class Placement:
     source: str = "profiled"
     # Where a prediction and the real session disagree (the provider present): each node, predicted vs ran.
     mismatches: tuple[str, ...] = ()
+    # "assigned" (a provider that compiles subgraphs, targets.providers): the quantized nodes compiled into its
+    # subgraphs together with the DequantizeLinear nodes feeding them — the provider runs those on its own integer
+    # path — and how many subgraphs it made.
+    compiled: frozenset[str] = frozenset()
+    subgraphs: int = 0
 
     @property
     def kernels(self) -> dict[str, int]:
@@ -97,13 +103,15 @@ class Placement:
 
     @property
     def integer(self) -> list[str]:
-        """Quantized nodes that ran on an integer or low-bit kernel of this provider."""
-        return self._here(INTEGER_KERNELS)
+        """Quantized nodes that ran on an integer or low-bit kernel of this provider (or were compiled into its
+        subgraphs with their DequantizeLinear nodes)."""
+        return [n for n in self._here(INTEGER_KERNELS | float_product_kernels())
+                if n in self.compiled or self.quantized[n].op_type in INTEGER_KERNELS]
 
     @property
     def float_fallbacks(self) -> list[str]:
         """Quantized nodes that ran on this provider as DequantizeLinear + a float product."""
-        return self._here(float_product_kernels())
+        return [n for n in self._here(float_product_kernels()) if n not in self.compiled]
 
     @property
     def unplanned_integer(self) -> list[NodeRun]:
@@ -146,22 +154,38 @@ class Placement:
         integer = collections.Counter(r.op_type for r in here if r.op_type in INTEGER_KERNELS)
         listed = ", ".join(f"{n} {op}" for op, n in integer.most_common()) or "none"
         floats = sum(r.op_type in float_product_kernels() for r in here)
-        how = "" if self.source == "profiled" else " (predicted: no such provider here; ORT's kernel registrations)"
-        lines = [f"ORT {where} kernels{how}: integer {listed}; float MatMul/Gemm/Conv {floats} "
-                 f"({len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where})"]
+        lines = [self._headline(where, listed, floats)]
         if self.cpu_shape_nodes:
             ops = collections.Counter(r.op_type for r in self.cpu_shape_nodes)
             lines.append(f"  {len(self.cpu_shape_nodes)} shape computation(s) on the CPU, where ORT places them "
                          "(outputs of a few integers): " + ", ".join(f"{n} {op}" for op, n in ops.most_common(4)))
         return lines + [f"  ! {finding}" for finding in self.findings()]
 
+    def brief(self) -> str:
+        """The summary's one line: how many quantized nodes run on integer kernels, and how that is known."""
+        where = short(self.provider)
+        if self.source == "assigned":
+            return (f"{len(self.integer)}/{len(self.quantized)} quantized nodes compiled into {where} with their "
+                    f"DequantizeLinear (ORT's graph assignment: {where} runs them on its int8 path)")
+        how = "" if self.source == "profiled" else " (predicted: no such provider here)"
+        return f"{len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where}{how}"
+
+    def _headline(self, where: str, integer: str, floats: int) -> str:
+        if self.source == "assigned":
+            return (f"ORT {where} placement (ORT's graph assignment: {self.subgraphs} compiled subgraph(s)): "
+                    f"{len(self.integer)}/{len(self.quantized)} quantized nodes compiled into {where} with their "
+                    f"DequantizeLinear, which runs them on its int8 path; {len(self.runs)} nodes in all, "
+                    f"{self.by_provider.get(self.provider, 0)} on {where}")
+        how = "" if self.source == "profiled" else " (predicted: no such provider here; ORT's kernel registrations)"
+        return (f"ORT {where} kernels{how}: integer {integer}; float MatMul/Gemm/Conv {floats} "
+                f"({len(self.integer)}/{len(self.quantized)} quantized nodes on integer kernels of {where})")
+
     def findings(self) -> list[str]:
         found = []
         where = short(self.provider)
         if self.float_fallbacks:
-            advice = (" — ORT has no int8 QDQ MatMul fusion on CUDA: weights are stored int8 (smaller) but compute "
-                      "is float; for CUDA speed, weight-only int4 (MatMulNBits) is the path (--target cuda)"
-                      if self.provider == "CUDAExecutionProvider" else "")
+            advice = provider_named(self.provider).float_product_advice
+            advice = f" — {advice}" if advice else ""
             ops = "/".join(sorted({self.quantized[n].op_type for n in self.float_fallbacks}))
             found.append(f"{len(self.float_fallbacks)} quantized node(s) ran on {where} as DequantizeLinear + float "
                          f"{ops}{advice}")
@@ -202,7 +226,8 @@ class Placement:
                 "cpu_fallbacks": [_run_dict(r) for r in self.cpu_fallbacks],
                 "cpu_shape_nodes": [_run_dict(r) for r in self.cpu_shape_nodes],
                 "quantized": {n: (None if r is None else _run_dict(r)) for n, r in self.quantized.items()},
-                "mismatches": list(self.mismatches), "findings": self.findings()}
+                "mismatches": list(self.mismatches), "findings": self.findings(),
+                **({"compiled": sorted(self.compiled), "subgraphs": self.subgraphs} if self.source == "assigned" else {})}
 
 
 def _run_dict(run: NodeRun) -> dict:

@@ -19,29 +19,29 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxq.targets.ort_kernels import INTEGER_KERNELS, KERNEL_TABLES, has_kernel
+from onnxq.targets.ort_kernels import INTEGER_KERNELS, KernelTable, has_kernel
+from onnxq.targets.providers import CPU_PROVIDER, provider_named
 from onnxq.verify.kernels.placement import NodeRun, Placement, short
 
 __all__ = ["predict_placement", "predictable", "with_mismatches"]
-
-_CPU = "CPUExecutionProvider"
 _LOW_BIT = frozenset({"INT4", "UINT4"})
 
 
 def predictable(provider: str) -> bool:
-    """Whether the kernel table knows this provider."""
-    return provider in KERNEL_TABLES
+    """Whether the provider has a kernel table (targets.providers)."""
+    return provider_named(provider).predictable
 
 
 def predict_placement(model: ir.Model, provider: str, quantized: Mapping[str, str]) -> Placement:
     """The placement ORT would give the model on the provider, every node of every graph predicted."""
     runs: dict[str, NodeRun] = {}
     where: dict[ir.Node, str] = {}
+    table = provider_named(provider).kernels
     for node in model.graph.all_nodes():
-        op_type = _fused(node, provider) or node.op_type
+        op_type = _fused(node, table) or node.op_type
         domain = "com.microsoft" if op_type != node.op_type else ("" if node.domain == "ai.onnx" else node.domain)
-        known = has_kernel(provider, domain, op_type, _key_type(node, (domain, op_type), provider))
-        where[node] = provider if known is not False else _CPU
+        known = has_kernel(table, domain, op_type, _key_type(node, (domain, op_type), table))
+        where[node] = provider if known is not False else CPU_PROVIDER
         runs[node.name or ""] = NodeRun(node.name or "", op_type, where[node])
     copies = _copies(where, provider)
     return Placement(provider, (*runs.values(), *copies), {n: runs.get(n) for n in quantized}, source="predicted")
@@ -66,7 +66,7 @@ def _kind(op_type: str) -> str:
     return "integer" if op_type in INTEGER_KERNELS else "float"
 
 
-def _fused(node: ir.Node, provider: str) -> str | None:
+def _fused(node: ir.Node, table: KernelTable | None) -> str | None:
     """MatMulNBits for a MatMul reading a blocked 4-bit DequantizeLinear weight (ORT's DQ → MatMul fusion, which
     runs for this provider when it has MatMulNBits for the activation's type)."""
     if node.op_type != "MatMul" or len(node.inputs) < 2 or node.inputs[1] is None:
@@ -76,14 +76,14 @@ def _fused(node: ir.Node, provider: str) -> str | None:
         return None
     if _element_type(dq.inputs[0]) not in _LOW_BIT:
         return None
-    return "MatMulNBits" if has_kernel(provider, "com.microsoft", "MatMulNBits", _element_type(node.inputs[0])) \
+    return "MatMulNBits" if has_kernel(table, "com.microsoft", "MatMulNBits", _element_type(node.inputs[0])) \
         else None
 
 
-def _key_type(node: ir.Node, op: tuple[str, str], provider: str) -> str | None:
+def _key_type(node: ir.Node, op: tuple[str, str], table: KernelTable | None) -> str | None:
     """The element type of the operand the provider's kernel table keys this op (domain, type) on (input 0 when
     unlisted)."""
-    entry = KERNEL_TABLES[provider].get(op)
+    entry = None if table is None else table.get(op)
     kind, index = ("input", 0) if entry is None else entry.operand  # unlisted, or no kernel: input 0
     values = node.outputs if kind == "output" else node.inputs
     return _element_type(values[index]) if index < len(values) else None

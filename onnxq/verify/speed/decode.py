@@ -21,6 +21,7 @@ from onnxq.data.completion import completable, completed
 from onnxq.data.specs import Batch, InputSpec, sample_axis
 from onnxq.io.model_sessions import ModelSource
 from onnxq.verify.speed.latency import timed_in_turns
+from onnxq.targets.providers import CPU_PROVIDER, short_provider_name
 
 __all__ = ["DecodeSpeed", "decode_speed", "cache_pairs", "decode_window", "carried"]
 
@@ -43,7 +44,7 @@ class DecodeSpeed:
 
     def text(self) -> list[str]:
         verdict = "faster" if self.speedup > 1 else "NOT FASTER than float"
-        return [f"decode on {self.provider.replace('ExecutionProvider', '')} (KV cache, batch 1, {self.steps} tokens "
+        return [f"decode on {short_provider_name(self.provider)} (KV cache, batch 1, {self.steps} tokens "
                 f"after a {self.prefill_tokens}-token prefill): float {self.float_tokens_per_s:.1f} tokens/s, quantized "
                 f"{self.quantized_tokens_per_s:.1f} tokens/s ({self.speedup:.2f}x, {verdict}; median of {self.rounds})"]
 
@@ -70,7 +71,7 @@ def cache_pairs(input_names: Sequence[str], output_names: Sequence[str]) -> dict
 
 
 def decode_speed(models: tuple[ModelSource, ModelSource], batch: Batch, specs: list[InputSpec], steps: int = 16,
-                 rounds: int = 3, provider: str = "CPUExecutionProvider", in_turn: bool = False) -> DecodeSpeed | None:
+                 rounds: int = 3, provider: str = CPU_PROVIDER, in_turn: bool = False) -> DecodeSpeed | None:
     """models: the float and the quantized model. None when the model has no cache to feed back, or the window is too
     short (under 4 tokens); a window shorter than twice `steps` decodes its second half. in_turn: each model's
     session made, timed and dropped before the other's (verify.speed.latency.check_speed)."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from onnxq.data.specs import Batch
 from onnxq.targets import target_providers
+from onnxq.targets.providers import provider_named, short_provider_name
 from onnxq.io.model_sessions import ModelSource, make_session
 
 __all__ = ["SpeedCheck", "check_speed", "timed_in_turns", "slower_notes", "MIN_ROUNDS", "MEANINGFUL_MS"]
@@ -49,7 +50,7 @@ class SpeedCheck:
         return self.float_ms >= MEANINGFUL_MS
 
     def text(self) -> str:
-        where = self.provider.replace("ExecutionProvider", "")
+        where = short_provider_name(self.provider)
         turns = ", one model after the other" if self.in_turn else ""
         if not self.meaningful:
             return (f"speed on {where}: {self.float_ms:.2f} ms a batch{turns} — too small to time meaningfully; "
@@ -123,16 +124,17 @@ def slower_notes(checks: Sequence[SpeedCheck], target: str, searched: bool, weig
     for check in checks:
         if check.faster or not check.meaningful:
             continue
-        where = check.provider.replace("ExecutionProvider", "")
+        provider = provider_named(check.provider)
+        where = provider.short
         if check.provider not in deployed_on:
             hint = f"; target {target} is not meant for {where}" + (
-                "; --target cuda plans the forms CUDA runs fast" if check.provider == "CUDAExecutionProvider" else "")
+                f"; {provider.target_hint}" if provider.target_hint else "")
         elif weight_only:
             hint = "; weight-only blocks are for size and memory-bound decoding, which one batch does not time"
         else:
             hint = "" if searched else ("; --check-speed keeps float the kinds of node that run slower quantized on "
                                         + where)
-        guide = "gpus" if check.provider == "CUDAExecutionProvider" else "cpu-fleets"
         notes.append(f"SPEED: the quantized model is not faster than float on {check.provider} "
-                     f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see docs/guides/{guide}.md")
+                     f"({check.quantized_ms:.1f} ms vs {check.float_ms:.1f} ms){hint} — see docs/guides/"
+                     f"{provider.guide}.md")
     return notes
