@@ -4,7 +4,7 @@
 
 Runs in a virtual environment where onnxruntime-openvino replaces onnxruntime (its python,
 .venv-ov/bin/python as docs/guides/openvino.md makes it, runs the script). Models:
-all-MiniLM-L6-v2 (onnxq's default static quantization, calibrated on calib_docs.npz; fidelity: mean cosine of
+all-MiniLM-L6-v2 (onnxq's static quantization, calibrated on calib_docs.npz; fidelity: mean cosine of
 sentence_embedding to float on the 500 eval sentences; latency at batch 32 × 128 tokens) and PP-OCR's text
 direction classifier as rapidocr-onnxruntime 1.4.4 ships it (a trained CNN; calibrated on 64 synthetic pages,
 fidelity: top-1 agreement with float on 256 others; latency at batch 16). Each int8 file is quantized once by

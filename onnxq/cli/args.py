@@ -11,7 +11,7 @@ import typing
 from onnxq.cli.parser import Parser, path_arg
 from onnxq.config import CalibrationConfig, QScheme, QuantConfig, VerifyConfig
 from onnxq.config.schema import TaskKind
-from onnxq.config.checks import TOPK_MAX
+from onnxq.config.checks import KNOWN_PROVIDER_ALIASES, TOPK_MAX
 from onnxq.data import data_config_from_args
 from onnxq.errors import ConfigError, closest, did_you_mean, one_line
 
@@ -53,9 +53,10 @@ def add_tolerance_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_providers_flag(p: argparse.ArgumentParser) -> None:
+    names = ", ".join(KNOWN_PROVIDER_ALIASES)  # every registered provider's short name (targets.providers)
     p.add_argument("--providers", metavar="LIST",
-                   help="execution providers to verify on, comma-separated: auto (default: CPU, and CUDA where "
-                        "present), cpu, cuda")
+                   help=f"execution providers to verify on, comma-separated: auto (default: CPU, CUDA where present, "
+                        f"and the target's provider), {names}")
 
 
 _METRICS = {"cosine": "min_cosine", "sqnr": "min_sqnr_db", "max_abs": "max_abs_error", "argmax": "min_argmax_agreement",

@@ -40,7 +40,7 @@ COMMON_FLAGS = (
     ("--verify-data DATA", "held-out inputs (default: samples held back from --calib)"),
     ("--min-cosine X", "tolerance: mean cosine per output (default 0.98); any other: --tolerance"),
     ("--weights int4", "4-bit weight-only, for language models"),
-    ("--target cuda", "for NVIDIA GPUs (default portable: every CPU)"),
+    ("--target NAME", "cuda for NVIDIA GPUs, openvino-cpu for OpenVINO (default portable: every CPU)"),
     ("--config TOML", "settings from a TOML file; flags override it"),
     ("--report JSON", "the report as JSON; --html HTML: a page with per-layer errors"),
     ("-q, --quiet", "print only errors and the result line"),

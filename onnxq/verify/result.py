@@ -41,7 +41,7 @@ def result_words(verdict: str, verification: Verification | None, why_float: str
         return f"NOTHING QUANTIZED — every node kept float{because}; {written}"
     if verdict == NOT_VERIFIED or verification is None:
         return "not verified"
-    caveat = _CAVEATS.get(verification.data, "")
+    caveat = _CAVEATS.get(verification.data, "") + _unchecked(verification)
     if verdict == WITHIN:
         return "within tolerance" + caveat
     if verdict == OUT:
@@ -49,6 +49,13 @@ def result_words(verdict: str, verification: Verification | None, why_float: str
     reasons = verification.unshown()
     more = f" (and {len(reasons) - 1} more, above)" if len(reasons) > 1 else ""
     return f"NOT SHOWN — {reasons[0] if reasons else 'the data cannot show the bars'}{more}{caveat}"
+
+
+def _unchecked(verification: Verification) -> str:
+    """The providers asked for that this onnxruntime lacks: a verdict that never ran on them says so, so that a gate
+    reading the one line (-q) does not take a check on the CPU for a check on OpenVINO or CUDA."""
+    names = [message.split(" ", 1)[0] for message in verification.unavailable]
+    return f"; not checked on {', '.join(names)} (not in this onnxruntime)" if names else ""
 
 
 def most_common(reasons: Sequence[str]) -> str:

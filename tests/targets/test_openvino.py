@@ -66,3 +66,13 @@ def test_without_openvino_the_target_is_checked_exactly_and_the_provider_skipped
     assert not result.report.verification.failed
     # Symmetric weights and onnxq's default uint8 asymmetric activations: OpenVINO's int8 forms.
     assert result.report.config["activations"] == {"dtype": "uint8", "symmetric": False}
+
+
+@pytest.mark.skipif(HERE, reason="the case without onnxruntime-openvino")
+def test_the_result_line_says_a_provider_asked_for_was_not_checked(samples_dir, tmp_path):
+    """-q prints the result line alone: a run asked to verify on OpenVINO where it is absent must not read as a
+    check there."""
+    result = _quantize(samples_dir, tmp_path, verify=onnxq.VerifyConfig(providers=("openvino",)))
+    assert result.report.verification.unavailable
+    assert result.report.result == ("within tolerance; not checked on OpenVINOExecutionProvider (not in this "
+                                    "onnxruntime)")
