@@ -21,7 +21,7 @@ from onnxq.data.axes import read_layout
 from onnxq.config import QuantConfig
 from onnxq.data import declare_source, resolve_source, source_model
 from onnxq.errors import CalibrationDataError
-from onnxq.handlers import plan_model
+from onnxq.handlers import NodePlan, plan_model
 from onnxq.passes.forms.quantize import needed_ranges
 from onnxq.io import external_data_files, load_model, run_files
 from onnxq.io.custom_ops import custom_op_libraries
@@ -31,7 +31,29 @@ from onnxq.smoothing.choice import smoothable_groups
 from onnxq.verify.tasks.rules import language_model_logits
 
 __all__ = ["calibrate", "calibrate_shards", "merge_calibrations", "activations_to_observe", "moments_to_observe",
-           "summarize", "smoothable_activations", "CalibrationJob", "calibration_job"]
+           "summarize", "smoothable_activations", "CalibrationJob", "calibration_job", "calibration_request",
+           "cache_request"]
+
+
+def calibration_request(plans: Sequence[NodePlan], config: QuantConfig) -> CalibrationRequest:
+    """What a run's static ranges need observed, made once from its plans: the ranges of the activations its
+    calibrated forms quantize (passes.forms.quantize.needed_ranges), the main graph's first, then those only If /
+    Loop / Scan bodies read (in_bodies); with histograms where the method reads them."""
+    main = needed_ranges([p for p in plans if not p.scope], config)
+    scoped = [p for p in plans if p.scope]
+    bodies = [n for n in needed_ranges(scoped, config) if n not in set(main)] if scoped else []
+    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
+    return CalibrationRequest(tuple(main + bodies), bins, in_bodies=frozenset(bodies))
+
+
+def cache_request(model: ir.Model, config: QuantConfig, *, channels: bool, moments: bool) -> CalibrationRequest:
+    """What a calibration cache of the model holds, so that it serves any later method or setting: every candidate
+    activation's range with histograms; SmoothQuant's channel statistics (channels) and the 4-bit weights' second
+    moments (moments: where the config fits its weights to data) when asked."""
+    names = activations_to_observe(model, config, every_candidate=True)
+    axes = smoothable_activations(model, config) if channels else {}
+    weights, full = moments_to_observe(model, config) if moments else ({}, True)
+    return CalibrationRequest(tuple(names), config.calibration.histogram_bins, axes, weights, full)
 
 
 def activations_to_observe(model: ir.Model, config: QuantConfig, every_candidate: bool) -> list[str]:
@@ -116,14 +138,11 @@ def calibration_job(float_model: ir.Model, config: QuantConfig) -> CalibrationJo
     # As quantize() prepares it (opset converted, BatchNormalization folded): the cache's fingerprint matches.
     float_model, _ = prepared(float_model)
     check_model(float_model)
-    names = activations_to_observe(float_model, config, every_candidate=True)
-    if not names:
+    request = cache_request(float_model, config, channels=config.smooth != "off", moments=True)
+    if not request.ranges:
         raise CalibrationDataError("the model has no activation to calibrate (no quantizable MatMul/Gemm/Conv)")
     layout = config.calibration
     specs = input_specs(float_model, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
-    channel_axes = smoothable_activations(float_model, config) if config.smooth != "off" else {}
-    moments, full = moments_to_observe(float_model, config)
-    request = CalibrationRequest(tuple(names), config.calibration.histogram_bins, channel_axes, moments, full)
     return CalibrationJob(float_model, request, specs, config)
 
 

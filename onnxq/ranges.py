@@ -1,6 +1,8 @@
 """Activation ranges for quantize(): from a calibration cache or calibration passes, on the float graph or, after
 SmoothQuant, on the smoothed one. A cache always describes the float model (its fingerprint), with the smoothing
-statistics when smoothing wrote or asked for it."""
+statistics when smoothing wrote or asked for it. What a run needs is its CalibrationRequest, made once from its
+plans (calibration_api.calibration_request); its ranges are a pure function of that request, the statistics and
+the config (request_ranges)."""
 
 from __future__ import annotations
 
@@ -11,22 +13,22 @@ import onnx_ir as ir
 
 from onnxq.calibration import CalibrationSummary, model_fingerprint
 from onnxq.calibration.moment_sums import StoredMoments
+from onnxq.calibration.request import CalibrationRequest, observe
 from onnxq.data.stream import DataStream, check_reusable
-from onnxq.calibration_api import activations_to_observe, smoothable_activations, summarize
+from onnxq.calibration_api import cache_request
 from onnxq.config import QuantConfig
 from onnxq.errors import ConfigError
-from onnxq.handlers import NodePlan
-from onnxq.passes.forms.quantize import needed_ranges
 from onnxq.numerics import qrange
 
-__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "cached_moments", "load_cache", "Ranges"]
+__all__ = ["calibrated_ranges", "smoothing_cache", "smoothed_ranges", "cached_moments", "load_cache", "request_ranges",
+           "Ranges"]
 
 Ranges = dict[str, tuple[float, float]]
 
 
-def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan], config: QuantConfig,
+def calibrated_ranges(reference: ir.Model, work: ir.Model, request: CalibrationRequest, config: QuantConfig,
                       stream: DataStream, cache, progress) -> tuple[Ranges, CalibrationSummary, str | None]:
-    """Ranges of the planned activations, from the cache or a calibration pass (which may write the cache); the
+    """Ranges of the requested activations, from the cache or a calibration pass (which may write the cache); the
     summary they came from; and a note when they came from the cache."""
     summary = load_cache(cache, reference)
     if summary is not None:
@@ -34,25 +36,24 @@ def calibrated_ranges(reference: ir.Model, work: ir.Model, plans: list[NodePlan]
             for _ in stream.batches():
                 pass
         note = f"ranges from calibration cache {cache} ({summary.samples} samples)"
-        return _ranges(summary, plans, config), summary, note
+        return request_ranges(summary, request, config), summary, note
     batches = stream.batches() if stream.source is not None else None
-    summary = _calibrate(reference, work, plans, config, batches, cache is not None, progress)
+    summary = _calibrate(reference, work, request, config, batches, cache is not None, progress)
     if cache is not None:
         summary.save(cache)
-    return _ranges(summary, plans, config), summary, None
+    return request_ranges(summary, request, config), summary, None
 
 
-def _ranges(summary: CalibrationSummary, plans: list[NodePlan], config: QuantConfig) -> Ranges:
-    """The ranges of every main-graph activation (missing: an error), and of each subgraph's the data computed
+def request_ranges(summary: CalibrationSummary, request: CalibrationRequest, config: QuantConfig) -> Ranges:
+    """The ranges of every requested activation (a missing one: an error), but a body's where the data computed it
     (steps.calibrate plans the others again, dynamic)."""
     scheme = config.activations
     qmin, qmax = qrange(scheme.np_dtype, scheme.symmetric)
     observers = summary.observers
-    names = needed_ranges([p for p in plans if not p.scope], config)
-    names += [n for n in needed_ranges([p for p in plans if p.scope], config)
-              if n in observers and not observers[n].empty]
-    return summary.ranges(list(dict.fromkeys(names)), config.calibration.method, qmin=qmin, qmax=qmax,
-                          symmetric=scheme.symmetric, percentile=config.calibration.percentile)
+    names = [n for n in request.ranges
+             if n not in request.in_bodies or (n in observers and not observers[n].empty)]
+    return summary.ranges(names, config.calibration.method, qmin=qmin, qmax=qmax, symmetric=scheme.symmetric,
+                          percentile=config.calibration.percentile)
 
 
 def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, stream: DataStream,
@@ -65,25 +66,22 @@ def smoothing_cache(reference: ir.Model, work: ir.Model, config: QuantConfig, st
     if cache is None:
         return None, None
     check_reusable(stream.source, "smoothing with a calibration cache to write")
-    summary = summarize(work, activations_to_observe(work, config, every_candidate=True), stream.batches(),
-                        config.calibration.histogram_bins, None, model_fingerprint(reference),
-                        smoothable_activations(work, config))
+    summary = observe(work, cache_request(work, config, channels=True, moments=False), stream.batches, None,
+                      model_fingerprint(reference))
     summary.save(cache)
     return summary, None
 
 
-def smoothed_ranges(work: ir.Model, plans: list[NodePlan], config: QuantConfig, stream: DataStream,
+def smoothed_ranges(work: ir.Model, request: CalibrationRequest, config: QuantConfig, stream: DataStream,
                     progress) -> tuple[Ranges, int]:
     """Static ranges on the smoothed graph, from the calibration data."""
-    names = needed_ranges(plans, config)
     if stream.source is None:
-        if names:
+        if request.ranges:
             raise ConfigError("static ranges after smoothing come from the smoothed graph and the calibration "
                               "cache holds the float model's: pass --calib DATA too, or use --activations per-token")
         return {}, 0
-    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    summary = summarize(work, names, stream.batches(), bins, progress, "")
-    return _ranges(summary, plans, config), summary.samples
+    summary = observe(work, request, stream.batches, progress, "")
+    return request_ranges(summary, request, config), summary.samples
 
 
 def cached_moments(cache, reference: ir.Model) -> StoredMoments | None:
@@ -102,12 +100,11 @@ def load_cache(cache, reference: ir.Model) -> CalibrationSummary | None:
     return summary
 
 
-def _calibrate(reference: ir.Model, model: ir.Model, plans: list[NodePlan], config: QuantConfig, batches,
+def _calibrate(reference: ir.Model, model: ir.Model, request: CalibrationRequest, config: QuantConfig, batches,
                writes_cache: bool, progress: Callable[[int], None] | None) -> CalibrationSummary:
     """A summary written to a cache covers every candidate activation with histograms (and is tied to the model
-    by its fingerprint), so that it serves any later method or setting; otherwise only what this run needs."""
+    by its fingerprint), so that it serves any later method or setting; otherwise only what this run requested."""
     if writes_cache:
-        return summarize(model, activations_to_observe(model, config, every_candidate=True), batches,
-                         config.calibration.histogram_bins, progress, model_fingerprint(reference))
-    bins = config.calibration.histogram_bins if config.calibration.needs_histogram else None
-    return summarize(model, needed_ranges(plans, config), batches, bins, progress, "")
+        return observe(model, cache_request(model, config, channels=False, moments=False), lambda: batches, progress,
+                       model_fingerprint(reference))
+    return observe(model, request, lambda: batches, progress, "")

@@ -5,6 +5,8 @@ ORT reduces each value in the graph (|x| → its maximum, one scalar per value a
 batch's activations at a time, however many values are watched. A value that is NaN or infinite somewhere (a mask
 of -inf) reads as infinite: float16 holds infinities, but such a value says the arithmetic around it is at the edge
 of float32's range already, so it stays float32. An empty value reads as 0.
+Each value's maximum is a collector (LargestMagnitude: observe / merge / state, numerics.collector.Collector), exact
+and order-free: shards merge into the maximum of all the data bit for bit.
 """
 
 from __future__ import annotations
@@ -20,11 +22,46 @@ from onnxq.io import OrtModel
 from onnxq.io.sessions import session_options
 from onnxq.targets.providers import CPU_PROVIDER
 
-__all__ = ["largest_magnitudes"]
+__all__ = ["LargestMagnitude", "largest_magnitudes", "collect_magnitudes"]
+
+
+class LargestMagnitude:
+    """max |x| of one value over the batches: 0 before any element, infinite once a NaN or infinity was seen."""
+
+    def __init__(self) -> None:
+        self.largest = 0.0
+
+    def observe(self, batch: np.ndarray) -> None:
+        """A batch of the value, or its max |x| reduced in the graph: a scalar is an array too."""
+        batch = np.asarray(batch)
+        if batch.size:
+            self._fold(float(np.max(np.abs(batch))))
+
+    def merge(self, other: LargestMagnitude) -> None:
+        self._fold(other.largest)
+
+    def _fold(self, value: float) -> None:
+        self.largest = math.inf if not math.isfinite(value) else max(self.largest, value)
+
+    def state(self) -> dict:
+        return {"largest": self.largest.hex()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> LargestMagnitude:
+        collector = cls()
+        collector.largest = float.fromhex(state["largest"])
+        return collector
 
 
 def largest_magnitudes(model: ir.Model, names: Iterable[str], batches: Iterable[Batch]) -> dict[str, float]:
     """max |x| over the batches for each named float value of the main graph (a clone of the model is run)."""
+    return {n: c.largest for n, c in collect_magnitudes(model, names, batches).items()}
+
+
+def collect_magnitudes(model: ir.Model, names: Iterable[str],
+                       batches: Iterable[Batch]) -> dict[str, LargestMagnitude]:
+    """Each named float value of the main graph's LargestMagnitude over the batches (values the main graph does
+    not compute are left out): ORT reduces each to its max |x| in a clone of the model."""
     watched = model.clone()
     values = {v.name: v for node in watched.graph for v in node.outputs if v.name}
     names = [n for n in dict.fromkeys(names) if n in values]
@@ -32,12 +69,11 @@ def largest_magnitudes(model: ir.Model, names: Iterable[str], batches: Iterable[
     watched.graph.outputs.extend(outputs)
     session = OrtModel(watched).session(session_options(optimize=False), [CPU_PROVIDER])
     wanted = [o.name for o in outputs]
-    largest = dict.fromkeys(names, 0.0)
+    collectors = {n: LargestMagnitude() for n in names}
     for batch in batches:
         for name, found in zip(names, session.run(wanted, batch)):
-            value = float(found)
-            largest[name] = math.inf if not math.isfinite(value) else max(largest[name], value)
-    return largest
+            collectors[name].observe(found)
+    return collectors
 
 
 def _largest(graph: ir.Graph, value: ir.Value) -> ir.Value:

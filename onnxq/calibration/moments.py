@@ -25,6 +25,7 @@ from onnxq.data.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io.memory import page_out
 from onnxq.io.irquery import attribute
+from onnxq.numerics.gram import gram, grouped_gram
 from onnxq.numerics.im2col import ConvGeometry, im2col_groups
 from onnxq.numerics.order_free_sum import BYTES_PER_ELEMENT
 from onnxq.numerics.symmetric import unpacked
@@ -36,10 +37,11 @@ logger = logging.getLogger(__name__)
 # Accumulators held at once, 18 bytes a summed element (numerics.order_free_sum): 1 GiB is 7 packed triangles of
 # K = 4096, or a 576-wide language model's 30 layers (0.9 GB, 0.2 GB of float32 means after).
 BUDGET_BYTES = 1 << 30
-# Each batch's XᵀX is made in float32 (BLAS's blocked sums), as GPTQ's reference code does, and the batches' products
-# are added order-free (calibration.moment_sums: shards merge bit for bit); the means are float32 (float64 held
-# SmolLM2's 0.8 GB of matrices through calibration and the rewrite, the 4-bit run's peak). GPTQ takes each matrix in
-# float64 as it uses it. The diagonals (activation-aware clipping) stay float64: K values each.
+# Each batch's XᵀX is made in float32 (BLAS's blocked sums, on one thread: numerics.gram), as GPTQ's reference code
+# does, and the batches' products are added order-free (calibration.moment_sums: shards merge bit for bit); the
+# means are float32 (float64 held SmolLM2's 0.8 GB of matrices through calibration and the rewrite, the 4-bit run's
+# peak). GPTQ takes each matrix in float64 as it uses it. The diagonals (activation-aware clipping) stay float64: K
+# values each.
 _MATRIX_DTYPE = np.float32
 
 # A sample's im2col rows past what its XᵀX needs: a video ResNet's 3×3×3 Convs have 25088 rows of K = 1728 a clip
@@ -262,7 +264,7 @@ class WeightMoments:
         if geometry is None:
             # Rows of K (the weight's width): a body's value comes out flattened (calibration.bodies).
             flat = np.concatenate([p.reshape(-1, self._widths[key]) for p in parts])
-            squares = (flat.T @ flat if self.full  # float32 rows: _MATRIX_DTYPE
+            squares = (gram(flat) if self.full  # float32 rows: _MATRIX_DTYPE
                        else np.einsum("ij,ij->j", flat, flat, dtype=np.float64))
             return squares, flat.shape[0]
         total, count = 0.0, 0
@@ -272,7 +274,7 @@ class WeightMoments:
                 if self.full:  # one BLAS product per group (einsum would not use BLAS here: 7x slower)
                     rows = _spread_subset(rows, seed=count)
                     by_group = rows.transpose(1, 0, 2).astype(_MATRIX_DTYPE, copy=False)
-                    total = total + np.matmul(by_group.transpose(0, 2, 1), by_group)
+                    total = total + grouped_gram(by_group)
                 else:
                     total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)
                 count += rows.shape[0]

@@ -15,6 +15,8 @@ Optional "channels" (written when smoothing is asked for): {"<value name>": Chan
 Optional "moments" (written when the config asks for 4-bit weights fitted to the data: GPTQ, or activation-aware
 clipping): per weight, the sum of XᵀX of the activations its nodes read, or of its diagonal, and their rows
 (calibration.moment_sums) — what a 4-bit run quantizes from without reading the data again.
+Optional "magnitudes" (written when a request asks for them: float16 compute's): {"<value name>": {"largest":
+float.hex()}} — each value's max |x| (calibration.magnitudes.LargestMagnitude).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import ChannelStats
+from onnxq.calibration.magnitudes import LargestMagnitude
 from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.errors import CalibrationDataError, one_line
 from onnxq.io import regular_file, write_output
@@ -61,8 +64,9 @@ def model_fingerprint(model: ir.Model) -> str:
 @dataclasses.dataclass
 class CalibrationSummary:
     """What calibration observed of one model, per activation (extremes and histograms), and the smoothing's
-    per-channel statistics and the 4-bit weights' second moments where asked: onnxq.calibrate() returns it, save()
-    writes it as the calibration cache (--calib-cache), and merge() folds in a shard's summary exactly."""
+    per-channel statistics, the 4-bit weights' second moments and float values' largest magnitudes where asked:
+    onnxq.calibrate() returns it, save() writes it as the calibration cache (--calib-cache), and merge() folds in a
+    shard's summary exactly."""
 
     model_fingerprint: str
     observers: dict[str, TensorObserver]
@@ -70,6 +74,7 @@ class CalibrationSummary:
     histogram_bins: int | None
     channels: dict[str, ChannelStats] = dataclasses.field(default_factory=dict)
     moments: StoredMoments | None = None
+    magnitudes: dict[str, LargestMagnitude] = dataclasses.field(default_factory=dict)
 
     def ranges(self, names: Iterable[str], method: str, *, qmin: int, qmax: int, symmetric: bool,
                percentile: float) -> dict[str, tuple[float, float]]:
@@ -114,8 +119,13 @@ class CalibrationSummary:
             except ValueError:
                 raise CalibrationDataError("cannot merge calibration summaries whose second moments are of other "
                                            "weights — calibrate every shard with the same config") from None
+        if set(other.magnitudes) != set(self.magnitudes):
+            raise CalibrationDataError("cannot merge calibration summaries of other values' magnitudes — calibrate "
+                                       "every shard with the same config")
         for name, observer in other.observers.items():
             self.observers[name].merge(observer)
+        for name, magnitude in other.magnitudes.items():
+            self.magnitudes[name].merge(magnitude)
         for name, stats in other.channels.items():
             self.channels[name].merge(stats)
         self.samples += other.samples
@@ -128,6 +138,8 @@ class CalibrationSummary:
             data["channels"] = {n: c.state() for n, c in self.channels.items()}
         if self.moments is not None:
             data["moments"] = self.moments.state()
+        if self.magnitudes:
+            data["magnitudes"] = {n: m.state() for n, m in self.magnitudes.items()}
         return data
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -160,7 +172,8 @@ class CalibrationSummary:
             observers = {n: TensorObserver.from_state(s) for n, s in data["tensors"].items()}
             channels = {n: ChannelStats.from_state(s) for n, s in data.get("channels", {}).items()}
             moments = StoredMoments.from_state(data["moments"]) if data.get("moments") is not None else None
+            magnitudes = {n: LargestMagnitude.from_state(s) for n, s in data.get("magnitudes", {}).items()}
             return cls(data["model_fingerprint"], observers, int(data["samples"]), data["histogram_bins"], channels,
-                       moments)
+                       moments, magnitudes)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, binascii.Error) as e:
             raise CalibrationDataError(f"{path} is a damaged calibration summary ({type(e).__name__}: {e})") from None

@@ -4,8 +4,9 @@ Statistics are monoids: observing shard A then shard B equals observing each alo
 extremes, sums and histograms; a seeded row sample is re-drawn in proportion to the rows each side stands for).
 That is what keeps calibration memory flat in the number of samples and lets `onnxq calibrate` run on shards
 that `onnxq merge` combines. A new statistic implements this protocol; the calibration cache stores its state().
-Implemented by numerics.observers.TensorObserver (min/max, per-batch extremes, histogram) and
-calibration.channels.ChannelStats (per-channel max |x|, a row sample).
+Implemented by numerics.observers.TensorObserver (min/max, per-batch extremes, histogram),
+calibration.channels.ChannelStats (per-channel max |x|, a row sample) and calibration.magnitudes.LargestMagnitude
+(max |x|); calibration.moment_sums.MomentSum folds XᵀX products alike.
 """
 
 from __future__ import annotations

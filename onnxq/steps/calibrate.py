@@ -12,6 +12,7 @@ from onnxq.data.batching import first_samples, fixed_batch_size
 from onnxq.calibration.error_choice import ERROR_SAMPLES, error_ranges
 from onnxq.calibration.moments import WeightKey, WeightMoments, weight_key
 from onnxq.calibration.range_choice import saturated_ranges
+from onnxq.calibration_api import calibration_request
 from onnxq.data.stream import check_reusable
 from onnxq.errors import ConfigError
 from onnxq.handlers.plan import NodePlan
@@ -30,12 +31,13 @@ def calibrate(state: RunState) -> bool:
         return True
     if state.mode != "static":
         return False
+    request = calibration_request(state.plans, config)  # what the ranges need, made once from the plans
     if state.smoothed:  # ranges of the smoothed graph; a cache holds the float model's
-        state.ranges, state.calibration_samples = smoothed_ranges(state.work, state.plans, config, state.stream,
+        state.ranges, state.calibration_samples = smoothed_ranges(state.work, request, config, state.stream,
                                                                   given.progress)
     else:
         state.ranges, state.calibration, note = calibrated_ranges(
-            state.reference, state.work, state.plans, config, state.stream, given.cache, given.progress)
+            state.reference, state.work, request, config, state.stream, given.cache, given.progress)
         state.calibration_samples = state.calibration.samples
         state.notes += [note] if note else []
     for choose in RANGE_CHOICES[config.calibration.range_choice]:

@@ -9,7 +9,7 @@ import itertools
 
 import onnx_ir as ir
 
-from onnxq.calibration.magnitudes import largest_magnitudes
+from onnxq.calibration.request import CalibrationRequest, observe
 from onnxq.data.stream import check_reusable
 from onnxq.errors import ConfigError
 from onnxq.passes.float16.plan import element_types
@@ -29,7 +29,9 @@ def magnitudes(state: RunState) -> bool:
     model = state.quantized_from
     types = element_types(model.graph, model.opset_imports)
     names = [v.name for node in model.graph for v in node.outputs if v.name and types.get(v) == ir.DataType.FLOAT]
-    state.magnitudes = largest_magnitudes(model, names, itertools.islice(_batches(state), MAGNITUDE_BATCHES))
+    request = CalibrationRequest((), None, magnitudes=tuple(names))
+    summary = observe(model, request, lambda: itertools.islice(_batches(state), MAGNITUDE_BATCHES), None, "")
+    state.magnitudes = {name: magnitude.largest for name, magnitude in summary.magnitudes.items()}
     return True
 
 

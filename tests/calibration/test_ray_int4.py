@@ -1,11 +1,12 @@
 """A 4-bit run calibrated on Ray: 2 workers over 3 shards, calibration.max_samples bounding the whole run; the merged
-summary is that of one process reading the shards in turn, bit for bit (its XᵀX sums too), and the int4 file
-quantized from it is that process's file, byte for byte. The one process is a Ray worker too: a batch's XᵀX is
-BLAS's, whose last bits follow its thread count (Ray runs an actor's BLAS on its one CPU), as they follow the CPU's
-kernels. The one Ray test of the default run (a local cluster: seconds)."""
+summary is that of this process reading the shards in turn (onnxq.calibrate, its BLAS on as many threads as it has),
+bit for bit (its XᵀX sums too), and the int4 file quantized from it is that process's file, byte for byte. A batch's
+XᵀX is made on one BLAS thread (numerics.gram), as a Ray actor runs its BLAS on its one CPU: its last bits follow the
+CPU's kernels, not the thread count. The one Ray test of the default run (a local cluster: seconds)."""
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import onnxq
 from onnxq.distributed import calibrate_on_ray
@@ -27,9 +28,10 @@ def test_int4_from_a_ray_calibration_is_the_single_process_file(samples_dir, tmp
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         merged = calibrate_on_ray(model, shards, config=config, workers=2)
-        single = calibrate_on_ray(model, [folder], config=config, workers=1)  # the folder read whole, in turn
     finally:
         ray.shutdown()
+    with threadpool_limits(limits=2, user_api="blas"):
+        single = onnxq.calibrate(model, folder, config=config)  # the folder read whole, in turn
     assert merged.samples == single.samples == 96 and merged.to_json() == single.to_json()
     files = []
     for name, summary in (("ray", merged), ("single", single)):

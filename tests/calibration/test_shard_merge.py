@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
 
 import onnxq
 from onnxq.calibration.summary import CalibrationSummary
@@ -62,6 +63,22 @@ def test_shards_merge_into_the_single_summary_with_moments(samples_dir, tmp_path
     assert _without_row_samples(merged) == _without_row_samples(single)
     for key in single.moments.weights:  # the means GPTQ reads, bit for bit
         assert np.array_equal(merged.moments.means()[key], single.moments.means()[key])
+
+
+def test_a_two_thread_process_is_the_merge_of_one_thread_shards(samples_dir, tmp_path):
+    """The single process's BLAS on 2 threads, each shard's on 1 (as a Ray actor runs it): the XᵀX sums, and so
+    the whole summary, are the same bits (numerics.gram makes each batch's product on one BLAS thread; on 2 threads
+    OpenBLAS's product differs in the last bits of hundreds of the 4096 elements)."""
+    model = samples_dir / "tiny_transformer.onnx"
+    data = dict(np.load(samples_dir / "tiny_transformer_calib.npz"))
+    paths = _shard_files(tmp_path / "shards", data, [40, 48, 40])
+    config = onnxq.QuantConfig(weights=INT4)
+    with threadpool_limits(limits=2, user_api="blas"):
+        single = onnxq.calibrate(model, paths[0].parent, config=config)
+    with threadpool_limits(limits=1, user_api="blas"):
+        merged = _merged(model, paths, config, workers=3)
+    assert merged.samples == single.samples == 128 and len(single.moments.weights) == 6
+    assert json.dumps(merged.to_json(), sort_keys=True) == json.dumps(single.to_json(), sort_keys=True)
 
 
 def _unbatched_model() -> onnx.ModelProto:
