@@ -61,8 +61,8 @@ def sensitivity(state: RunState) -> bool:
                                    state.verified.verification.tasks)
     state.sensitivity = result
     if result.nonfinite():
-        state.gate_failures = (f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
-                                   "output NaN or inf — keep it float (--exclude NAME) or check the data",)
+        state.gate_failures = ((f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
+                                "output NaN or inf — keep it float (--exclude NAME) or check the data"),)
     return True
 
 
