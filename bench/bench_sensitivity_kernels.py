@@ -37,10 +37,10 @@ MINILM = SHARED / "minilm"
 
 def real_harm(state: RunState, samples: list, references: list, node: str) -> float:
     """Only `node` quantized, on the deployed kernels, against the float model's exact outputs."""
-    others = tuple(p.node.name for p in state.plans if p.node.name != node)
+    others = tuple(p.node.name for p in state.quantized.plans if p.node.name != node)
     built = state.builder.build(Overrides(float_nodes=others))
     session = make_session(built.model, optimize=True)
-    names = [o.name for o in state.reference.graph.outputs]
+    names = [o.name for o in state.loaded.reference.graph.outputs]
     accumulators = {n: MetricsAccumulator() for n in names}
     for batch, expected in zip(samples, references):
         for name, e, got in zip(names, expected, session.run(names, batch)):
@@ -66,17 +66,17 @@ def main() -> None:
     until_verified = tuple(s for s in STEPS if s.name in ("load", "resolve", "plan", "smooth", "calibrate", "rewrite", "verify"))
     with shared_weight_quantization(), run_files():
         state = run_steps(RunState(given, config), until_verified)
-        samples = first_samples(state.batches, args.samples, None)
-        references = [o for _, o in zip(samples, state.float_outputs)]
+        samples = first_samples(state.verified.batches, args.samples, None)
+        references = [o for _, o in zip(samples, state.verified.float_outputs)]
         rankings, seconds = {}, {}
         for kernels, deployed in (("deployed", _deployed_kernels(state, samples[0])), ("exact", None)):
             start = time.perf_counter()
-            result = layer_sensitivity(state.builder, state.plans, samples, True, deployed)
+            result = layer_sensitivity(state.builder, state.quantized.plans, samples, True, deployed)
             seconds[kernels] = time.perf_counter() - start
             assert result.kernels == kernels, result.kernels_reason
             rankings[kernels] = {n.name: n.harm for n in result.nodes}
         start = time.perf_counter()
-        real = {p.node.name: real_harm(state, samples, [r for _, r in references], p.node.name) for p in state.plans}
+        real = {p.node.name: real_harm(state, samples, [r for _, r in references], p.node.name) for p in state.quantized.plans}
         seconds["real (one model per node)"] = time.perf_counter() - start
     names = sorted(real)
     real_order = sorted(names, key=lambda n: -real[n])

@@ -133,6 +133,7 @@ def quantize(
             run_steps(state)
             report = dataclasses.replace(build_report(state), command=_call(model, calibration, output))
         finally:
-            state.spill.close(keep=state.work)
-    return QuantResult(model=state.work, output=state.written[0] if state.written else None, report=report,
-                       inputs=tuple(state.input_files))
+            state.spill.close(keep=state.model)
+    written = state.saved.written
+    return QuantResult(model=state.model, output=written[0] if written else None, report=report,
+                       inputs=tuple(state.loaded.input_files))

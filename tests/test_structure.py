@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+
+import pytest
 
 from conftest import REPO
 
@@ -141,10 +144,74 @@ def _written_fields(tree: ast.Module) -> set[str]:
 
 
 def test_the_configuration_is_resolved_in_one_step():
-    """state.config and state.mode are written by steps/resolve.py alone: every later step reads the one
+    """state.resolved (the config and the mode) is written by steps/resolve.py alone: every later step reads the one
     configuration the report shows."""
-    writers = {path.name for path, top, tree in _modules() if {"config", "mode"} & _written_fields(tree)}
+    writers = {path.name for path, top, tree in _modules() if {"resolved"} & _written_fields(tree)}
     assert writers == {"resolve.py"}
+
+
+# The run's append-only logs, which every step adds to: the only RunState fields more than one step module writes.
+RUN_LOGS = {"notes", "sections", "timings"}
+
+
+def _changed_in_place(tree: ast.Module) -> set[str]:
+    """What a module changes inside the state's values: state.x.y = … (a record's field), state.x.append(…) and the
+    other mutating calls (named by the field: state.x)."""
+    changed = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for one in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(one, ast.Attribute) and isinstance(one.value, ast.Attribute) \
+                        and isinstance(one.value.value, ast.Name) and one.value.value.id == "state":
+                    changed.add(f"{one.value.attr}.{one.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            owner = node.func.value
+            if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "state":
+                changed.add(owner.attr)
+    return changed
+
+
+MUTATORS = {"append", "extend", "update", "add", "insert", "pop", "remove", "clear", "setdefault"}
+
+
+def test_no_run_state_field_is_written_by_two_step_modules():
+    """Each RunState field (a step's record, a search's result) is set by one module of onnxq/steps, as a new value;
+    the searches' chosen models become the run's through RunState.adopt alone (state.py, not a step). Only the
+    append-only logs are written by many, and nothing else is changed in place."""
+    from onnxq.steps.state import RunState
+
+    fields = {f.name for f in dataclasses.fields(RunState)}
+    writers: dict[str, set[str]] = {}
+    changed = []
+    for path, top, tree in _modules():
+        for name in _written_fields(tree):
+            writers.setdefault(name, set()).add(path.name)
+        changed += [f"{path.name}: state.{name}" for name in _changed_in_place(tree) if name not in RUN_LOGS]
+    shared = {name: sorted(modules) for name, modules in writers.items() if len(modules) > 1 and name not in RUN_LOGS}
+    assert not shared, shared
+    assert not changed, changed
+    assert set(writers) <= fields, set(writers) - fields  # no write to a name RunState lacks (a property raises)
+    assert {"loaded", "resolved", "planned", "calibrated", "quantized", "verified", "saved"} <= set(writers)
+
+
+def test_the_run_s_records_are_frozen():
+    """A step's record cannot be changed, only replaced by a new one: assigning a field raises."""
+    from onnxq.config import QuantConfig
+    from onnxq.steps.records import RECORDS
+    from onnxq.steps.state import RunInputs, RunState
+
+    state = RunState(RunInputs("model.onnx", None, None, None, None, None), QuantConfig())
+    record_fields = [f.name for f in dataclasses.fields(RunState) if f.name in RECORDS]
+    assert sorted(record_fields) == sorted(RECORDS)
+    for name in record_fields:
+        record = getattr(state, name)
+        assert type(record) is RECORDS[name]
+        first = dataclasses.fields(record)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, first, None)
+    assert state.resolved.config == QuantConfig() and state.resolved.mode == ""  # the caller's until resolved
 
 
 # What the searches may read of verification: its face, the runner API, the verdict words, the task types and the

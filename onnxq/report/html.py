@@ -31,7 +31,7 @@ vertical-align:top}th{background:#f4f4f4}td.num,th.num{text-align:right;white-sp
 border-left:2px dashed #222}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;white-space:pre-wrap}
 svg text{font-size:11px;font-family:monospace}"""
 
-# The verification inputs' label when onnxq made them up for want of data (steps.load.SYNTHETIC).
+# The verification inputs' label when onnxq made them up for want of data (steps.plan.SYNTHETIC).
 _MADE_UP = SYNTHETIC
 # A meter's scale: the tolerance line sits at 1 of this.
 _METER_SPAN = 1.5

@@ -1,8 +1,10 @@
 """Step calibrate: what the rewrite needs from the data — activation ranges (static), or per weight the second
-moments of its activations (weight-only GPTQ, activation-aware clipping). Its first pass fills the holdout."""
+moments of its activations (weight-only GPTQ, activation-aware clipping). Its first pass fills the holdout. What the
+ranges change of the plans is step replan's (steps.plan)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 
@@ -18,62 +20,64 @@ from onnxq.errors import ConfigError
 from onnxq.handlers.plan import NodePlan
 from onnxq.io.irquery import constant_array
 from onnxq.ranges import calibrated_ranges, smoothed_ranges
-from onnxq.search.build import unobserved_bodies_dynamic
+from onnxq.steps.records import Calibrated
 from onnxq.steps.state import RunState
 
 __all__ = ["calibrate"]
 
 
 def calibrate(state: RunState) -> bool:
-    config, given = state.config, state.given
-    if state.mode == "weight-only" and (config.blocks.method == "gptq" or config.blocks.clip == "activation"):
-        state.moments = _second_moments(state)
+    config, given, planned = state.resolved.config, state.loaded.given, state.planned
+    if state.resolved.mode == "weight-only" and (config.blocks.method == "gptq" or config.blocks.clip == "activation"):
+        state.calibrated = Calibrated(moments=_second_moments(state))
         return True
-    if state.mode != "static":
+    if state.resolved.mode != "static":
         return False
-    request = calibration_request(state.plans, config)  # what the ranges need, made once from the plans
-    if state.smoothed:  # ranges of the smoothed graph; a cache holds the float model's
-        state.ranges, state.calibration_samples = smoothed_ranges(state.work, request, config, state.stream,
-                                                                  given.progress)
+    request = calibration_request(planned.plans, config)  # what the ranges need, made once from the plans
+    if state.user_smooths:  # ranges of the smoothed graph; a cache holds the float model's
+        ranges, samples = smoothed_ranges(state.loaded.work, request, config, planned.stream, given.progress)
+        state.calibrated = Calibrated(ranges, samples)
     else:
-        state.ranges, state.calibration, note = calibrated_ranges(
-            state.reference, state.work, request, config, state.stream, given.cache, given.progress)
-        state.calibration_samples = state.calibration.samples
+        ranges, summary, note = calibrated_ranges(state.loaded.reference, state.loaded.work, request, config,
+                                                  planned.stream, given.cache, given.progress)
+        state.calibrated = Calibrated(ranges, summary.samples, summary)
         state.notes += [note] if note else []
     for choose in RANGE_CHOICES[config.calibration.range_choice]:
         choose(state)
     if config.weight_rounding == "gptq":
-        state.moments = _conv_moments(state)
-    state.plans, state.skips = unobserved_bodies_dynamic(state.plans, state.skips, config, state.ranges)
+        state.calibrated = dataclasses.replace(state.calibrated, moments=_conv_moments(state))
     return True
 
 
 def _clip_saturated(state: RunState) -> None:
     """Main-graph ranges narrowed where what reads them saturates (calibration.range_choice)."""
-    state.range_choices = tuple(saturated_ranges(state.work, state.ranges))
-    state.ranges.update({c.name: c.after for c in state.range_choices})
-    if state.range_choices:
-        readers = sorted({"+".join(c.reader) for c in state.range_choices}, key=len)
-        state.notes.append(f"ranges: {len(state.range_choices)} activation(s) clipped where what reads them "
+    calibrated = state.calibrated
+    choices = tuple(saturated_ranges(state.loaded.work, calibrated.ranges))
+    state.calibrated = dataclasses.replace(calibrated, range_choices=choices,
+                                           ranges={**calibrated.ranges, **{c.name: c.after for c in choices}})
+    if choices:
+        readers = sorted({"+".join(c.reader) for c in choices}, key=len)
+        state.notes.append(f"ranges: {len(choices)} activation(s) clipped where what reads them "
                            f"saturates (exact: the reader's outputs do not change), e.g. read by {readers[0]}")
 
 
 def _choose_by_error(state: RunState) -> None:
     """Conv inputs' windows narrowed where their Convs lose the least output (calibration.error_choice): the data
     is read again, its first samples only."""
-    if state.stream is None or state.stream.source is None:
+    if state.planned.stream is None or state.planned.stream.source is None:
         state.notes.append("ranges: --range-choice output-error skipped — it reads the calibration data, and a "
                            "cache holds none (pass --calib too)")
         return
     try:
-        check_reusable(state.stream.source, "the output-error range choice")
+        check_reusable(state.planned.stream.source, "the output-error range choice")
     except ConfigError:
         state.notes.append("ranges: --range-choice output-error skipped — the calibration data is a one-shot "
                            "iterator (pass a list or a callable)")
         return
-    samples = first_samples(state.stream.batches(), ERROR_SAMPLES, fixed_batch_size(state.specs))
-    chosen = error_ranges(state.work, _conv_readers(state), state.ranges, samples, state.config)
-    state.ranges.update({c.name: c.after for c in chosen})
+    samples = first_samples(state.planned.stream.batches(), ERROR_SAMPLES, fixed_batch_size(state.planned.specs))
+    ranges = state.calibrated.ranges
+    chosen = error_ranges(state.loaded.work, _conv_readers(state), ranges, samples, state.resolved.config)
+    state.calibrated = dataclasses.replace(state.calibrated, ranges={**ranges, **{c.name: c.after for c in chosen}})
     if chosen:
         state.notes.append(f"ranges: {len(chosen)} Conv input(s) narrowed to the window whose quantization error "
                            f"costs their Convs the least output ({ERROR_SAMPLES} calibration samples; "
@@ -82,7 +86,7 @@ def _choose_by_error(state: RunState) -> None:
 
 def _static_convs(state: RunState) -> Iterator[NodePlan]:
     """The plans of main-graph Convs with a quantized activation and quantized weights."""
-    return (p for p in state.plans if p.node.op_type == "Conv" and not p.scope and p.activations and p.weights)
+    return (p for p in state.planned.plans if p.node.op_type == "Conv" and not p.scope and p.activations and p.weights)
 
 
 def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
@@ -90,7 +94,7 @@ def _conv_readers(state: RunState) -> dict[str, list[ir.Node]]:
     readers: dict[str, list[ir.Node]] = {}
     for plan in _static_convs(state):
         node = plan.node
-        if node.inputs[0].name in state.ranges and constant_array(node.inputs[1]) is not None:
+        if node.inputs[0].name in state.calibrated.ranges and constant_array(node.inputs[1]) is not None:
             readers.setdefault(node.inputs[0].name, []).append(node)
     return readers
 
@@ -125,18 +129,19 @@ def _conv_moments(state: RunState) -> WeightMoments | None:
     if wide:
         state.notes.append(f"weights: {len(wide)} Conv weight(s) of K > {GPTQ_MAX_K} rounded to nearest — GPTQ's "
                            "XᵀX and its float64 factor take ~14 K² bytes (4.6 GB at K = 18432)")
-    if not readers or state.stream is None or not state.config.per_channel:
+    if not readers or state.planned.stream is None or not state.resolved.config.per_channel:
         return None
     try:
-        check_reusable(state.stream.source, "GPTQ rounding of Conv weights")
+        check_reusable(state.planned.stream.source, "GPTQ rounding of Conv weights")
     except ConfigError:
         why = ("the calibration cache holds ranges, not the data GPTQ rounding reads — pass --calib too"
-               if state.stream.source is None else
+               if state.planned.stream.source is None else
                "the calibration data is a one-shot iterator and GPTQ rounding reads it again (pass a list or a "
                "callable)")
         state.notes.append(f"weights: Conv weights rounded to nearest — {why}")
         return None
-    moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
+    moments = WeightMoments(state.loaded.work.clone(), {k: list(v) for k, v in readers.items()},
+                            state.planned.stream.batches,
                             full=True)
     moments.prefetch()
     state.notes.append(f"weights: {len(readers)} Conv weight(s) rounded by GPTQ for the least output error on the "
@@ -148,24 +153,25 @@ def _second_moments(state: RunState) -> WeightMoments:
     """Per weight, the second moments of every activation reading it: from the calibration cache where it holds them
     (of the float graph: not after AWQ's scaling), else computed now (the first pass collects the held-back
     samples); a model whose matrices exceed the budget needs a pass per chunk, so its data must be re-readable."""
-    config = state.config
+    config = state.resolved.config
     readers: dict[WeightKey, dict[str, None]] = {}  # ordered sets
-    for plan in state.plans:
+    for plan in state.planned.plans:
         if plan.node.op_type != "Gather":
             readers.setdefault(weight_key(plan.node), {})[plan.node.inputs[0].name] = None
     full = config.blocks.method == "gptq"
-    stored = state.cached_moments
-    if stored is not None and (stored.full or not full) and not state.smoothed:
+    stored = state.resolved.cached_moments
+    if stored is not None and (stored.full or not full) and not state.user_smooths:
         return _moments_from_cache(state, {k: list(v) for k, v in readers.items()})
-    if state.stream.source is None:
-        why = ("holds the float graph's, and AWQ's scaling changes them" if state.smoothed and stored is not None
+    if state.planned.stream.source is None:
+        why = ("holds the float graph's, and AWQ's scaling changes them" if state.user_smooths and stored is not None
                else "holds only their diagonals" if stored is not None else "holds none")
         raise ConfigError(f"the 4-bit weights' second moments come from the data, and the calibration cache {why} "
                           "— pass --calib DATA too")
-    moments = WeightMoments(state.work.clone(), {k: list(v) for k, v in readers.items()}, state.stream.batches,
+    moments = WeightMoments(state.loaded.work.clone(), {k: list(v) for k, v in readers.items()},
+                            state.planned.stream.batches,
                             full=full)
     if moments.chunks > 1:
-        check_reusable(state.stream.source, f"GPTQ over {moments.chunks} chunks of weights (their matrices "
+        check_reusable(state.planned.stream.source, f"GPTQ over {moments.chunks} chunks of weights (their matrices "
                                             f"exceed {moments.budget >> 20} MiB at once)")
     moments.prefetch()
     return moments
@@ -173,10 +179,10 @@ def _second_moments(state: RunState) -> WeightMoments:
 
 def _moments_from_cache(state: RunState, readers: dict[WeightKey, list[str]]) -> WeightMoments:
     """The cache's second moments; the data, when given too, only supplies the held-back samples."""
-    moments = WeightMoments.from_stored(state.work.clone(), readers, state.cached_moments)
-    if state.stream.source is not None:
-        for _ in state.stream.batches():
+    moments = WeightMoments.from_stored(state.loaded.work.clone(), readers, state.resolved.cached_moments)
+    if state.planned.stream.source is not None:
+        for _ in state.planned.stream.batches():
             pass
     state.notes.append(f"weights: second moments of {len(readers)} weight(s) from calibration cache "
-                       f"{state.given.cache}")
+                       f"{state.loaded.given.cache}")
     return moments

@@ -18,7 +18,6 @@ from onnxq.io.segments import SEGMENT_FROM_BYTES
 from onnxq.search.build import Overrides
 from onnxq.search.speed import choose_compute, choose_kinds
 from onnxq.steps.state import RunState
-from onnxq.steps.verify import placed
 from onnxq.targets import target_providers
 from onnxq.verify import resolve_providers
 from onnxq.verify.kernels.placement import short
@@ -55,19 +54,20 @@ NEVER_SLOWER_BELOW = 0.95
 
 
 def check_speed(state: RunState) -> bool:
-    verify = state.config.verify
+    verify = state.resolved.config.verify
     if not verify.enabled or not (verify.check_speed or verify.measure_speed):
         return False
-    providers = resolve_providers(verify.providers, state.config.target)[0]
+    providers = resolve_providers(verify.providers, state.resolved.config.target)[0]
     if not verify.check_speed:
         timed = _time_providers(state, providers)
     else:
-        if state.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
+        if state.quantized.plans:  # the target's provider decides which kinds stay float (targets.target_providers)
             _speed_by_kind(state, providers)
-        state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, in_turn=_in_turn(state))
+        state.speed = time_both(state.as_given, state.quantized.work, _timed_batch(state), providers,
+                                in_turn=_in_turn(state))
         _note_slower(state, searched=True)
         timed = True
-    if timed and state.plans and language_model_logits(state.reference) is not None:
+    if timed and state.quantized.plans and language_model_logits(state.loaded.reference) is not None:
         _time_decoding(state, providers)
     return timed
 
@@ -78,18 +78,18 @@ def _timed_batch(state: RunState):
     tokens held 201 MB of logits in each timed session's arena and output, the run's peak (SmolLM2-135M, measured
     with ORT's arena off: 2.56 GB; 2.01 GB, elsewhere, with 2 windows). The same prefill kernels on fewer tokens:
     1.91x float on 2 windows against 2.14-2.26x on 8 (separate runs)."""
-    reference = state.float_outputs
+    reference = state.verified.float_outputs
     first = None if reference is None else reference.batches.first()
     if first is None:
-        return state.batches.first()
+        return state.verified.batches.first()
     if not len(reference.store):
         return first
     per_sample = sum(np.asarray(o).nbytes for o in reference.store[0]) / max(samples_in(first), 1)
     # Never more than the data's own first batch: only what the reference cut off it comes back.
-    count = min(samples_in(state.batches.first()), int(_TIMED_OUTPUT_BYTES // max(per_sample, 1)))
+    count = min(samples_in(state.verified.batches.first()), int(_TIMED_OUTPUT_BYTES // max(per_sample, 1)))
     if count <= samples_in(first):
         return first
-    return concatenate(first_samples(reference.batches, count, fixed_batch_size(state.specs)))
+    return concatenate(first_samples(reference.batches, count, fixed_batch_size(state.verified.specs)))
 
 
 def _in_turn(state: RunState) -> bool:
@@ -103,13 +103,13 @@ def _time_decoding(state: RunState, providers: list[str]) -> None:
     model that onnxruntime cannot decode (onnxruntime-genai's float16 CPU export of SmolLM2 fails its second step,
     in genai's own runtime too) is said in a note, with whether the quantized one decodes; a quantized model that
     cannot decode where the float one can is the run's error."""
-    deployed = [p for p in target_providers(state.config.target) if p in providers]
+    deployed = [p for p in target_providers(state.resolved.config.target) if p in providers]
     provider = (deployed or [_CPU])[0]
     try:
-        decode = time_decoding((state.as_given, state.work), state.batches.first(), state.specs, provider=provider,
-                               in_turn=_in_turn(state))
+        decode = time_decoding((state.as_given, state.quantized.work), state.verified.batches.first(),
+                               state.verified.specs, provider=provider, in_turn=_in_turn(state))
     except ORT_ERRORS as e:
-        quantized = _decode_error(state, state.work, provider)
+        quantized = _decode_error(state, state.quantized.work, provider)
         if quantized is not None and _decode_error(state, state.as_given, provider) is None:
             raise quantized
         state.notes.append(f"decode: not timed — onnxruntime cannot decode the float model as given on "
@@ -123,8 +123,8 @@ def _time_decoding(state: RunState, providers: list[str]) -> None:
 def _decode_error(state: RunState, model, provider: str) -> BaseException | None:
     """What onnxruntime raises decoding two tokens with the model alone; None when it decodes."""
     try:
-        time_decoding((model, model), state.batches.first(), state.specs, steps=2, rounds=1, provider=provider,
-                      in_turn=True)
+        time_decoding((model, model), state.verified.batches.first(), state.verified.specs, steps=2, rounds=1,
+                      provider=provider, in_turn=True)
     except ORT_ERRORS as e:
         return e
     return None
@@ -135,11 +135,11 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
         state.notes.append("speed: not timed by default, the float weights being over "
                            f"{SPEED_MAX_BYTES / 1e9:g} GB (--check-speed times it)")
         return False
-    state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
+    state.speed = time_both(state.as_given, state.quantized.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
                             DEFAULT_BUDGET_S, in_turn=_in_turn(state))
     slower = _slower_here(state)
     if slower is not None:  # confirmed by a second timing, or the first was noise
-        state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
+        state.speed = time_both(state.as_given, state.quantized.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
                                 DEFAULT_BUDGET_S, in_turn=_in_turn(state))
         slower = _slower_here(state)
     if slower is None:
@@ -148,7 +148,7 @@ def _time_providers(state: RunState, providers: list[str]) -> bool:
     state.notes.append(f"speed: the quantized model ran {slower.speedup:.2f}x float on this CPU, so the kinds of node "
                        "that run slower quantized were searched (verify.never_slower; --allow-slower only says so)")
     _speed_by_kind(state, providers)
-    state.speed = time_both(state.as_given, state.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
+    state.speed = time_both(state.as_given, state.quantized.work, _timed_batch(state), providers, DEFAULT_ROUNDS,
                             DEFAULT_BUDGET_S, in_turn=_in_turn(state))
     _note_slower(state, searched=True)
     return True
@@ -158,8 +158,8 @@ def _slower_here(state: RunState) -> SpeedCheck | None:
     """The CPU's timing when the defaults must not ship it: clearly slower than float (NEVER_SLOWER_BELOW), on a CPU
     the target covers (another CPU's kernels say nothing of the target's), in a mode the speed search serves (not
     weight-only blocks, whose size is the point); else None."""
-    config = state.config
-    if not config.verify.never_slower or not state.plans or state.mode == "weight-only" \
+    config = state.resolved.config
+    if not config.verify.never_slower or not state.quantized.plans or state.resolved.mode == "weight-only" \
             or target_providers(config.target)[0] != _CPU:
         return None
     if not state.this_cpu_is_target():
@@ -169,28 +169,33 @@ def _slower_here(state: RunState) -> SpeedCheck | None:
 
 
 def _note_slower(state: RunState, searched: bool) -> None:
-    if state.plans:  # none left (--check-speed kept every node float): two float models, timed for the record only
-        state.notes += slower_notes(state.speed, state.config.target, searched, state.mode == "weight-only")
+    if state.quantized.plans:  # none left (--check-speed kept every node float): two float models, timed for the
+        # record only
+        state.notes += slower_notes(state.speed, state.resolved.config.target, searched,
+                                    state.resolved.mode == "weight-only")
 
 
 def _speed_by_kind(state: RunState, providers: list[str]) -> None:
-    deciding = target_providers(state.config.target)[0]
+    deciding = target_providers(state.resolved.config.target)[0]
     if deciding not in providers:
-        state.notes.append(f"speed: the kinds of node were not timed: target {state.config.target} is deployed on "
+        state.notes.append(f"speed: the kinds of node were not timed: target {state.resolved.config.target} is "
+                           f"deployed on "
                            f"{short(deciding)}, which this onnxruntime does not have")
         return
     where = "this CPU" if deciding == _CPU else short(deciding)
     if state.builder.effective_config.compute_dtype == "float16":
         _choose_compute(state, deciding, where)
-    section, chosen = choose_kinds(state.builder, state.plans, state.work, _timed_batch(state), deciding)
+    section, chosen = choose_kinds(state.builder, state.quantized.plans, state.quantized.work, _timed_batch(state),
+                                   deciding)
     state.sections.append(section)
     if chosen is None:
         return
-    state.adopt(chosen, state.candidate_check()(chosen.model, whole=True))
-    state.overrides = state.overrides | Overrides(float_nodes=section.float_nodes)
-    state.float_reasons.update(dict.fromkeys(section.float_nodes, f"kept float by --check-speed: slower quantized "
-                                                                  f"than float on {where}, measured"))
-    placed(state)
+    reasons = dict.fromkeys(section.float_nodes, f"kept float by --check-speed: slower quantized than float on "
+                                                 f"{where}, measured")
+    quantized = state.quantized
+    state.adopt(chosen, state.candidate_check()(chosen.model, whole=True),
+                overrides=quantized.overrides | Overrides(float_nodes=section.float_nodes),
+                float_reasons={**quantized.float_reasons, **reasons})
     kinds = ", ".join(section.kept_float())
     state.notes.append(f"speed: {kinds} kept float ({len(section.float_nodes)} node(s)): slower quantized than "
                        f"float on {where}, measured (speed_by_kind)")
@@ -198,13 +203,12 @@ def _speed_by_kind(state: RunState, providers: list[str]) -> None:
 
 def _choose_compute(state: RunState, provider: str, where: str) -> None:
     """float32 arithmetic where float16 runs slower on the deployment provider, measured."""
-    timing, wide = choose_compute(state.builder, state.work, _timed_batch(state), provider)
+    timing, wide = choose_compute(state.builder, state.quantized.work, _timed_batch(state), provider)
     state.sections.append(timing)
     if wide is None:
         return
-    state.adopt(wide, state.candidate_check()(wide.model, whole=True))
-    state.overrides = state.overrides | Overrides(compute="float32")
-    state.sections = [s for s in state.sections if s.key != "precision"]  # nothing is float16 any more
-    placed(state)
+    # Nothing is float16 any more: no precision section.
+    state.adopt(wide, state.candidate_check()(wide.model, whole=True),
+                overrides=state.quantized.overrides | Overrides(compute="float32"), precision=None)
     state.notes.append(f"speed: float32 compute kept: float16 ran slower on {where} ({timing.float16_ms:.1f} ms vs "
                        f"{timing.float32_ms:.1f} ms, measured; speed_by_compute)")

@@ -10,7 +10,6 @@ from onnxq.search.compute import product_costs
 from onnxq.search.fallback import fall_back as search
 from onnxq.steps.sensitivity import wants_fallback
 from onnxq.steps.state import RunState
-from onnxq.steps.verify import placed
 from onnxq.verify.result import SYNTHETIC
 
 __all__ = ["fall_back"]
@@ -21,29 +20,30 @@ def fall_back(state: RunState) -> bool:
         _note_not_run(state)
         return False
     check = state.candidate_check()
-    state.fallback, chosen = search(state.builder, state.sensitivity, state.verification, check,
+    state.fallback, chosen = search(state.builder, state.sensitivity, state.verified.verification, check,
                                     _costs(state, check.reference.batches))
     if chosen is None:
         state.notes.append("fallback: the tolerance cannot be met even with all but one node float")
         return True
-    state.adopt(chosen.built, chosen.verification)
-    # Later builds (check_speed's per-kind trials) start from these decisions.
-    state.overrides = state.overrides | Overrides(float_nodes=tuple(chosen.excluded),
-                                                  eight_bit=tuple(chosen.eight_bit))
-    # The fallback's reasons (rank, harm) outlive later builds, whose planner sees these nodes as excluded by name.
-    state.float_reasons.update({s.node.name: s.reason for s in chosen.built.skips if s.node.name in chosen.excluded})
-    placed(state)
+    quantized = state.quantized
+    # Later builds (check_speed's per-kind trials) start from these decisions. The fallback's reasons (rank, harm)
+    # outlive later builds, whose planner sees these nodes as excluded by name.
+    reasons = {s.node.name: s.reason for s in chosen.built.skips if s.node.name in chosen.excluded}
+    state.adopt(chosen.built, chosen.verification,
+                overrides=quantized.overrides | Overrides(float_nodes=tuple(chosen.excluded),
+                                                          eight_bit=tuple(chosen.eight_bit)),
+                float_reasons={**quantized.float_reasons, **reasons},
+                eight_bit=quantized.eight_bit | set(chosen.eight_bit))
     state.notes.append(f"fallback: {_summary(chosen.excluded, chosen.eight_bit)} to meet the tolerance")
-    state.eight_bit |= set(chosen.eight_bit)
     return True
 
 
 def _note_not_run(state: RunState) -> None:
     """Why the fallback left a model that is not shown within tolerance as it is."""
-    verification = state.verification
-    if not state.config.verify.fallback or verification is None or verification.passed:
+    verification = state.verified.verification
+    if not state.resolved.config.verify.fallback or verification is None or verification.passed:
         return
-    if verification.failed and state.label == SYNTHETIC:
+    if verification.failed and state.verified.label == SYNTHETIC:
         state.notes.append("fallback: not run — out of tolerance on made-up inputs, which say nothing of yours (the "
                            "written model does not depend on them): pass --verify-data")
     elif not verification.failed:
@@ -53,7 +53,7 @@ def _note_not_run(state: RunState) -> None:
 
 def _costs(state: RunState, batches) -> dict[str, float] | None:
     """Each ranked node's multiply-adds on the first verification batch (the reclaim's order); None without one."""
-    if not state.config.verify.fallback_reclaim:
+    if not state.resolved.config.verify.fallback_reclaim:
         return None
     for batch in batches:
         shapes = {name: np.shape(array) for name, array in batch.items()}

@@ -1,6 +1,5 @@
-"""Steps load and plan: load and check the model and declare every file the run reads and writes; then (after the
-configuration is resolved, steps.resolve) plan every node and read the verification inputs known before
-calibrating."""
+"""Step load: load, prepare and check the model, read the data as the pipeline reads it, and declare every file the
+run reads and writes."""
 
 from __future__ import annotations
 
@@ -9,63 +8,51 @@ import os
 from pathlib import Path
 
 from onnxq.calibration import CalibrationSummary
-
-from onnxq.data.batching import Batches
-
-from onnxq.data.specs import DataSource, input_specs
-from onnxq.data.axes import InferredLayout
-from onnxq.data.dataset import reread_batches
-from onnxq.data.holdout import SHOWS_DEFAULT_BAR
-from onnxq.data.stream import DataStream
-from onnxq.data.specs import sample_axis
-from onnxq.config import DataConfig, QuantConfig
+from onnxq.config import DataConfig
 from onnxq.data import declare_source, described, resolve_source, source_model
-from onnxq.errors import CalibrationDataError, UnsupportedModelError
-from onnxq.handlers import Skip, plan_model
+from onnxq.data.specs import DataSource
+from onnxq.errors import CalibrationDataError
 from onnxq.io import LOAD_NOTES, external_data_files, load_model
 from onnxq.io.memory import page_out
 from onnxq.io.outputs import active_run
 from onnxq.passes import check_model
-from onnxq.passes.preparation.steps import prepared
 from onnxq.passes.preparation.checks import onnx_opset
+from onnxq.passes.preparation.steps import prepared
 from onnxq.passes.preparation.upgrade import ORT_MIN_OPSET
-from onnxq.steps.resolve import layout_notes
+from onnxq.steps.records import Loaded, RunInputs
 from onnxq.steps.state import RunState
-from onnxq.data.synthetic import synthetic_batches
 from onnxq.verify.outcome import check_output_tolerances
-from onnxq.verify.tasks.rules import language_model_logits, may_hold_to_a_share
-from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
+from onnxq.verify.tasks.rules import language_model_logits
 
-__all__ = ["load", "plan", "synthetic_inputs", "SYNTHETIC"]
-
+__all__ = ["load"]
 
 
 def load(state: RunState) -> bool:
     """The model loaded, prepared and checked; the data read as the pipeline reads it; every file declared."""
-    given, config = state.given, state.config
+    given, config = state.given, state.resolved.config
     if isinstance(given.model, (str, os.PathLike)):  # its state taken before it is read: a change while it loads
         active_run().add_input(given.model, "the input model")  # is seen right after (_declare_files)
     loaded = load_model(given.model)
     # Prepared (passes.preparation.steps: an old opset converted, weight casts and BatchNormalization folded): the model
-    # as given stays the verification's reference (state.unconverted), the prepared one is what is quantized.
-    state.reference, notes = prepared(loaded)
-    reference = state.reference
+    # as given stays the verification's reference (Loaded.unconverted), the prepared one is what is quantized.
+    reference, notes = prepared(loaded)
+    record = Loaded(given, reference)
     if notes:
         state.notes.extend(notes)
         # Below the opsets onnxruntime runs, the model as given has no session: the prepared one is the reference.
-        state.unconverted = loaded if (onnx_opset(loaded) or ORT_MIN_OPSET) >= ORT_MIN_OPSET else None
-        state.given_runs = state.unconverted is not None
-    state.input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
+        unconverted = loaded if (onnx_opset(loaded) or ORT_MIN_OPSET) >= ORT_MIN_OPSET else None
+        record = dataclasses.replace(record, unconverted=unconverted, given_runs=unconverted is not None)
+    input_path = Path(given.model) if isinstance(given.model, (str, os.PathLike)) else None
     check_model(reference)
     check_output_tolerances(config.verify, [o.name for o in reference.graph.outputs])
-    if state.input_path is not None:
+    if input_path is not None:
         # A large .onnx that keeps its weights is its own external data (io.in_place): listed once. The model as
         # loaded: a prepared clone may hold its weights in memory (a float16 model's, made float32).
-        data = [p for p in external_data_files(loaded) if p.resolve() != state.input_path.resolve()]
-        state.input_files = [state.input_path, *data]
-    given_data = _read_data(state)
-    given = state.given  # the data as the pipeline reads it (text, images opened by onnxq.data)
-    _declare_files(state, given_data)  # unusable output paths stop the run now, not after calibrating
+        data = [p for p in external_data_files(loaded) if p.resolve() != input_path.resolve()]
+        record = dataclasses.replace(record, input_path=input_path, input_files=(input_path, *data))
+    read, given_data = _read_data(state, record)
+    record = dataclasses.replace(record, given=read)  # the data as the pipeline reads it (text, images, ...)
+    _declare_files(record, given_data)  # unusable output paths stop the run now, not after calibrating
     active_run().check_inputs_unchanged("right after loading")
     # What preparing computed in memory (a float16 model's weights made float32, a folded Transpose of a tied
     # table) goes to the run's spill file now, memory-mapped like the input's own weights (io.spill: only a model
@@ -73,9 +60,13 @@ def load(state: RunState) -> bool:
     if reference is not loaded:
         state.spill.spill([reference])
         page_out(loaded)  # what spilling read of the given weights leaves resident memory (a float16 model's file)
-    state.work = reference.clone()
-    state.quantized_from = reference
-    state.verifies_on_calibration_data = _same_data(given_data, config.data)
+    state.loaded = dataclasses.replace(record, work=reference.clone(),
+                                       verifies_on_calibration_data=_same_data(given_data, config.data))
+    _note_renames(state, reference)
+    return True
+
+
+def _note_renames(state: RunState, reference) -> None:
     densified = reference.meta[LOAD_NOTES]["densified"]
     if densified:
         state.notes.append(f"{len(densified)} sparse initializer(s) made dense to be quantized "
@@ -84,38 +75,23 @@ def load(state: RunState) -> bool:
     if repeated:
         state.notes.append(f"{len(repeated)} value name(s) repeated across subgraphs renamed in the output "
                            f"(e.g. {repeated[0]!r}): calibration keys values by name")
-    return True
 
 
-def plan(state: RunState) -> bool:
-    """Every node planned under the resolved config; the calibration stream defined; the verification inputs known
-    before calibrating read."""
-    config, given = state.config, state.given
-    state.plans, state.skips = plan_model(state.work.graph, config, state.mode)
-    if not state.plans:
-        raise UnsupportedModelError(_nothing_to_quantize(state.skips, config))
-    state.eight_bit = set(config.blocks.int8_nodes)  # 4-bit weights' 8-bit tier, by config (fallback adds to it)
-    holds_back = given.verify_data is None and config.verify.enabled
-    state.stream = DataStream.for_run(given.calibration, state.specs, config, holds_back,
-                                      may_hold_to_a_share(state.reference, config.verify))
-    state.upfront_inputs = _upfront_verification_inputs(state, state.verifies_on_calibration_data)
-    return True
-
-
-def _read_data(state: RunState) -> tuple[DataSource | None, DataSource | None]:
-    """The data as the pipeline reads it (onnxq.data: text, images, one .npy, arrays renamed by data.input_map) in
-    state.given, each reader's account of what it made in the notes; returns the data as given."""
-    given, config = state.given, state.config
-    decoder = language_model_logits(state.reference) is not None
-    model = source_model(state.reference, config.calibration, decoder, state.input_path)
+def _read_data(state: RunState, record: Loaded
+               ) -> tuple[RunInputs, tuple[DataSource | None, DataSource | None]]:
+    """The caller's inputs with the data as the pipeline reads it (onnxq.data: text, images, one .npy, arrays
+    renamed by data.input_map), each reader's account of what it made in the notes; and the data as given."""
+    given, config = record.given, state.resolved.config
+    decoder = language_model_logits(record.reference) is not None
+    model = source_model(record.reference, config.calibration, decoder, record.input_path)
     calibration = resolve_source(given.calibration, model, config.data, "calibration")
     # The verification data's own map with no --verify-data: other arrays of the calibration data (x_test).
     given_verify = given.calibration if given.verify_data is None and config.data.verify_input_map \
         else given.verify_data
     verify_data = resolve_source(given_verify, model, config.data, "verification")
     state.notes.extend(line for line in map(described, (calibration, verify_data)) if line is not None)
-    state.given = dataclasses.replace(given, calibration=calibration, verify_data=verify_data)
-    return given.calibration, given_verify
+    return dataclasses.replace(given, calibration=calibration, verify_data=verify_data), (given.calibration,
+                                                                                         given_verify)
 
 
 def _same_data(given: tuple[DataSource | None, DataSource | None], data: DataConfig) -> bool:
@@ -128,10 +104,10 @@ def _same_data(given: tuple[DataSource | None, DataSource | None], data: DataCon
     return os.path.samefile(calibration, verification) and (inherited or verify_map == data.input_map)
 
 
-def _declare_files(state: RunState, given_data: tuple[DataSource | None, DataSource | None]) -> None:
+def _declare_files(record: Loaded, given_data: tuple[DataSource | None, DataSource | None]) -> None:
     """What the run reads and writes, each output checked against every input and every other output (io.outputs)."""
-    files, given = active_run(), state.given
-    for i, path in enumerate(state.input_files):
+    files, given = active_run(), record.given
+    for i, path in enumerate(record.input_files):
         files.add_input(path, "the input model" if i == 0 else "the input model's external data")
     declare_source(files, given_data[0], given.calibration, "the calibration data")
     declare_source(files, given_data[1], given.verify_data, "the verification data")
@@ -145,47 +121,3 @@ def _declare_files(state: RunState, given_data: tuple[DataSource | None, DataSou
         files.claim(output, "output", also=[output.with_name(output.name + ".data")])
 
 
-def _nothing_to_quantize(skips: list[Skip], config: QuantConfig) -> str:
-    if not skips:
-        return (f"nothing to quantize: the model has no {'/'.join(config.op_types)} node with a constant float32 "
-                "weight — onnxq quantizes MatMul, Gemm and Gather on constant weights")
-    excluded = [s for s in skips if config.exclusion_reason(s.node.name or "", s.node.op_type) is not None]
-    first = (excluded or skips)[0]
-    # The exclude options are the fix only where they kept a node float; elsewhere the reason says what it is.
-    fix = "check the exclude options" if excluded else "docs/limits.md lists what stays float and why"
-    return (f"nothing to quantize: all {len(skips)} candidate node(s) stay float (e.g. {first.node.name}: "
-            f"{first.reason}) — {fix}")
-
-
-def _upfront_verification_inputs(state: RunState, on_calibration_data: bool) -> tuple[Batches, str] | None:
-    """Verification batches known before calibrating; None when they come from the calibration stream.
-    on_calibration_data: the verification data is the calibration data (one file, the same arrays)."""
-    config, given = state.config, state.given
-    size = config.calibration.batch_size
-    if not config.verify.enabled:
-        return None
-    if given.verify_data is not None:  # read again by each pass, a batch at a time; its first batch checked now
-        batches = reread_batches(given.verify_data, state.specs, size, made=state.made_inputs)
-        if on_calibration_data:
-            state.notes.append("the verification data is the calibration data (the same file and arrays): the "
-                               "figures flatter the model — verify on data held out from calibration")
-        return batches, CALIBRATION_SAMPLES if on_calibration_data else "verification data"
-    if given.calibration is not None and (state.mode == "static" or state.mode == "weight-only" and (
-            config.blocks.method == "gptq" or config.blocks.clip == "activation")):
-        return None  # held back from the calibration data as it streams
-    if given.calibration is not None:  # dynamic mode with data: verify on (the start of) it
-        return (reread_batches(given.calibration, state.specs, size, config.verify.max_samples or SHOWS_DEFAULT_BAR,
-                               made=state.made_inputs), "the given data")
-    return synthetic_inputs(state)
-
-
-def synthetic_inputs(state: RunState) -> tuple[Batches, str]:
-    state.notes.append("no data given: verified on synthetic random inputs, a smoke test only — pass --verify-data "
-                       "with real inputs for meaningful figures")
-    batches = synthetic_batches(state.reference, state.specs)
-    held = tuple(s.name for s in state.specs if s.sample_axis is not None and sample_axis(batches[0], s.name) is None)
-    if held:  # the inputs made once beside the others' samples: how the made-up batches are laid out, not the config
-        layout = InferredLayout(once=held).applied(state.config.calibration)
-        state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
-        state.notes.extend(layout_notes(InferredLayout(once=held)))
-    return Batches.held(batches), SYNTHETIC

@@ -24,9 +24,9 @@ MAGNITUDE_BATCHES = 4
 
 
 def magnitudes(state: RunState) -> bool:
-    if state.config.compute_dtype != "float16":
+    if state.resolved.config.compute_dtype != "float16":
         return False
-    model = state.quantized_from
+    model = state.loaded.reference if state.smoothed.model is None else state.smoothed.model
     types = element_types(model.graph, model.opset_imports)
     names = [v.name for node in model.graph for v in node.outputs if v.name and types.get(v) == ir.DataType.FLOAT]
     request = CalibrationRequest((), None, magnitudes=tuple(names))
@@ -38,11 +38,11 @@ def magnitudes(state: RunState) -> bool:
 def _batches(state: RunState):
     """The calibration data (a pass after the first skips the held-back samples alike), unless it is a one-shot
     iterator already read; else the verification inputs; else synthetic ones."""
-    if state.given.calibration is not None and _reusable(state.given.calibration):
-        return state.stream.batches()
-    if state.upfront_inputs is not None:
-        return state.upfront_inputs[0]
-    return synthetic_batches(state.reference, state.specs)
+    if state.loaded.given.calibration is not None and _reusable(state.loaded.given.calibration):
+        return state.planned.stream.batches()
+    if state.planned.upfront_inputs is not None:
+        return state.planned.upfront_inputs[0]
+    return synthetic_batches(state.loaded.reference, state.planned.specs)
 
 
 def _reusable(source) -> bool:

@@ -1,8 +1,8 @@
 """Step resolve: the configuration as this run applies it, resolved once and in one place — the mode (static where
 there is data or a cache, else dynamic), 4-bit weights' block method (GPTQ with data, or with a cache holding its
 moments), a language model's defaults (steps.language_model), and the layout the data's shapes imply for inputs
-the model and the user leave open (data.axes, data.unbatched). Every later step reads state.config and state.mode
-and never writes them; the report shows this config as the run's effective one."""
+the model and the user leave open (data.axes, data.unbatched). Every later step reads state.resolved (its config,
+mode and input specs) and never writes it; the report shows this config as the run's effective one."""
 
 from __future__ import annotations
 
@@ -10,28 +10,30 @@ import dataclasses
 from pathlib import Path
 
 from onnxq.calibration import CalibrationSummary
+from onnxq.calibration.moment_sums import StoredMoments
 from onnxq.config import QuantConfig
 from onnxq.data.axes import InferredLayout, read_layout
 from onnxq.data.specs import DataSource, input_specs
 from onnxq.errors import ConfigError
 from onnxq.ranges import cached_moments
 from onnxq.steps.language_model import language_model_defaults
+from onnxq.steps.records import Resolved
 from onnxq.steps.state import RunState
 
 __all__ = ["resolve", "resolved_mode", "layout_notes"]
 
 
 def resolve(state: RunState) -> bool:
-    given = state.given
-    mode = resolved_mode(state.config, given.calibration, given.cache)
-    config = state.config
+    given = state.loaded.given
+    mode = resolved_mode(state.resolved.config, given.calibration, given.cache)
+    config, stored = state.resolved.config, None
     if mode == "weight-only":
-        state.cached_moments = cached_moments(given.cache, state.reference)
-        config = _with_block_method(config, given.calibration, state)
-    config, note = language_model_defaults(state.reference, config, mode, given.calibration is not None)
-    layout, inferred = read_layout(state.work, config.calibration, (given.calibration, given.verify_data))
-    state.mode, state.config = mode, config.replace(calibration=layout)
-    state.specs = input_specs(state.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+        stored = cached_moments(given.cache, state.loaded.reference)
+        config = _with_block_method(config, given.calibration, stored, state)
+    config, note = language_model_defaults(state.loaded.reference, config, mode, given.calibration is not None)
+    layout, inferred = read_layout(state.loaded.work, config.calibration, (given.calibration, given.verify_data))
+    specs = input_specs(state.loaded.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
+    state.resolved = Resolved(config.replace(calibration=layout), mode, specs, stored)
     state.notes.extend(([] if note is None else [note]) + layout_notes(inferred))
     return True
 
@@ -49,13 +51,14 @@ def resolved_mode(config: QuantConfig, calibration: DataSource | None, cache) ->
     return config.mode
 
 
-def _with_block_method(config: QuantConfig, calibration: DataSource | None, state: RunState) -> QuantConfig:
+def _with_block_method(config: QuantConfig, calibration: DataSource | None, stored: StoredMoments | None,
+                       state: RunState) -> QuantConfig:
     """blocks.method auto: GPTQ where there is data, or a calibration cache holding its XᵀX moments."""
-    blocks, stored = config.blocks, state.cached_moments
+    blocks = config.blocks
     fitted = calibration is not None or stored is not None and stored.full
     if blocks.method == "auto":
         blocks = dataclasses.replace(blocks, method="gptq" if fitted else "rtn")
-        if stored is None and state.given.cache is not None and calibration is None:
+        if stored is None and state.loaded.given.cache is not None and calibration is None:
             state.notes.append("weights: rounded to nearest — the calibration cache holds no second moments "
                                "(onnxq calibrate --weights int4 keeps them)")
     needs = "blocks.method = gptq" if blocks.method == "gptq" else (

@@ -1,4 +1,4 @@
-"""quantize() as a flat list of named steps over one RunState; timing and memory phases live here, not in the
+"""quantize() as a flat list of named steps over one RunState (each step sets its own record of it); timing and memory phases live here, not in the
 steps. A step returns whether it did any work (its time is reported under its name only then)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
-from onnxq.steps.load import load, plan
+from onnxq.steps.load import load
 from onnxq.steps.magnitudes import magnitudes
+from onnxq.steps.plan import plan, replan
 from onnxq.steps.memory import MemoryUse, peak_rss_bytes
 from onnxq.steps.recipe import recipe
 from onnxq.steps.report import float_model_bytes
@@ -56,6 +57,7 @@ STEPS: tuple[Step, ...] = (
     Step("plan", plan),
     Step("smooth", smooth),
     Step("calibrate", calibrate),
+    Step("replan", replan),
     Step("magnitudes", magnitudes),
     Step("rewrite", rewrite, page_out_before=True, trim_heap_before=True, spill_before=True),
     Step("verify", verify, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
@@ -75,7 +77,8 @@ def _ran(step: Step, state: RunState) -> bool:
         return step.run(state)
     except ORT_ERRORS as e:
         reason = ort_reason(e)
-        if state.upfront_inputs is None or state.upfront_inputs[1] != SYNTHETIC or not _RUNNING.search(reason):
+        upfront = state.planned.upfront_inputs
+        if upfront is None or upfront[1] != SYNTHETIC or not _RUNNING.search(reason):
             raise
         raise CalibrationDataError(f"onnxruntime cannot run the model on the random inputs onnxq made for want of "
                                    f"data ({reason}) — pass real inputs: --verify-data DATA (or --calib DATA)"
@@ -86,22 +89,28 @@ def _ran(step: Step, state: RunState) -> bool:
 _RUNNING = re.compile(r"Non-zero status code returned while running|Got invalid dimensions for input")
 
 
+def _before(step: Step, state: RunState) -> None:
+    """What the step asks of memory before it runs (Step's flags)."""
+    loaded = state.loaded
+    if step.spill_before:
+        state.spill.spill([loaded.reference, loaded.unconverted, loaded.work, state.smoothed.model])
+    if step.spill_quantized_before and state.quantized.work is not None:
+        remap_shared_weights(state.spill.spill_quantized(state.quantized.work))
+        spill_shared_blocks(state.spill.stored_array, SPILL_MIN_BYTES)
+    if step.page_out_before and loaded.reference is not None:
+        for model in (loaded.reference, loaded.unconverted):  # the model as given too: a float16 model's own
+            if model is not None:
+                page_out(model)
+        state.spill.page_out()
+    if step.trim_heap_before:
+        trim_heap()
+
+
 def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunState:
     """steps: STEPS as it is when called (a test may add one)."""
     peaks = {}
     for step in STEPS if steps is None else steps:
-        if step.spill_before:
-            state.spill.spill([state.reference, state.unconverted, state.work, state.quantized_from])
-        if step.spill_quantized_before and state.work is not None:
-            remap_shared_weights(state.spill.spill_quantized(state.work))
-            spill_shared_blocks(state.spill.stored_array, SPILL_MIN_BYTES)
-        if step.page_out_before and state.reference is not None:
-            for model in (state.reference, state.unconverted):  # the model as given too: a float16 model's own
-                if model is not None:
-                    page_out(model)
-            state.spill.page_out()
-        if step.trim_heap_before:
-            trim_heap()
+        _before(step, state)
         start = time.perf_counter()
         if _ran(step, state):
             state.timings[step.name] = time.perf_counter() - start
@@ -109,6 +118,6 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
             if peak is not None:
                 peaks[step.name] = peak
         active_run().check_inputs_unchanged(f"after step {step.name}")  # a changed input stops the run at once
-    if peaks and state.reference is not None:
+    if peaks and state.loaded.reference is not None:
         state.sections.append(MemoryUse(peaks, float_model_bytes(state)))
     return state

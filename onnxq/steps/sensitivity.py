@@ -28,18 +28,19 @@ def wants_fallback(state: RunState) -> bool:
     """Out of tolerance on real inputs, with the fallback on: a bar measured below. Not where the data shows nothing
     (not shown: the fallback would keep nodes float for an answer no count of the data could see change), nor on
     made-up inputs, whose verdict says nothing of the user's data (the written model must not depend on them)."""
-    return (state.config.verify.fallback and state.verification is not None and state.verification.failed
-            and state.label != SYNTHETIC)
+    verification = state.verified.verification
+    return (state.resolved.config.verify.fallback and verification is not None and verification.failed
+            and state.verified.label != SYNTHETIC)
 
 
 def sensitivity(state: RunState) -> bool:
-    config = state.config
-    if state.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
+    config = state.resolved.config
+    if state.verified.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
         return False
-    plans = state.plans  # a subgraph's too: the switch model doubles them in their body
+    plans = state.quantized.plans  # a subgraph's too: the switch model doubles them in their body
     if not plans:
         return False
-    samples = first_samples(state.batches, _ranked_samples(state), fixed_batch_size(state.specs))
+    samples = first_samples(state.verified.batches, _ranked_samples(state), fixed_batch_size(state.verified.specs))
     # Over the limit the fallback bisects the groups' ranking too (search.fallback.fallback_ranking): a run per
     # node over every verification sample is what a large model cannot afford.
     per_node = len(plans) <= config.verify.sensitivity_max_nodes
@@ -49,7 +50,7 @@ def sensitivity(state: RunState) -> bool:
     deployed, why_not = _deployed_kernels(state, samples[0])
     try:
         result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not,
-                                   state.verification.tasks)
+                                   state.verified.verification.tasks)
     except ORT_ERRORS as e:  # a body the switch model cannot double in: rank the main graph's nodes, as before
         main = [p for p in plans if not p.scope]
         if len(main) == len(plans) or not main:
@@ -57,20 +58,21 @@ def sensitivity(state: RunState) -> bool:
         state.notes.append(f"sensitivity: subgraph nodes left out (ONNX Runtime could not run them doubled: "
                            f"{one_line(whole_message(e))[:160]})")
         result = layer_sensitivity(state.builder, main, samples, per_node, deployed, why_not,
-                                   state.verification.tasks)
+                                   state.verified.verification.tasks)
     state.sensitivity = result
     if result.nonfinite():
-        state.gate_failures.append(f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
-                                   "output NaN or inf — keep it float (--exclude NAME) or check the data")
+        state.gate_failures = ((f"sensitivity: quantizing {', '.join(result.nonfinite()[:3])} alone makes an "
+                                "output NaN or inf — keep it float (--exclude NAME) or check the data"),)
     return True
 
 
 def _ranked_samples(state: RunState) -> int:
     """The samples the ranking runs on: verify.sensitivity_samples, or every verification sample when the fallback
     must restore a task metric's decisions — a decision that changes on one sample is seen only on that sample."""
-    count = state.config.verify.sensitivity_samples or 16
-    decisions_lost = any(o.metrics.task and o.failed for p in state.verification.providers for o in p.outputs)
-    return max(count, state.verification.samples) if wants_fallback(state) and decisions_lost else count
+    count = state.resolved.config.verify.sensitivity_samples or 16
+    verification = state.verified.verification
+    decisions_lost = any(o.metrics.task and o.failed for p in verification.providers for o in p.outputs)
+    return max(count, verification.samples) if wants_fallback(state) and decisions_lost else count
 
 
 def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, str]:
@@ -78,16 +80,16 @@ def _deployed_kernels(state: RunState, batch) -> tuple[dict[str, str] | None, st
     else profiled on one batch); None, and why, when the model is too large to copy (DEPLOYED_MAX_WEIGHT_BYTES) or
     this CPU's kernels are not the target's (an AVX2 machine quantizing for x86-vnni: its saturation is not the
     target's arithmetic)."""
-    weights = model_size_bytes(state.quantized_from)
+    weights = model_size_bytes(state.quantized.quantized_from)
     if weights > DEPLOYED_MAX_WEIGHT_BYTES:
         return None, (f"the model's {weights / 1e9:.1f} GB of weights are over {DEPLOYED_MAX_WEIGHT_BYTES / 1e9:g} GB: "
                       "ORT's deployed kernels would hold their own copy of the switch model's weights (float and "
                       "quantized); the exact quantization shares them")
     if state.this_cpu_is_target() is False:
-        cpu = state.verification.coverage.platform["cpu_target"]
+        cpu = state.verified.verification.coverage.platform["cpu_target"]
         return None, (f"this CPU's kernels ({cpu}) are not target "
-                      f"{state.config.target}'s; the exact quantization is what they compute")
-    placement = state.verification.cpu.placement
+                      f"{state.resolved.config.target}'s; the exact quantization is what they compute")
+    placement = state.verified.verification.cpu.placement
     if placement is None:
-        placement = profile_placement(state.work, CPU_PROVIDER, batch, state.quantized_nodes())
+        placement = profile_placement(state.quantized.work, CPU_PROVIDER, batch, state.quantized_nodes())
     return {name: run.op_type for name, run in placement.quantized.items() if run is not None}, ""

@@ -4,49 +4,42 @@ of the run), then the quantized model against them on every provider, with place
 from __future__ import annotations
 
 from onnxq.data.batching import Batches
+from onnxq.data.specs import InputSpec
 from onnxq.data.holdout import ordinal
-from onnxq.steps.load import synthetic_inputs
+from onnxq.steps.plan import synthetic_inputs
+from onnxq.steps.records import Verified
 from onnxq.steps.state import RunState
-from onnxq.verify import Reference, verify_models, with_placement
-from onnxq.verify.providers import absent_providers
+from onnxq.verify import Reference, verify_models
 from onnxq.verify.result import CALIBRATION_SAMPLES, SYNTHETIC
 
-__all__ = ["verify", "placed"]
+__all__ = ["verify"]
 
 
 def verify(state: RunState) -> bool:
-    config = state.config
+    config = state.resolved.config
     if not config.verify.enabled:
         return False
-    state.batches, state.label = state.upfront_inputs or _held_out_inputs(state)
+    upfront = state.planned.upfront_inputs
+    batches, label, specs = (*upfront, state.planned.specs) if upfront else _held_out_inputs(state)
     # Shares the float weights' memory map with every other session of the run.
-    state.float_outputs = Reference(state.as_given, state.batches, synthetic=state.label == SYNTHETIC)
+    float_outputs = Reference(state.as_given, batches, synthetic=label == SYNTHETIC)
     placement = state.quantized_nodes() if config.verify.check_kernels else None
-    state.verification = verify_models(state.float_outputs, state.work, config.verify, state.label, placement,
-                                       config.target)
+    verification = verify_models(float_outputs, state.quantized.work, config.verify, label, placement, config.target)
+    state.verified = Verified(batches, label, specs, float_outputs, verification)
     return True
 
 
-def placed(state: RunState) -> None:
-    """The verification of a model a search chose (checked during the search) with its placement added (predicted
-    on the absent providers asked for, as the first verification's)."""
-    config = state.config
-    if config.verify.check_kernels:
-        state.verification = with_placement(state.verification, state.work, state.batches.first(),
-                                            state.quantized_nodes(),
-                                            absent_providers(config.verify.providers, config.target))
-
-
-def _held_out_inputs(state: RunState) -> tuple[Batches, str]:
-    holdout, plan = state.stream.holdout, state.stream.plan
+def _held_out_inputs(state: RunState) -> tuple[Batches, str, list[InputSpec]]:
+    holdout, plan = state.planned.stream.holdout, state.planned.stream.plan
     held, first = (holdout.verification_batches(), holdout.first_batches()) if holdout else ([], [])
     if held:
         if plan is not None and plan.for_shares:  # numeric bars only: the calibration line says how many
             state.notes.append(f"verification: {holdout.held_count} calibration samples held back ("
                                f"{plan.words(holdout.held_count)})")
-        return Batches.held(held), f"held-out calibration samples (every {ordinal(holdout.every)})"
+        return Batches.held(held), f"held-out calibration samples (every {ordinal(holdout.every)})", \
+            state.planned.specs
     if first:
         state.notes.append("too few samples to hold any back: verified on calibration data, which flatters the "
                            "result")
-        return Batches.held(first), CALIBRATION_SAMPLES
-    return synthetic_inputs(state)
+        return Batches.held(first), CALIBRATION_SAMPLES, state.planned.specs
+    return synthetic_inputs(state, state.planned.specs)

@@ -119,7 +119,7 @@ def test_after_the_rewrite_the_quantized_weights_are_read_from_the_spill_file(tm
     seen = []
 
     def probe(state) -> bool:
-        quantized = [v.const_value for v in state.work.graph.initializers.values()
+        quantized = [v.const_value for v in state.quantized.work.graph.initializers.values()
                      if v.const_value.dtype in (ir.DataType.INT8, ir.DataType.UINT8) and v.const_value.size > 1]
         memo = builder._MEMO.get()
         seen.append((len(quantized), all(isinstance(t, ir.ExternalTensor) for t in quantized),

@@ -408,7 +408,7 @@ def test_a_float16_model_s_file_is_not_held_resident_once_made_float32(tmp_path,
 
     def probe(state) -> bool:
         seen["spilled"] = sum(isinstance(v.const_value, ir.ExternalTensor) and v.const_value.dtype == ir.DataType.FLOAT
-                              for v in state.reference.graph.initializers.values())
+                              for v in state.loaded.reference.graph.initializers.values())
         seen["resident"] = _resident_bytes_of(data)
         raise _Stopped
 

@@ -33,7 +33,7 @@ class LargestWeights:
 
 
 def _largest_weights(state) -> bool:
-    sizes = sorted(((name, v.const_value.nbytes) for name, v in state.work.graph.initializers.items()
+    sizes = sorted(((name, v.const_value.nbytes) for name, v in state.quantized.work.graph.initializers.items()
                     if v.const_value is not None), key=lambda t: (-t[1], t[0]))
     state.sections.append(LargestWeights(tuple(sizes[:2])))
     return True
