@@ -23,6 +23,7 @@ from onnxq.io.faults import sigbus_as_error
 from onnxq.pipeline import default_output_path, quantize
 from onnxq.cli.progress import ProgressBar, count_samples
 from onnxq.report.summary import format_summary
+from onnxq.steps.heartbeat import PROGRESS_LOGGER
 from onnxq.verify.result import EXIT_CODES
 from onnxq.verify.verdict import NOT_SHOWN
 
@@ -80,6 +81,19 @@ def _fail(line: str, code: int) -> int:
     return code
 
 
+def _show_progress(shown: bool) -> None:
+    """A long step's lines (steps.heartbeat) on stderr as `onnxq: calibrating… (35 s)`, unless -q."""
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    progress.propagate = False
+    progress.handlers = [h for h in progress.handlers if not getattr(h, "onnxq_progress", False)]
+    if shown:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("onnxq: %(message)s"))
+        handler.onnxq_progress = True
+        progress.addHandler(handler)
+    progress.setLevel(logging.INFO if shown else logging.WARNING)
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -89,6 +103,7 @@ def _run(argv: list[str], verbose: bool) -> int:
     # -v is onnxq's progress: the libraries' INFO stays out (onnx_ir logs a stack trace for every op onnx.defs does
     # not define: 30 a SmolLM2 builder file, per pass).
     logging.getLogger("onnxq").setLevel(logging.INFO if verbose else logging.WARNING)
+    _show_progress("-q" not in argv and "--quiet" not in argv)
     if not argv:  # as git and cargo do without a command: the first screen
         print(first_screen(), end="")
         return EXIT_BAD_INPUT

@@ -17,6 +17,7 @@ from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.fallback import fall_back
+from onnxq.steps.heartbeat import Heartbeat
 from onnxq.steps.load import load
 from onnxq.steps.magnitudes import magnitudes
 from onnxq.steps.plan import plan, replan
@@ -39,6 +40,8 @@ __all__ = ["Step", "STEPS", "run_steps"]
 class Step:
     name: str
     run: Callable[[RunState], bool]
+    # What the step is doing, for the lines a long run prints (steps.heartbeat); the name where empty.
+    doing: str = ""
     # Drop the float weights' memory-mapped pages first: the step does not read them (or reads each once).
     page_out_before: bool = False
     # Hand the C heap's free pages back first: the sessions before it are gone.
@@ -52,20 +55,22 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("load", load),
-    Step("resolve", resolve),
-    Step("plan", plan),
-    Step("smooth", smooth),
-    Step("calibrate", calibrate),
-    Step("replan", replan),
-    Step("magnitudes", magnitudes),
-    Step("rewrite", rewrite, page_out_before=True, trim_heap_before=True, spill_before=True),
-    Step("verify", verify, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
-    Step("recipe", recipe),
-    Step("sensitivity", sensitivity, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
-    Step("fallback", fall_back),
-    Step("check_speed", check_speed, page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
-    Step("save", save, page_out_before=True, trim_heap_before=True),
+    Step("load", load, "loading the model"),
+    Step("resolve", resolve, "resolving the configuration"),
+    Step("plan", plan, "planning"),
+    Step("smooth", smooth, "smoothing"),
+    Step("calibrate", calibrate, "calibrating"),
+    Step("replan", replan, "re-planning"),
+    Step("magnitudes", magnitudes, "measuring float16 ranges"),
+    Step("rewrite", rewrite, "rewriting", page_out_before=True, trim_heap_before=True, spill_before=True),
+    Step("verify", verify, "verifying", page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
+    Step("recipe", recipe, "trying recipes"),
+    Step("sensitivity", sensitivity, "measuring each node's sensitivity", page_out_before=True,
+         trim_heap_before=True, spill_quantized_before=True),
+    Step("fallback", fall_back, "falling back"),
+    Step("check_speed", check_speed, "timing float and quantized", page_out_before=True, trim_heap_before=True,
+         spill_quantized_before=True),
+    Step("save", save, "saving", page_out_before=True, trim_heap_before=True),
 )
 
 
@@ -112,7 +117,9 @@ def run_steps(state: RunState, steps: tuple[Step, ...] | None = None) -> RunStat
     for step in STEPS if steps is None else steps:
         _before(step, state)
         start = time.perf_counter()
-        if _ran(step, state):
+        with Heartbeat(step.doing or step.name):
+            ran = _ran(step, state)
+        if ran:
             state.timings[step.name] = time.perf_counter() - start
             peak = peak_rss_bytes()
             if peak is not None:
