@@ -20,12 +20,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxq.calibration.channels import values_per_batch
-from onnxq.calibration.moment_sums import MomentSum, StoredMoments
+from onnxq.calibration.moment_sums import MomentSum, RunningMomentSum, StoredMoments
 from onnxq.data.specs import Batch
 from onnxq.errors import CalibrationDataError
 from onnxq.io.memory import page_out
 from onnxq.io.irquery import attribute
-from onnxq.numerics.gram import gram, grouped_gram
+from onnxq.numerics.gram import gram
 from onnxq.numerics.im2col import ConvGeometry, im2col_groups
 from onnxq.numerics.order_free_sum import BYTES_PER_ELEMENT
 from onnxq.numerics.symmetric import unpacked
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 # K = 4096, or a 576-wide language model's 30 layers (0.9 GB, 0.2 GB of float32 means after).
 BUDGET_BYTES = 1 << 30
 # Each batch's XᵀX is made in float32 (BLAS's blocked sums, on one thread: numerics.gram), as GPTQ's reference code
-# does, and the batches' products are added order-free (calibration.moment_sums: shards merge bit for bit); the
+# does, and the batches' products are added order-free (calibration.moment_sums: shards merge bit for bit) — a
+# Conv's, which no summary stores, with BLAS's threads and in place (RunningMomentSum); the
 # means are float32 (float64 held SmolLM2's 0.8 GB of matrices through calibration and the rewrite, the 4-bit run's
 # peak). GPTQ takes each matrix in float64 as it uses it. The diagonals (activation-aware clipping) stay float64: K
 # values each.
@@ -166,6 +167,8 @@ class WeightMoments:
             groups = self._convs[key].group if key in self._convs else 1
             k = widths[key]  # a packed triangle of K(K+1)/2 sums, or a diagonal's K
             own = groups * (k * (k + 1) // 2 if self.full else k) * BYTES_PER_ELEMENT
+            if key in self._convs:  # summed in place (RunningMomentSum): float32 triangles, float64 diagonals
+                own = groups * (k * (k + 1) // 2 * np.dtype(_MATRIX_DTYPE).itemsize if self.full else k * 8)
             size = 0 if self._shared(key) in shared else own  # a matrix the chunk already makes costs nothing
             if keys and held + size > budget:
                 chunks.append(keys)
@@ -219,7 +222,7 @@ class WeightMoments:
         """Every weight's sum (a pass over the data per chunk), for the calibration summary."""
         weights, readers, sums = {}, [], []
         for chunk in self._chunks:
-            made = self._sums(chunk)
+            made = self._sums(chunk, mergeable=True)
             index = {}
             for key in chunk.keys:
                 owner = self._owner(chunk, key)
@@ -234,8 +237,9 @@ class WeightMoments:
         """The weight whose matrix `key` shares: the first in the chunk alike (calibration.moments._shared)."""
         return next(k for k in chunk.keys if self._shared(k) == self._shared(key))
 
-    def _sums(self, chunk: _Chunk) -> dict[WeightKey, MomentSum]:
-        """One pass over the data: each distinct matrix of the chunk summed (order-free), by its first weight."""
+    def _sums(self, chunk: _Chunk, mergeable: bool = False) -> dict[WeightKey, MomentSum | RunningMomentSum]:
+        """One pass over the data: each distinct matrix of the chunk summed, by its first weight — order-free
+        (MomentSum: a summary's, merged bit for bit), or in place for a Conv's, which no summary stores."""
         self.passes += 1
         owners = {self._shared(key): key for key in reversed(chunk.keys)}  # each matrix made for its first weight
         sums: dict[WeightKey, MomentSum] = {}
@@ -252,7 +256,8 @@ class WeightMoments:
                 if not np.all(np.isfinite(squares)):
                     raise CalibrationDataError(f"the model computes NaN or inf for an input of weight {key[0]!r} on a "
                                                "calibration batch — check those inputs")
-                sums.setdefault(key, MomentSum(self.full)).observe(squares, count)
+                kind = RunningMomentSum if key in self._convs and not mergeable else MomentSum
+                sums.setdefault(key, kind(self.full)).observe(squares, count)
         if not batches:
             raise CalibrationDataError("calibration data holds no samples — pass at least one sample per input")
         return sums
@@ -274,7 +279,7 @@ class WeightMoments:
                 if self.full:  # one BLAS product per group (einsum would not use BLAS here: 7x slower)
                     rows = _spread_subset(rows, seed=count)
                     by_group = rows.transpose(1, 0, 2).astype(_MATRIX_DTYPE, copy=False)
-                    total = total + grouped_gram(by_group)
+                    total = total + np.matmul(by_group.transpose(0, 2, 1), by_group)  # BLAS's threads: not merged
                 else:
                     total = total + np.einsum("rgk,rgk->gk", rows, rows, dtype=np.float64)
                 count += rows.shape[0]
