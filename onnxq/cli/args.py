@@ -221,6 +221,7 @@ def config_from_args(args: argparse.Namespace) -> QuantConfig:
     verify = verify_config_from_args(config.verify, args)
     verify = _changed(verify, enabled=False if args.no_verify else None,
                       sensitivity_samples=0 if args.no_sensitivity else None, check_speed=args.check_speed,
+                      sensitivity="always" if getattr(args, "sensitivity", None) else None,
                       measure_speed=False if args.no_speed else None,
                       never_slower=False if getattr(args, "allow_slower", False) else None)
     return QuantConfig(**{**vars(config), **top, "calibration": calibration, "verify": verify,

@@ -51,9 +51,9 @@ def _data_and_calibration(g: Group) -> None:
     g.add_argument("--method", choices=list(METHODS),
                    help="how activation ranges are chosen from the data (default percentile)")
     g.add_argument("--percentile", type=float, metavar="P", help="for --method percentile (default 99.999)")
-    g.add_argument("--range-choice", choices=["saturation", "method", "output-error"],
-                   help="output-error (default): Conv inputs narrowed where their output loses least; saturation: "
-                        "where a ReLU6 or hardswish clips; method")
+    g.add_argument("--range-choice", choices=["auto", "saturation", "method", "output-error"],
+                   help="auto (default): saturation, then output-error only where a check fails; output-error: "
+                        "Conv inputs narrowed where their output loses least; saturation; method")
 
 
 def _quantization(g: Group) -> None:
@@ -69,8 +69,9 @@ def _quantization(g: Group) -> None:
                    help="how the quantized graph is written (default qdq: QuantizeLinear/DequantizeLinear pairs)")
     g.add_argument("--per-tensor", action="store_true", default=None,
                    help="one weight scale per tensor (default: one per channel)")
-    g.add_argument("--weight-rounding", choices=["gptq", "nearest"],
-                   help="static Conv weights: gptq (default) rounds for least output error on the data; nearest")
+    g.add_argument("--weight-rounding", choices=["auto", "gptq", "nearest"],
+                   help="static Conv weights: auto (default) nearest, gptq only where a check fails; gptq: all, "
+                        "for least output error on the data; nearest")
     g.add_argument("--gemm-bias", choices=["int32", "float"], help="Gemm bias storage (default int32)")
     g.add_argument("--exclude", action="append", metavar="NODE", help="keep this node float; repeatable")
     g.add_argument("--exclude-op", action="append", metavar="OP", help="keep this op type float; repeatable")
@@ -115,7 +116,10 @@ def _verification_and_tolerance(g: Group) -> None:
     add_tolerance_flags(g)
     g.add_argument("--no-fallback", action="store_true",
                    help="out of tolerance, keep every node quantized and exit 1 (default: the most sensitive float)")
-    g.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sensitivity analysis")
+    g.add_argument("--sensitivity", action="store_true", default=None,
+                   help="rank every quantized node's harm on every run (default: only where the check fails)")
+    g.add_argument("--no-sensitivity", action="store_true",
+                   help="never rank for the report (a failing check still ranks what the fallback needs)")
     g.add_argument("--no-verify", action="store_true", help="skip verification")
 
 

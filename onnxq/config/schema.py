@@ -108,8 +108,10 @@ class CalibrationConfig:
     # value beyond to one output (calibration.range_choice): exact, and the step shrinks. method: the method's window
     # as it is. output-error: the saturation clip, then each Conv input's window narrowed (the method's times 1 …
     # 0.3) to the one whose error costs its Convs the least output energy on 16 calibration samples
-    # (calibration.error_choice). Measured: docs/methods/calibration.md.
-    range_choice: Literal["saturation", "method", "output-error"] = "output-error"
+    # (calibration.error_choice). auto: the saturation clip, and the output-error windows only on the Convs a
+    # failing gate points at (steps.escalate): most models pass without them, and they cost a pass over the data.
+    # Measured: docs/methods/calibration.md.
+    range_choice: Literal["auto", "saturation", "method", "output-error"] = "auto"
     # The percentile method: the share of values (in %) inside the range; the rest is clipped, half on each side.
     percentile: float = 99.999
     # Histogram resolution for percentile / entropy / mse (bins over the observed range, at most).
@@ -208,9 +210,12 @@ class VerifyConfig:
     max_samples: int | None = None
     # Ask ORT which kernel ran each node, where (profiling one batch per provider): the placement report.
     check_kernels: bool = True
-    # Per-layer sensitivity: quantize one node at a time on this many samples (0: off); about 0.9 s per node on a
-    # 135M-parameter language model for 2 samples.
+    # Per-layer sensitivity: quantize one node at a time on this many samples (0: only where the fallback needs a
+    # ranking, on 16); about 0.9 s per node on a 135M-parameter language model for 2 samples.
     sensitivity_samples: int = 16
+    # when-needed: rank only where the gate fails (the fallback and step escalate read the ranking); always: on
+    # every run, for the report's list of the most sensitive nodes.
+    sensitivity: Literal["when-needed", "always"] = "when-needed"
     # Above this many quantized nodes only groups are ranked (one run per group), unless fallback needs the per-node
     # ranking.
     sensitivity_max_nodes: int = 64
@@ -303,9 +308,10 @@ class QuantConfig:
     weights: QScheme = QScheme("int8", symmetric=True)
     # How static Conv weights round on their per-channel int8 grid (the scales are the same either way): "gptq",
     # each column's rounding error spread over the rest through the inverse of its activations' XᵀX on the
-    # calibration data (numerics.gptq.gptq_channelwise: learned rounding); "nearest". Measured:
-    # docs/methods/accuracy.md.
-    weight_rounding: Literal["gptq", "nearest"] = "gptq"
+    # calibration data (numerics.gptq.gptq_channelwise: learned rounding); "nearest"; "auto": nearest, and GPTQ on
+    # the Convs a failing gate points at (steps.escalate) — its XᵀX pass is most of a CNN's quantization time.
+    # Measured: docs/methods/accuracy.md.
+    weight_rounding: Literal["auto", "gptq", "nearest"] = "auto"
     # Weight-only blocks: 4-bit weights, or int8 weights in mode weight-only.
     blocks: BlockConfig = BlockConfig()
     # A weight scale per output channel; false (--per-tensor): one per weight tensor.

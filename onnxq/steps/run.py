@@ -16,6 +16,7 @@ from onnxq.io.spill import SPILL_MIN_BYTES
 from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
+from onnxq.steps.escalate import escalate
 from onnxq.steps.fallback import fall_back
 from onnxq.steps.heartbeat import Heartbeat
 from onnxq.steps.load import load
@@ -67,6 +68,7 @@ STEPS: tuple[Step, ...] = (
     Step("recipe", recipe, "trying recipes"),
     Step("sensitivity", sensitivity, "measuring each node's sensitivity", page_out_before=True,
          trim_heap_before=True, spill_quantized_before=True),
+    Step("escalate", escalate, "trying the costlier Conv methods where the gate fails"),
     Step("fallback", fall_back, "falling back"),
     Step("check_speed", check_speed, "timing float and quantized", page_out_before=True, trim_heap_before=True,
          spill_quantized_before=True),

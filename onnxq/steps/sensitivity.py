@@ -9,6 +9,7 @@ from onnxq.errors import one_line, whole_message
 from onnxq.search.sensitivity import layer_sensitivity
 from onnxq.io import model_size_bytes
 from onnxq.io.sessions import ORT_ERRORS
+from onnxq.steps.escalate import wants_escalation
 from onnxq.steps.state import RunState
 from onnxq.targets.providers import CPU_PROVIDER
 from onnxq.verify import profile_placement
@@ -33,9 +34,15 @@ def wants_fallback(state: RunState) -> bool:
             and state.verified.label != SYNTHETIC)
 
 
+def _wanted(state: RunState) -> bool:
+    """Where the fallback or step escalate reads the ranking, or the report asks for it (verify.sensitivity)."""
+    verify = state.resolved.config.verify
+    return (verify.sensitivity == "always" and verify.sensitivity_samples > 0) or wants_fallback(state) \
+        or wants_escalation(state)
+
+
 def sensitivity(state: RunState) -> bool:
-    config = state.resolved.config
-    if state.verified.verification is None or not (config.verify.sensitivity_samples or wants_fallback(state)):
+    if state.verified.verification is None or not _wanted(state):
         return False
     plans = state.quantized.plans  # a subgraph's too: the switch model doubles them in their body
     if not plans:
@@ -43,10 +50,11 @@ def sensitivity(state: RunState) -> bool:
     samples = first_samples(state.verified.batches, _ranked_samples(state), fixed_batch_size(state.verified.specs))
     # Over the limit the fallback bisects the groups' ranking too (search.fallback.fallback_ranking): a run per
     # node over every verification sample is what a large model cannot afford.
-    per_node = len(plans) <= config.verify.sensitivity_max_nodes
+    most = state.resolved.config.verify.sensitivity_max_nodes
+    per_node = len(plans) <= most
     if not per_node:
-        state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes "
-                           f"({config.verify.sensitivity_max_nodes}): groups ranked, not single nodes")
+        state.notes.append(f"sensitivity: {len(plans)} quantized nodes > verify.sensitivity_max_nodes ({most}): "
+                           "groups ranked, not single nodes")
     deployed, why_not = _deployed_kernels(state, samples[0])
     try:
         result = layer_sensitivity(state.builder, plans, samples, per_node, deployed, why_not,

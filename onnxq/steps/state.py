@@ -38,6 +38,8 @@ class RunState:
     verified: Verified = dataclasses.field(default_factory=Verified)
     recipe: object | None = None  # onnxq.search.recipe.RecipeResult
     sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
+    escalation: object | None = None  # onnxq.search.escalation.Escalation
+    escalated: Statistics | None = None  # the statistics of escalation's model: what later builds start from
     gate_failures: tuple[str, ...] = ()  # what fails the run's gate besides the verification (the sensitivity's)
     fallback: object | None = None  # onnxq.search.fallback.FallbackResult
     speed: tuple = ()
@@ -94,8 +96,9 @@ class RunState:
         """How a search builds a candidate: from the float graph quantization starts from, the user's config, the
         run's statistics and the decisions made so far."""
         quantized, calibrated = self.quantized, self.calibrated
-        return Builder(quantized.quantized_from, self.resolved.config, self.resolved.mode,
-                       Statistics(calibrated.ranges, calibrated.moments, self.magnitudes), quantized.overrides)
+        statistics = self.escalated or Statistics(calibrated.ranges, calibrated.moments, self.magnitudes)
+        return Builder(quantized.quantized_from, self.resolved.config, self.resolved.mode, statistics,
+                       quantized.overrides)
 
     def adopt(self, built: Built, verification: Verification, **decided) -> None:
         """A search's chosen model becomes the run's, with what the search decided (Quantized's fields: overrides,

@@ -97,6 +97,13 @@ class Verification:
     def verdict(self) -> str:
         return verdict_of(self.failed, self.passed)
 
+    @property
+    def accuracy_could_show(self) -> bool:
+        """Not shown, where a model closer to float could show a bar on this data (OutputCheck.accuracy_could_show):
+        a search may try one; more data, not more accuracy, is what any other not-shown verdict needs."""
+        return not self.failed and not self.passed and any(o.accuracy_could_show for p in self.providers
+                                                            for o in p.outputs)
+
     def unshown(self) -> list[str]:
         """Why the data shows no verdict, once per reason, where no bar is measured below: the task intervals that
         straddle their bars, the float model's instability."""

@@ -54,6 +54,14 @@ class OutputCheck:
         return verdict_of(self.failed, self.passed)
 
     @property
+    def accuracy_could_show(self) -> bool:
+        """Not shown, where a model closer to float could show the task bar on this data: its units are at least
+        the count that no change at all would need (a data set too small for any model is not)."""
+        interval = task_interval(self.metrics) if self.unshown and self.bar is not None else None
+        clean = None if interval is None else units_to_show(1.0, self.bar)
+        return clean is not None and interval.units >= clean
+
+    @property
     def bars(self) -> tuple[Bar, ...]:
         """Each gated figure beside its bar (verify.bars); none for a comparison that is reported, not gated."""
         return () if self.tolerance is None else bars_for(self.metrics, self.tolerance)

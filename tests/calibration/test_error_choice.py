@@ -80,12 +80,13 @@ def test_a_one_shot_iterator_skips_it_with_a_note(rng, tmp_path):
     batches = iter([_sparse(0, 8), _sparse(2, 8)])
     result = onnxq.quantize(model, batches, output=tmp_path / "q.onnx", verify_data=_sparse(1, 4),
                             config=_config("output-error"))
-    assert any("output-error skipped" in n and "one-shot" in n for n in result.report.notes)
+    assert any("output-error window choice skipped" in n and "one-shot" in n for n in result.report.notes)
 
 
-def test_it_is_the_default_and_the_command_line_chooses_another():
+def test_auto_is_the_default_and_the_command_line_chooses_another():
     from onnxq.cli.main import build_parser
     from onnxq.cli.args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
-    assert parse().calibration.range_choice == "output-error"
+    assert parse().calibration.range_choice == "auto"  # output-error only where a failing check points
+    assert parse("--range-choice", "output-error").calibration.range_choice == "output-error"
     assert parse("--range-choice", "saturation").calibration.range_choice == "saturation"

@@ -94,5 +94,5 @@ def test_the_command_line_chooses_the_method_window():
     from onnxq.cli.main import build_parser
     from onnxq.cli.args import config_from_args
     parse = lambda *flags: config_from_args(build_parser().parse_args(["m.onnx", *flags]))  # noqa: E731
-    assert parse().calibration.range_choice == "output-error"
+    assert parse().calibration.range_choice == "auto"
     assert parse("--range-choice", "method").calibration.range_choice == "method"

@@ -52,7 +52,7 @@ def test_the_caller_s_model_keeps_its_names():
 def test_sensitivity_placement_and_the_report_work_without_names(tmp_path, capsys):
     report_path = tmp_path / "r.json"
     code = main([_model(tmp_path), "--calib", str(_save(tmp_path, _data())), "-o", str(tmp_path / "q.onnx"),
-                 "--report", str(report_path)])
+                 "--report", str(report_path), "--sensitivity"])
     out = capsys.readouterr().out
     assert code == 0
     report = json.loads(report_path.read_text())

@@ -79,7 +79,7 @@ class _Collect(HTMLParser):
 def test_html_report_parses_and_charts_every_node(samples_dir, tmp_path):
     html = tmp_path / "report.html"
     code = main([str(samples_dir / "tiny_transformer.onnx"), "--calib", str(samples_dir /
-                 "tiny_transformer_calib.npz"), "--html", str(html), "-o", str(tmp_path / "q.onnx")])
+                 "tiny_transformer_calib.npz"), "--html", str(html), "-o", str(tmp_path / "q.onnx"), "--sensitivity"])
     assert code == 0
     parser = _Collect()
     parser.feed(html.read_text())

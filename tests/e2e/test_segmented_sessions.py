@@ -180,7 +180,7 @@ def test_a_quantization_run_with_segmented_sessions_writes_the_same_model(rng, t
     source = tmp_path / "decoder.onnx"
     onnx.save(kv_decoder(), source)
     calibration, held_out = token_windows(rng, 24, 12), token_windows(rng, 8, 12)
-    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False, check_speed=False))
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False, check_speed=False, sensitivity="always"))
 
     def quantized(name: str):
         result = onnxq.quantize(source, calibration, output=tmp_path / name, verify_data=held_out, config=config)

@@ -17,10 +17,13 @@ def _config(**verify):
     return onnxq.QuantConfig(verify=onnxq.VerifyConfig(**verify))
 
 
+RANKED = _config(sensitivity="always")  # ranked on a passing run too, for the report
+
+
 def test_sensitivity_ranks_every_quantized_node_deterministically(samples_dir):
     model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
-    first = onnxq.quantize(model, data).report.sensitivity
-    again = onnxq.quantize(model, data).report.sensitivity
+    first = onnxq.quantize(model, data, config=RANKED).report.sensitivity
+    again = onnxq.quantize(model, data, config=RANKED).report.sensitivity
     assert len(first.nodes) == 7 and first.samples == 12  # the held-out samples, all 12 (<= 16)
     harms = [n.harm for n in first.nodes]
     assert harms == sorted(harms, reverse=True)
@@ -31,7 +34,7 @@ def test_sensitivity_predicts_the_real_one_node_quantization(samples_dir):
     """The switch model's figure for a node equals quantizing that node alone for real (same samples)."""
     model, data = samples_dir / "tiny_transformer.onnx", samples_dir / "tiny_transformer_calib.npz"
     verify_on = {"input_ids": np.load(data)["input_ids"][:16]}
-    result = onnxq.quantize(model, data, verify_data=verify_on)
+    result = onnxq.quantize(model, data, verify_data=verify_on, config=RANKED)
     names = [e.name for e in result.report.quantized]
     for node in result.report.sensitivity.nodes[:3]:
         alone = onnxq.QuantConfig(exclude_nodes=tuple(n for n in names if n != node.name),
@@ -134,7 +137,8 @@ def test_minilm_sensitivity_and_fallback(shared_models):
 
 
 def test_large_models_rank_groups_only_by_default(samples_dir):
-    config = _config(sensitivity_max_nodes=2, tolerance=onnxq.Tolerance(task="numeric"))  # see above: near tie
+    config = _config(sensitivity_max_nodes=2, tolerance=onnxq.Tolerance(task="numeric"),  # see above: near tie
+                     sensitivity="always")
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=config).report
     assert report.sensitivity.nodes == ()
     [group] = report.sensitivity.groups
@@ -156,7 +160,7 @@ def test_a_nan_sensitivity_fails_the_gate_with_the_reason(samples_dir, tmp_path,
 
     monkeypatch.setattr(onnxq.steps.sensitivity, "layer_sensitivity", with_nan)
     code = main([str(samples_dir / "mlp.onnx"), "--calib", str(samples_dir / "mlp_calib.npz"), "-o",
-                 str(tmp_path / "q.onnx")])
+                 str(tmp_path / "q.onnx"), "--sensitivity"])
     out = capsys.readouterr().out
     assert code == 1
     assert "alone makes an output NaN or inf" in out and "result: OUT OF TOLERANCE" in out
@@ -169,7 +173,7 @@ def test_sensitivity_ranks_on_the_deployed_kernels_only_where_they_are_the_targe
     from onnxq.targets import covered_targets
 
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz",
-                            config=onnxq.QuantConfig(target=target)).report
+                            config=onnxq.QuantConfig(target=target, verify=RANKED.verify)).report
     here = report.verification.coverage.platform["cpu_target"]
     sensitivity = report.sensitivity
     if here in covered_targets(target):
@@ -183,7 +187,7 @@ def test_a_model_over_the_weight_limit_ranks_on_the_exact_quantization(samples_d
     """A deployed session would copy every weight of the switch model; above the limit the exact one, which computes
     on the weights in place, ranks (tests/e2e/test_large_model.py holds a 2.3 GB model's peak within 1.5x)."""
     monkeypatch.setattr(onnxq.steps.sensitivity, "DEPLOYED_MAX_WEIGHT_BYTES", 1000)  # mlp's weights: ~100 kB
-    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz").report
+    report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=RANKED).report
     assert report.sensitivity.kernels == "exact" and "would hold their own copy" in report.sensitivity.kernels_reason
 
 

@@ -20,6 +20,7 @@ from onnxq.io.memory import raw_bytes
 from onnxq.io.spill import SpillFile
 
 ANY_SPEED = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False))
+RANKED = onnxq.QuantConfig(verify=onnxq.VerifyConfig(never_slower=False, sensitivity="always"))
 
 
 def _spill_everything(monkeypatch) -> list[tuple[int, object]]:
@@ -151,7 +152,7 @@ def test_after_the_rewrite_the_4_bit_blocks_of_the_memo_are_read_from_the_spill_
 
     path = tmp_path / "model.onnx"
     onnx.save(genai_decoder(vocab=1024), path)
-    config = onnxq.QuantConfig(weights=onnxq.QScheme("int4"), verify=ANY_SPEED.verify)
+    config = onnxq.QuantConfig(weights=onnxq.QScheme("int4"), verify=RANKED.verify)
     seen = []
 
     def probe(state) -> bool:

@@ -42,7 +42,7 @@ def _data(rng):
 
 
 def test_decisions_gate_the_run_where_cosine_holds(rng):
-    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(task_metric=_labels, fallback=False))
+    config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(task_metric=_labels, fallback=False, sensitivity="always"))
     report = onnxq.quantize(_tied_classifier(rng), _data(rng), config=config).report
     [logits] = report.verification.outputs
     task = report.verification.cpu.task

@@ -2,6 +2,7 @@
 quantized), made-up inputs never change the written model, the float model's own instability never lowers a bar
 below what a user would accept, and exporters' generic names do not hide what an output computes."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -90,7 +91,8 @@ def test_made_up_inputs_never_change_the_written_model(tmp_path):
     config = onnxq.QuantConfig(verify=onnxq.VerifyConfig(measure_speed=False))
     first = onnxq.quantize(model, data, calibration_cache=cache, config=config)
     assert first.report.verdict == "within tolerance" and not first.report.left_float
-    cached = onnxq.quantize(model, None, calibration_cache=cache, config=config, output=tmp_path / "q.onnx")
+    ranked = config.replace(verify=dataclasses.replace(config.verify, sensitivity="always"))
+    cached = onnxq.quantize(model, None, calibration_cache=cache, config=ranked, output=tmp_path / "q.onnx")
     report = cached.report
     assert report.verification.data == "synthetic inputs" and report.verification.failed
     assert report.fallback is None and not report.left_float and len(report.quantized) == 3

@@ -1,4 +1,5 @@
-"""Static Conv weights rounded by GPTQ on calibration data (weight_rounding = "gptq", the default): the second
+"""Static Conv weights rounded by GPTQ on calibration data (weight_rounding = "gptq"; auto, the default, where a failing
+check points: tests/steps/test_escalate.py): the second
 moments of each Conv's im2col rows (calibration.moments), the same per-channel scales as rounding to nearest, a
 smaller error on held-out inputs, and AVX2's pair limit kept."""
 
@@ -110,11 +111,11 @@ def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_pat
     model = tmp_path / "cnn.onnx"
     ir.save(_cnn(1), model)
     np.savez(tmp_path / "calib.npz", x=_inputs(np.random.default_rng(0), 32))
-    for rounding in ("nearest", "gptq"):
+    for rounding in ("auto", "nearest", "gptq"):  # auto: GPTQ only where a failing check points (none here)
         report = tmp_path / f"{rounding}.json"
         args = [str(model), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / f"{rounding}.onnx"),
                 "--report", str(report), "--no-verify"]
-        assert main(args + (["--weight-rounding", "nearest"] if rounding == "nearest" else [])) == 0
+        assert main(args + ([] if rounding == "auto" else ["--weight-rounding", rounding])) == 0
         written = json.loads(report.read_text())
         assert written["config"]["weight_rounding"] == rounding
         assert any("rounded by GPTQ" in note for note in written["notes"]) == (rounding == "gptq")
@@ -126,15 +127,16 @@ def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_s
     rounded to nearest, its XᵀX never collected, and the notes say how many and why (here the bound lowered to 71:
     conv1's K is 72, conv2's 16) — also where the weights' values carry no shape (PaddlePaddle's Constant nodes):
     K is read off the tensor."""
-    from onnxq.steps import calibrate
+    from onnxq.steps import conv_methods
 
-    monkeypatch.setattr(calibrate, "GPTQ_MAX_K", 71)
+    monkeypatch.setattr(conv_methods, "GPTQ_MAX_K", 71)
     model, x = _cnn(1), _inputs(np.random.default_rng(0), 32)
     if shapeless:
         for node in model.graph:
             if node.op_type == "Conv":
                 node.inputs[1].shape = None
-    result = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "q.onnx", verify_data={"x": x[24:]})
+    result = onnxq.quantize(model, {"x": x[:24]}, output=tmp_path / "q.onnx", verify_data={"x": x[24:]},
+                            config=onnxq.QuantConfig(weight_rounding="gptq"))
     notes = " | ".join(result.report.notes)
     assert "1 Conv weight(s) of K > 71 rounded to nearest" in notes
     assert "1 Conv weight(s) rounded by GPTQ" in notes

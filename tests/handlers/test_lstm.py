@@ -86,7 +86,8 @@ def test_an_lstm_whose_first_output_is_omitted_is_ranked_and_quantized(rng, tmp_
     # Only Y_h read (ONNX's own test_lstm_defaults): the sensitivity's float twin had its omitted Y named by the
     # graph (val_N) and made the node's "" output a graph output, which no rewrite could remove (exit 3 before).
     model = _lstm_model(*_weights(rng), outputs=("", "yh"))
-    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes={"x": 1}))
+    config = onnxq.QuantConfig(calibration=onnxq.CalibrationConfig(sample_axes={"x": 1}),
+                               verify=onnxq.VerifyConfig(sensitivity="always"))
     report = onnxq.quantize(model, _x(rng), config=config, output=tmp_path / "q.onnx").report
     assert [e.name for e in report.quantized] == ["lstm"] and report.passed
     assert [s.name for s in report.sensitivity.nodes] == ["lstm"]

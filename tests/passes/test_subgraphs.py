@@ -331,7 +331,8 @@ def test_a_sequencemap_body_goes_dynamic_and_is_ranked(tmp_path):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    report = onnxq.quantize(model, {"x": _data(True)["x"]}, output=tmp_path / "q.onnx").report
+    report = onnxq.quantize(model, {"x": _data(True)["x"]}, output=tmp_path / "q.onnx",
+                            config={"verify": {"sensitivity": "always"}}).report
     [entry] = report.quantized
     assert "dynamic: no calibrated range" in entry.detail and "a body other than If / Loop / Scan" in entry.detail
     assert [n["name"] for n in report.to_dict()["sensitivity"]["nodes"]] == ["mapped_mm"]

@@ -47,7 +47,8 @@ def with_section(monkeypatch):
 
 
 def test_a_new_section_is_in_the_json_the_summary_and_the_html(samples_dir, with_section):
-    numeric = onnxq.QuantConfig(verify=onnxq.VerifyConfig(tolerance=onnxq.Tolerance(task="numeric")))  # every node
+    numeric = onnxq.QuantConfig(verify=onnxq.VerifyConfig(tolerance=onnxq.Tolerance(task="numeric"),  # every node
+                                                          sensitivity="always"))
     report = onnxq.quantize(samples_dir / "mlp.onnx", samples_dir / "mlp_calib.npz", config=numeric).report
     data = json.loads(json.dumps(report.to_dict()))
     largest = data["largest_weights"]["tensors"]
