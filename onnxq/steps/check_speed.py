@@ -23,6 +23,7 @@ from onnxq.verify import resolve_providers
 from onnxq.verify.kernels.placement import short
 from onnxq.verify.speed.latency import check_speed as time_both
 from onnxq.verify.speed.latency import MEANINGFUL_MS, SpeedCheck, slower_notes
+from onnxq.verify.speed.sessions import reused_sessions
 from onnxq.verify.speed.decode import decode_speed as time_decoding
 from onnxq.verify.tasks.rules import language_model_logits
 from onnxq.targets.providers import CPU_PROVIDER
@@ -57,6 +58,12 @@ def check_speed(state: RunState) -> bool:
     verify = state.resolved.config.verify
     if not verify.enabled or not (verify.check_speed or verify.measure_speed):
         return False
+    with reused_sessions():  # the float model's session made once for every timing, the search's choice's too
+        return _check_speed(state)
+
+
+def _check_speed(state: RunState) -> bool:
+    verify = state.resolved.config.verify
     providers = resolve_providers(verify.providers, state.resolved.config.target)[0]
     if not verify.check_speed:
         timed = _time_providers(state, providers)

@@ -18,6 +18,7 @@ from onnxq.data.specs import Batch
 from onnxq.targets import target_providers
 from onnxq.targets.providers import provider_named, short_provider_name
 from onnxq.io.model_sessions import ModelSource, make_session
+from onnxq.verify.speed.sessions import deployed_sessions
 
 __all__ = ["SpeedCheck", "check_speed", "timed_in_turns", "slower_notes", "MIN_ROUNDS", "MEANINGFUL_MS"]
 
@@ -88,9 +89,11 @@ def timed_in_turns(models: Sequence[ModelSource], provider: str, in_turn: bool,
                    timed: Callable[[list], list[list[float]] | None]) -> list[list[float]] | None:
     """timed(sessions) — a list of times per session — over the models' deployed sessions: all at once, or (in_turn)
     one model at a time, its session dropped before the next one is made; None when `timed` says None."""
+    if not in_turn:  # both at once: sessions kept from an earlier timing of the same model are reused
+        return timed(deployed_sessions(models, provider))
     times: list[list[float]] = []
-    for group in ([[model] for model in models] if in_turn else [list(models)]):
-        got = timed([make_session(model, optimize=True, provider=provider) for model in group])
+    for model in models:
+        got = timed([make_session(model, optimize=True, provider=provider)])
         if got is None:
             return None
         times += got
