@@ -14,6 +14,7 @@ from onnxq.data.completion import completed
 from onnxq.io import load_model
 from onnxq.verify.speed import decode as decode_speed# modules (onnxq.verify is also the function of that name)
 from onnxq.verify.speed import latency as speed# modules (onnxq.verify is also the function of that name)
+from onnxq.verify.speed import sessions
 
 
 class _Counted:
@@ -35,8 +36,10 @@ class _Counted:
 @pytest.fixture
 def counted(monkeypatch):
     _Counted.live = _Counted.most = 0
-    real = speed.make_session  # what both timings make their sessions with (speed.timed_in_turns)
+    real = speed.make_session  # what both timings make their sessions with (speed.timed_in_turns, or together
+    # through speed.sessions.deployed_sessions)
     monkeypatch.setattr(speed, "make_session", lambda *a, **k: _Counted(real(*a, **k)))
+    monkeypatch.setattr(sessions, "make_session", lambda *a, **k: _Counted(real(*a, **k)))
     return _Counted
 
 
