@@ -6,7 +6,10 @@ depthwise QLinearConv kernel and a GEMM one; on an AVX2 EPYC the depthwise one r
 docs/guides/cnns.md). Each kind, most nodes first, is tried float on top of the decisions so far; the two models take
 turns on one verification batch and the kind goes float when that is faster by more than MARGIN twice in a row.
 Then the model as chosen is timed against every kind float, and the kinds left quantized go float while it is
-slower by the same rule (WholeModel): costs within the noise one by one can add up. The chosen model is verified
+slower by the same rule (WholeModel): costs within the noise one by one can add up. Only those within the noise: a
+kind its own timing found faster quantized by more than MARGIN stays quantized whatever the whole model's timing
+says (on a shared machine one timing of the whole model can swing past a tie; the decision never goes against the
+measurement of the kind itself). The chosen model is verified
 like any search's candidate, so the gate still decides. A model written in float16 (target cuda) is first timed
 against itself in float32 (ComputeTiming), by the same rule."""
 
@@ -71,10 +74,24 @@ class WholeModel:
     quantized_ms: float  # the last model timed
     float_ms: float
     kept_float: tuple[str, ...]  # the kinds this step made float
+    # The first timing of the model as the kinds chose it (what started the step), where the step changed it.
+    first: tuple[float, float] | None = None
+    # Kinds left quantized although the whole model was slower: each measured faster quantized by its own timing.
+    measured_faster: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"quantized_ms": self.quantized_ms, "float_ms": self.float_ms, "kept_float": list(self.kept_float),
+                "first": None if self.first is None else list(self.first),
+                "measured_faster": list(self.measured_faster)}
 
     def text(self) -> str:
         then = f"-> {', '.join(self.kept_float)} kept float too" if self.kept_float else "-> as chosen"
-        return f"  the model as a whole: {self.quantized_ms:.2f} ms quantized, {self.float_ms:.2f} ms float {then}"
+        timed = (f"{self.first[0]:.2f} ms quantized, {self.first[1]:.2f} ms float {then}; then "
+                 f"{self.quantized_ms:.2f} vs {self.float_ms:.2f} ms" if self.first else
+                 f"{self.quantized_ms:.2f} ms quantized, {self.float_ms:.2f} ms float {then}")
+        kept = (f" ({', '.join(self.measured_faster)} kept quantized: faster by its own timing)"
+                if self.measured_faster else "")
+        return f"  the model as a whole: {timed}{kept}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +110,7 @@ class SpeedByKind:
     def to_dict(self) -> dict:
         return {"provider": self.provider, "margin": MARGIN, "float_nodes": list(self.float_nodes),
                 "kinds": [dataclasses.asdict(t) for t in self.timings],
-                "whole_model": None if self.whole is None else {**dataclasses.asdict(self.whole),
-                                                                 "kept_float": list(self.whole.kept_float)}}
+                "whole_model": None if self.whole is None else self.whole.to_dict()}
 
     def text(self) -> list[str]:
         kept = self.kept_float()
@@ -181,18 +197,28 @@ def choose_kinds(builder: Builder, plans: Sequence[NodePlan], model: ir.Model, b
 def _whole_model(builder: Builder, choice: _Choice, timings: list[KindTiming], kinds: dict[str, list[str]],
                  timing: tuple[Batch, str, int]) -> WholeModel | None:
     """WholeModel's rule on the choice (changed in place); None when no kind stayed quantized."""
-    remaining = sorted((t for t in timings if not t.kept_float), key=lambda t: t.float_ms / t.quantized_ms)
-    if not remaining:
+    quantized = [t for t in timings if not t.kept_float]
+    if not quantized:
         return None
+    # Candidates: the kinds within the noise of float by their own timing, least measured gain first.
+    remaining = sorted((t for t in quantized if not _clearly_faster(t)), key=lambda t: t.float_ms / t.quantized_ms)
     all_float = builder.build(Overrides(float_nodes=tuple(n for names in kinds.values() for n in names))).model
     made_float: list[str] = []
+    first = None
     while True:
         quantized_ms, float_ms, slower = _slower_twice(choice.model, all_float, *timing)
+        first = first or (quantized_ms, float_ms)
         if not slower or not remaining:
-            return WholeModel(quantized_ms, float_ms, tuple(made_float))
+            faster = tuple(t.kind for t in quantized if _clearly_faster(t)) if slower else ()
+            return WholeModel(quantized_ms, float_ms, tuple(made_float), first if made_float else None, faster)
         kind = remaining.pop(0).kind
         made_float.append(kind)
         choice.take(kinds[kind], builder.build(Overrides(float_nodes=tuple(choice.floats + kinds[kind]))))
+
+
+def _clearly_faster(timing: KindTiming) -> bool:
+    """The kind ran faster quantized than float by more than MARGIN in its own timing."""
+    return timing.float_ms > timing.quantized_ms * (1 + MARGIN)
 
 
 def _slower_twice(quantized: ir.Model, floating: ir.Model, batch: Batch, provider: str,
