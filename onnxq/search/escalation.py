@@ -2,7 +2,7 @@
 only where the cheap model's gate fails, on the Convs its sensitivity ranking points at, cheapest first, then on
 every Conv. The planner here returns the stages as data; step escalate runs them (onnxq.steps.escalate). Where
 the cheap model (the method's windows, the saturation clip, weights rounded to nearest) meets the bars, those passes
-are not made: on ResNet-50 they were three quarters of onnxq's quantization time."""
+are not made: on ResNet-50 they were two thirds of onnxq's quantization time."""
 
 from __future__ import annotations
 
