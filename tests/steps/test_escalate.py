@@ -102,6 +102,28 @@ def test_nearest_rounding_asked_for_leaves_escalation_the_windows_only_and_then_
     assert result.report.fallback is not None  # what escalation could not do, the fallback does
 
 
+def test_data_read_once_says_why_escalation_was_not_tried_and_the_fallback_meets_the_bar():
+    rng = np.random.default_rng(0)
+    calibration, held_out = _inputs(rng, 64), {"x": _inputs(rng, 32)}
+    one_shot = iter([{"x": calibration[i:i + 16]} for i in range(0, 64, 16)])
+    report = onnxq.quantize(_cnn(), one_shot, verify_data=held_out,
+                            config={"verify": {"tolerance": {"min_cosine": 0.99995}}}).report
+    assert report.section("escalation") is None and "escalate" not in report.seconds
+    assert any(n.startswith("escalation: the output-error windows and GPTQ rounding not tried") and "one-shot" in n
+               for n in report.notes)
+    assert report.verdict == "within tolerance" and report.left_float  # the fallback's float node
+
+
+def test_the_reported_ranges_are_those_of_the_escalated_model():
+    result, _ = _run(0.99995)
+    narrowed = [n for n in result.report.notes if "narrowed to the window" in n]
+    assert narrowed  # the pointed Conv's input window was narrowed, and the report gives the narrowed range
+    cheap, _ = _run(0.99995, calibration={"range_choice": "saturation"}, weight_rounding="nearest",
+                    verify={"tolerance": {"min_cosine": 0.99995}, "fallback": False})
+    changed = {k for k, v in result.report.ranges.items() if tuple(v) != tuple(cheap.report.ranges[k])}
+    assert changed == {"r1"}  # conv2's input
+
+
 def test_sensitivity_always_ranks_a_passing_model_for_the_report():
     result, _ = _run(0.98, verify={"tolerance": {"min_cosine": 0.98}, "sensitivity": "always"})
     assert result.report.sensitivity is not None and result.report.section("escalation") is None
