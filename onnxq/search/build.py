@@ -41,10 +41,13 @@ class Overrides:
     eight_bit: tuple[str, ...] = ()  # 4-bit weights in 8-bit blocks (fallback's middle tier)
     per_token: tuple[str, ...] = ()  # activations per token (recipe auto)
     compute: str = ""  # the float arithmetic, when a search chose it (--check-speed: float32 where float16 is slower)
+    # MatMulNBits' accuracy_level, where a search chose it (steps.accuracy_level: 0 where 4 changes greedy tokens).
+    accuracy_level: int | None = None
 
     def __or__(self, other: Overrides) -> Overrides:
+        level = self.accuracy_level if other.accuracy_level is None else other.accuracy_level
         return Overrides(self.float_nodes + other.float_nodes, self.eight_bit + other.eight_bit,
-                         self.per_token + other.per_token, other.compute or self.compute)
+                         self.per_token + other.per_token, other.compute or self.compute, level)
 
     def effective(self, config: QuantConfig) -> QuantConfig:
         """The config the planner and the passes read: the user's, with these nodes added to its own lists."""
@@ -55,9 +58,13 @@ class Overrides:
             changes["exclude_nodes"] = config.exclude_nodes + self.float_nodes
         if self.per_token:
             changes["per_token_nodes"] = config.per_token_nodes + self.per_token
+        blocks = config.blocks
         if self.eight_bit:
-            changes["blocks"] = dataclasses.replace(config.blocks,
-                                                    int8_nodes=config.blocks.int8_nodes + self.eight_bit)
+            blocks = dataclasses.replace(blocks, int8_nodes=blocks.int8_nodes + self.eight_bit)
+        if self.accuracy_level is not None:
+            blocks = dataclasses.replace(blocks, accuracy_level=self.accuracy_level)
+        if blocks is not config.blocks:
+            changes["blocks"] = blocks
         if self.compute:
             changes["compute"] = self.compute
         return config.replace(**changes)

@@ -6,8 +6,8 @@ choice open, and the summary says so:
   search when smooth is off and calibration data is given: SmolLM2's static per-tensor model ran 1.57x float's
   perplexity, per-token + SmoothQuant 1.02x (docs/guides/language-models.md);
 - blocks.accuracy_level unset → 4 (int8 activations per block) for 4-bit weights on a CPU target: decode 4.3x
-  float's speed instead of 2.7x at +0.003x perplexity (SmolLM2-135M); the gate checks the result on the deployed
-  kernels. 0 for a GPU target.
+  float's speed instead of 2.7x at +0.003x perplexity (SmolLM2-135M); step accuracy_level then measures it against
+  level 0 and keeps 0 where level 4 changes greedy next tokens (steps.accuracy_level). 0 for a GPU target.
 - blocks.vocabulary_bits unset → 8 for 4-bit weights: the token table and the lm_head (one table when tied) join
   the 8-bit tier (blocks.int8_nodes); the sensitivity ranks them first, and SmolLM2-135M's perplexity goes 1.090x →
   1.055x float for a file of 0.160x → 0.186x.

@@ -69,6 +69,9 @@ class Resolved:
     mode: str = ""
     specs: Sequence[InputSpec] = ()
     cached_moments: StoredMoments | None = None
+    # Settings the run chose where the caller's config left them open (config keys: "accuracy_level"), which a
+    # search may measure and choose again.
+    defaulted: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

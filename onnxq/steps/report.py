@@ -34,8 +34,8 @@ def build_report(state: RunState) -> QuantReport:
         notes=tuple(state.notes) + _made_note(state),
         speed=state.speed,
         smoothing=Smoothing(quantized.smoothing),
-        sections=tuple(s for s in (state.recipe, state.sensitivity, state.escalation, state.fallback,
-                                   quantized.precision, *state.sections) if s is not None),
+        sections=tuple(s for s in (state.recipe, state.accuracy_level, state.sensitivity, state.escalation,
+                                   state.fallback, quantized.precision, *state.sections) if s is not None),
         renamed_nodes=state.loaded.reference.meta[LOAD_NOTES]["renamed_nodes"],
         gate_failures=tuple(state.gate_failures),
     )

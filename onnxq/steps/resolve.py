@@ -30,10 +30,12 @@ def resolve(state: RunState) -> bool:
     if mode == "weight-only":
         stored = cached_moments(given.cache, state.loaded.reference)
         config = _with_block_method(config, given.calibration, stored, state)
+    open_level = config.blocks.accuracy_level is None
     config, note = language_model_defaults(state.loaded.reference, config, mode, given.calibration is not None)
     layout, inferred = read_layout(state.loaded.work, config.calibration, (given.calibration, given.verify_data))
     specs = input_specs(state.loaded.work, layout.sample_axes, layout.constant_inputs, layout.unbatched_inputs)
-    state.resolved = Resolved(config.replace(calibration=layout), mode, specs, stored)
+    defaulted = frozenset({"accuracy_level"} if open_level and config.blocks.accuracy_level else ())
+    state.resolved = Resolved(config.replace(calibration=layout), mode, specs, stored, defaulted)
     state.notes.extend(([] if note is None else [note]) + layout_notes(inferred))
     return True
 

@@ -14,6 +14,7 @@ from onnxq.io.outputs import active_run
 from onnxq.io.sessions import ORT_ERRORS
 from onnxq.io.spill import SPILL_MIN_BYTES
 from onnxq.passes.graph.builder import remap_shared_weights, spill_shared_blocks
+from onnxq.steps.accuracy_level import accuracy_level
 from onnxq.steps.calibrate import calibrate
 from onnxq.steps.check_speed import check_speed
 from onnxq.steps.escalate import escalate
@@ -66,6 +67,7 @@ STEPS: tuple[Step, ...] = (
     Step("rewrite", rewrite, "rewriting", page_out_before=True, trim_heap_before=True, spill_before=True),
     Step("verify", verify, "verifying", page_out_before=True, trim_heap_before=True, spill_quantized_before=True),
     Step("recipe", recipe, "trying recipes"),
+    Step("accuracy_level", accuracy_level, "checking int8 activations in the 4-bit products"),
     Step("sensitivity", sensitivity, "measuring each node's sensitivity", page_out_before=True,
          trim_heap_before=True, spill_quantized_before=True),
     Step("escalate", escalate, "trying the costlier Conv methods where the gate fails"),

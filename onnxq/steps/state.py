@@ -37,6 +37,7 @@ class RunState:
     quantized: Quantized = dataclasses.field(default_factory=Quantized)
     verified: Verified = dataclasses.field(default_factory=Verified)
     recipe: object | None = None  # onnxq.search.recipe.RecipeResult
+    accuracy_level: object | None = None  # onnxq.search.accuracy_level.LevelChoice
     sensitivity: object | None = None  # onnxq.search.sensitivity.Sensitivity
     escalation: object | None = None  # onnxq.search.escalation.Escalation
     escalated: Statistics | None = None  # the statistics of escalation's model: what later builds start from
