@@ -72,8 +72,8 @@ class Escalation:
 
 def pointed_nodes(sensitivity, candidates: Sequence[str]) -> tuple[str, ...]:
     """The candidates (static Convs) the ranking points at: most harmful first, as few as make POINTED_SHARE of the
-    candidates' harm (every one where no harm was measured). sensitivity: onnxq.search.sensitivity.Sensitivity — per node, or by groups when
-    only groups were ranked (a group's members together)."""
+    candidates' harm (every one where no harm was measured). sensitivity: onnxq.search.sensitivity.Sensitivity —
+    per node, or by groups when only groups were ranked (a group's members together)."""
     wanted = set(candidates)
     units = _ranked_units(sensitivity, wanted)
     total = sum(harm for _, harm in units)
