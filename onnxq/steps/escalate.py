@@ -1,8 +1,9 @@
 """Step escalate: out of tolerance on real inputs (or not shown where a model closer to float could show it), with
 the Conv accuracy methods left to it (range_choice and weight_rounding auto), the stages of onnxq.search.escalation
 tried in order — each a build with the methods' statistics on its Convs and a check on all verification inputs —
-until one is shown within tolerance. The best one tried becomes the run's model (the later among equals: the methods
-on every Conv, where none met it, which the fallback then starts from)."""
+until one is shown within tolerance. The best one tried becomes the run's model where it stands at least as well as
+the cheap one (the later among equals: the methods on every Conv, where none met it, which the fallback then starts
+from)."""
 
 from __future__ import annotations
 
@@ -48,20 +49,22 @@ def escalate(state: RunState) -> bool:
     every = [plan.node.name for plan in static_convs(state)]
     pointed = pointed_nodes(state.sensitivity, every)
     tries: list[StageTry] = []
-    best = None
+    best, standing = None, _standing(state.verified.verification)  # a try must stand as well as the cheap model
     for stage in escalation_stages(pointed, every, *_left_to_escalation(state)):
         start = time.perf_counter()
         statistics, notes = _statistics(state, stage)
         built = dataclasses.replace(state.builder, stats=statistics).build()
         verification = state.candidate_check()(built.model, whole=True)
         tries.append(StageTry(stage, verification.passed, time.perf_counter() - start))
-        if best is None or _standing(verification) >= _standing(best[1]):
-            best = (built, verification, statistics, notes)
+        if _standing(verification) >= standing:
+            best, standing = (built, verification, statistics, notes), _standing(verification)
         if verification.passed:
             break
-    if best is None:
+    if not tries:
         return False
-    _adopt(state, Escalation(tuple(tries)), *best)
+    state.escalation = Escalation(tuple(tries))
+    if best is not None:
+        _adopt(state, *best)
     return True
 
 
@@ -98,10 +101,9 @@ def _statistics(state: RunState, stage: Stage) -> tuple[Statistics, list[str]]:
     return Statistics(ranges, moments, state.magnitudes), notes
 
 
-def _adopt(state: RunState, escalation: Escalation, built: Built, verification: Verification,
-           statistics: Statistics, notes: list[str]) -> None:
-    """The last stage's model becomes the run's, and its statistics the ones later builds start from."""
-    state.escalation = escalation
+def _adopt(state: RunState, built: Built, verification: Verification, statistics: Statistics,
+           notes: list[str]) -> None:
+    """The chosen stage's model becomes the run's, and its statistics the ones later builds start from."""
     state.escalated = statistics
     state.adopt(built, verification)
     state.notes += notes
