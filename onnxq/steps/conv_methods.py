@@ -54,9 +54,12 @@ def window_choices(state: RunState, model: ir.Model, ranges: dict[str, tuple[flo
     except ConfigError:
         return [], ("ranges: the output-error window choice skipped — the calibration data is a one-shot iterator "
                     "(pass a list or a callable)")
+    # Each chosen activation's window is weighed by every Conv that reads it, pointed at or not: all of them take it.
+    readers = _conv_readers(_float_convs(state, model, None), ranges)
+    if only is not None:
+        readers = {name: nodes for name, nodes in readers.items() if any(n.name in only for n in nodes)}
     samples = first_samples(state.planned.stream.batches(), ERROR_SAMPLES, fixed_batch_size(state.planned.specs))
-    chosen = error_ranges(model, _conv_readers(_float_convs(state, model, only), ranges), ranges, samples,
-                          state.resolved.config)
+    chosen = error_ranges(model, readers, ranges, samples, state.resolved.config)
     note = (f"ranges: {len(chosen)} Conv input(s) narrowed to the window whose quantization error costs their Convs "
             f"the least output ({ERROR_SAMPLES} calibration samples; calibration.error_choice)") if chosen else ""
     return chosen, note
