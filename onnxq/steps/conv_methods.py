@@ -21,7 +21,7 @@ from onnxq.handlers.plan import NodePlan
 from onnxq.io.irquery import constant_array
 from onnxq.steps.state import RunState
 
-__all__ = ["GPTQ_MAX_K", "conv_moments", "static_convs", "window_choices"]
+__all__ = ["GPTQ_MAX_K", "conv_moments", "data_unreadable", "static_convs", "window_choices"]
 
 # A Conv whose im2col width K is larger is rounded to nearest: GPTQ holds XᵀX (float32) and factors a float64 copy
 # (FCN-ResNet50's head, a 3×3 Conv over 2048 channels, K = 18432: 12 GB of RSS, and two such runs met the OOM killer,
@@ -42,18 +42,25 @@ def _float_convs(state: RunState, model: ir.Model, only: Collection[str] | None)
     return (node for node in model.graph if node.name in names)
 
 
+def data_unreadable(state: RunState) -> str:
+    """Why these methods cannot read the calibration data again ("" where they can)."""
+    stream = state.planned.stream
+    if stream is None or stream.source is None:
+        return "they read the calibration data, and a calibration cache holds none (pass --calib too)"
+    try:
+        check_reusable(stream.source, "the Conv methods")
+    except ConfigError:
+        return "the calibration data is a one-shot iterator and they read it again (pass a list or a callable)"
+    return ""
+
+
 def window_choices(state: RunState, model: ir.Model, ranges: dict[str, tuple[float, float]],
                    only: Collection[str] | None = None) -> tuple[list[ErrorChoice], str]:
     """The Conv inputs' windows narrowed where their Convs lose the least output, from `ranges`, on the first
     ERROR_SAMPLES calibration samples; and the note (why nothing was chosen where the data cannot be read again)."""
-    if state.planned.stream is None or state.planned.stream.source is None:
-        return [], ("ranges: the output-error window choice skipped — it reads the calibration data, and a cache "
-                    "holds none (pass --calib too)")
-    try:
-        check_reusable(state.planned.stream.source, "the output-error range choice")
-    except ConfigError:
-        return [], ("ranges: the output-error window choice skipped — the calibration data is a one-shot iterator "
-                    "(pass a list or a callable)")
+    why_not = data_unreadable(state)
+    if why_not:
+        return [], f"ranges: the output-error window choice skipped — {why_not}"
     # Each chosen activation's window is weighed by every Conv that reads it, pointed at or not: all of them take it.
     readers = _conv_readers(_float_convs(state, model, None), ranges)
     if only is not None:
@@ -82,14 +89,9 @@ def conv_moments(state: RunState, model: ir.Model,
     readers, notes = _moment_readers(_float_convs(state, model, only))
     if not readers or state.planned.stream is None or not state.resolved.config.per_channel:
         return None, notes
-    try:
-        check_reusable(state.planned.stream.source, "GPTQ rounding of Conv weights")
-    except ConfigError:
-        why = ("the calibration cache holds ranges, not the data GPTQ rounding reads — pass --calib too"
-               if state.planned.stream.source is None else
-               "the calibration data is a one-shot iterator and GPTQ rounding reads it again (pass a list or a "
-               "callable)")
-        return None, [*notes, f"weights: Conv weights rounded to nearest — {why}"]
+    why_not = data_unreadable(state)
+    if why_not:
+        return None, [*notes, f"weights: Conv weights rounded to nearest — {why_not}"]
     moments = WeightMoments(model.clone(), {k: list(v) for k, v in readers.items()},
                             state.planned.stream.batches, full=True)
     moments.prefetch()

@@ -10,11 +10,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from onnxq.data.stream import check_reusable
-from onnxq.errors import ConfigError
 from onnxq.search.build import Built, Statistics
 from onnxq.search.escalation import Escalation, Stage, StageTry, escalation_stages, pointed_nodes
-from onnxq.steps.conv_methods import conv_moments, static_convs, window_choices
+from onnxq.steps.conv_methods import conv_moments, data_unreadable, static_convs, window_choices
 from onnxq.steps.state import RunState
 from onnxq.verify import Verification
 from onnxq.verify.result import SYNTHETIC
@@ -42,7 +40,7 @@ def wants_escalation(state: RunState) -> bool:
 def escalate(state: RunState) -> bool:
     if not wants_escalation(state) or state.sensitivity is None:
         return False
-    why_not = _data_unreadable(state)
+    why_not = data_unreadable(state)
     if why_not:
         state.notes.append(f"escalation: the output-error windows and GPTQ rounding not tried — {why_not}")
         return False
@@ -72,18 +70,6 @@ def _standing(verification: Verification) -> int:
     """Shown within tolerance, not shown, out of tolerance: the model escalation keeps is the best tried, the later
     (more methods, more Convs) among equals."""
     return 2 if verification.passed else 0 if verification.failed else 1
-
-
-def _data_unreadable(state: RunState) -> str:
-    """Why the methods cannot read the calibration data again ("" where they can)."""
-    stream = state.planned.stream
-    if stream is None or stream.source is None:
-        return "they read the calibration data, and a cache holds none (pass --calib too)"
-    try:
-        check_reusable(stream.source, "escalation")
-    except ConfigError:
-        return "the calibration data is a one-shot iterator (pass a list or a callable)"
-    return ""
 
 
 def _statistics(state: RunState, stage: Stage) -> tuple[Statistics, list[str]]:

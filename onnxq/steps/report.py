@@ -25,7 +25,7 @@ def build_report(state: RunState) -> QuantReport:
         quantized=tuple(_entry(p, state) for p in state.quantized.plans),
         left_float=tuple(NodeEntry(s.node.name or "", s.node.op_type,
                                    quantized.float_reasons.get(s.node.name, s.reason)) for s in quantized.skips),
-        ranges=dict(state.escalated.ranges) if state.escalated else state.calibrated.ranges,  # the model's own
+        ranges=dict(state.statistics.ranges),  # the written model's (escalation's where it chose one)
         calibration_samples=state.calibrated.calibration_samples,
         float_bytes=float_model_bytes(state),
         quant_bytes=active_run().staged_bytes(written) if written else model_size_bytes(state.model),

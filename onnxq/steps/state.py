@@ -96,10 +96,15 @@ class RunState:
     def builder(self) -> Builder:
         """How a search builds a candidate: from the float graph quantization starts from, the user's config, the
         run's statistics and the decisions made so far."""
-        quantized, calibrated = self.quantized, self.calibrated
-        statistics = self.escalated or Statistics(calibrated.ranges, calibrated.moments, self.magnitudes)
-        return Builder(quantized.quantized_from, self.resolved.config, self.resolved.mode, statistics,
+        quantized = self.quantized
+        return Builder(quantized.quantized_from, self.resolved.config, self.resolved.mode, self.statistics,
                        quantized.overrides)
+
+    @property
+    def statistics(self) -> Statistics:
+        """What the run's model is built from: the statistics of the model escalation chose, else calibration's."""
+        calibrated = self.calibrated
+        return self.escalated or Statistics(calibrated.ranges, calibrated.moments, self.magnitudes)
 
     def adopt(self, built: Built, verification: Verification, **decided) -> None:
         """A search's chosen model becomes the run's, with what the search decided (Quantized's fields: overrides,

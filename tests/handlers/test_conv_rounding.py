@@ -8,41 +8,18 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
+from correlated_cnn import correlated_inputs, two_conv_cnn
 from onnxq.calibration.moments import WeightMoments
 from onnxq.numerics.im2col import ConvGeometry, im2col
 from onnxq.numerics.pairs import gemm_view, pair_sum_violations
 from onnxq.io.model_sessions import make_session
 
 
-def _inputs(rng: np.random.Generator, n: int) -> np.ndarray:
-    """8 channels mixed from 2 smooth latent maps: strongly correlated across channels and neighbouring pixels."""
-    latent = rng.standard_normal((n, 2, 14, 14)).astype(np.float32)
-    latent = (latent + np.roll(latent, 1, 2) + np.roll(latent, 1, 3)) / 3
-    mix = np.random.default_rng(7).standard_normal((8, 2)).astype(np.float32)
-    return np.einsum("cl,nlhw->nchw", mix, latent) + 0.05 * rng.standard_normal((n, 8, 14, 14)).astype(np.float32)
-
-
-def _cnn(group: int) -> ir.Model:
-    weights = np.random.default_rng(1)
-    w1 = weights.normal(0, 0.3, (16, 8 // group, 3, 3)).astype(np.float32)
-    w2 = weights.normal(0, 0.3, (6, 16, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu0"),
-             helper.make_node("Conv", ["r", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1], group=group),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
-             helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="gap")]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 14, 14])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
-
-
 @pytest.mark.parametrize("group", [1, 2])
 def test_conv_moments_are_the_im2col_rows_second_moments(group):
-    model, x = _cnn(group), _inputs(np.random.default_rng(0), 6)
+    model, x = two_conv_cnn(group), correlated_inputs(np.random.default_rng(0), 6)
     moments = WeightMoments(model, {("w1", False): ["r"]}, lambda: [{"x": x[:4]}, {"x": x[4:]}], full=True)
     geometry = ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), group)
     expected = []
@@ -62,7 +39,7 @@ def test_a_sample_past_the_product_budget_sums_a_spread_subset_of_its_rows(monke
 
     monkeypatch.setattr(moments_module, "_SAMPLE_PRODUCT_MACS", 64 * 72 * 72)
     monkeypatch.setattr(moments_module, "_MIN_SAMPLE_ROWS", 16)
-    model, x = _cnn(1), _inputs(np.random.default_rng(0), 24)
+    model, x = two_conv_cnn(1), correlated_inputs(np.random.default_rng(0), 24)
     rows = im2col(np.maximum(x, 0).astype(np.float64), ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), 0, 0)
     full = rows.T @ rows / len(rows)
 
@@ -81,9 +58,9 @@ def _weights(model: ir.Model) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("group", [1, 2])
-def test_gptq_rounding_keeps_the_scales_and_lowers_the_error_on_held_out_inputs(group):
+def test_gptq_rounding_keeps_the_scales_and_lowers_the_error_on_held_outcorrelated_inputs(group):
     rng = np.random.default_rng(0)
-    model, calibration, held_out = _cnn(group), {"x": _inputs(rng, 64)}, _inputs(rng, 32)
+    model, calibration, held_out = two_conv_cnn(group), {"x": correlated_inputs(rng, 64)}, correlated_inputs(rng, 32)
     want = make_session(model, optimize=False).run(None, {"x": held_out})[0]
     built, errors = {}, {}
     for rounding in ("nearest", "gptq"):
@@ -109,8 +86,8 @@ def test_the_command_line_chooses_the_rounding_and_the_report_says_which(tmp_pat
     from onnxq.cli.main import main
 
     model = tmp_path / "cnn.onnx"
-    ir.save(_cnn(1), model)
-    np.savez(tmp_path / "calib.npz", x=_inputs(np.random.default_rng(0), 32))
+    ir.save(two_conv_cnn(1), model)
+    np.savez(tmp_path / "calib.npz", x=correlated_inputs(np.random.default_rng(0), 32))
     for rounding in ("auto", "nearest", "gptq"):  # auto: GPTQ only where a failing check points (none here)
         report = tmp_path / f"{rounding}.json"
         args = [str(model), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / f"{rounding}.onnx"),
@@ -130,7 +107,7 @@ def test_a_conv_wider_than_gptqs_bound_is_rounded_to_nearest_and_the_note_says_s
     from onnxq.steps import conv_methods
 
     monkeypatch.setattr(conv_methods, "GPTQ_MAX_K", 71)
-    model, x = _cnn(1), _inputs(np.random.default_rng(0), 32)
+    model, x = two_conv_cnn(1), correlated_inputs(np.random.default_rng(0), 32)
     if shapeless:
         for node in model.graph:
             if node.op_type == "Conv":

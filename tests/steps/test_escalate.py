@@ -13,42 +13,18 @@ import jsonschema
 import numpy as np
 import onnx_ir as ir
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import onnxq
+from correlated_cnn import correlated_inputs, two_conv_cnn
 from onnxq.io.model_sessions import make_session
 from onnxq.search.escalation import escalation_stages, pointed_nodes
 
 
-def _inputs(rng: np.random.Generator, n: int) -> np.ndarray:
-    """8 channels mixed from 2 smooth latent maps: correlated across channels and pixels, where GPTQ's rounding
-    learns most."""
-    latent = rng.standard_normal((n, 2, 14, 14)).astype(np.float32)
-    latent = (latent + np.roll(latent, 1, 2) + np.roll(latent, 1, 3)) / 3
-    mix = np.random.default_rng(7).standard_normal((8, 2)).astype(np.float32)
-    return np.einsum("cl,nlhw->nchw", mix, latent) + 0.05 * rng.standard_normal((n, 8, 14, 14)).astype(np.float32)
-
-
-def _cnn() -> ir.Model:
-    weights = np.random.default_rng(1)
-    w1 = weights.normal(0, 0.3, (16, 8, 3, 3)).astype(np.float32)
-    w2 = weights.normal(0, 0.3, (6, 16, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu0"),
-             helper.make_node("Conv", ["r", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
-             helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="gap")]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 14, 14])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
-
-
 def _run(min_cosine: float, **config):
     rng = np.random.default_rng(0)
-    calibration, held_out = {"x": _inputs(rng, 64)}, {"x": _inputs(rng, 32)}
+    calibration, held_out = {"x": correlated_inputs(rng, 64)}, {"x": correlated_inputs(rng, 32)}
     settings = {"verify": {"tolerance": {"min_cosine": min_cosine}}, **config}
-    return onnxq.quantize(_cnn(), calibration, verify_data=held_out, config=settings), held_out
+    return onnxq.quantize(two_conv_cnn(), calibration, verify_data=held_out, config=settings), held_out
 
 
 def _cosine(model: ir.Model, reference: ir.Model, x: np.ndarray) -> float:
@@ -80,7 +56,7 @@ def test_a_failing_gate_escalates_cheapest_first_on_the_pointed_conv_and_keeps_e
         (("conv2",), True, False, False), (("conv2",), True, True, True)]
     assert report.fallback is None and report.sensitivity is not None  # ranked for the escalation
     assert "1 Conv weight(s) rounded by GPTQ" in " | ".join(report.notes)
-    assert _cosine(result.model, _cnn(), held_out["x"]) >= 0.99995
+    assert _cosine(result.model, two_conv_cnn(), held_out["x"]) >= 0.99995
     written = json.loads(json.dumps(report.to_dict()))  # as the --report file holds it
     jsonschema.validate(written, json.loads((Path(onnxq.__file__).parent / "report_schema.json").read_text()))
     assert written["escalation"]["met"] is True and len(written["escalation"]["tries"]) == 2
@@ -104,9 +80,9 @@ def test_nearest_rounding_asked_for_leaves_escalation_the_windows_only_and_then_
 
 def test_data_read_once_says_why_escalation_was_not_tried_and_the_fallback_meets_the_bar():
     rng = np.random.default_rng(0)
-    calibration, held_out = _inputs(rng, 64), {"x": _inputs(rng, 32)}
+    calibration, held_out = correlated_inputs(rng, 64), {"x": correlated_inputs(rng, 32)}
     one_shot = iter([{"x": calibration[i:i + 16]} for i in range(0, 64, 16)])
-    report = onnxq.quantize(_cnn(), one_shot, verify_data=held_out,
+    report = onnxq.quantize(two_conv_cnn(), one_shot, verify_data=held_out,
                             config={"verify": {"tolerance": {"min_cosine": 0.99995}}}).report
     assert report.section("escalation") is None and "escalate" not in report.seconds
     assert any(n.startswith("escalation: the output-error windows and GPTQ rounding not tried") and "one-shot" in n
